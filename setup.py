@@ -1,0 +1,21 @@
+from setuptools import find_packages, setup
+
+with open("requirements.txt") as fh:
+    requirements = [line.strip() for line in fh if line.strip() and not line.startswith("#")]
+
+setup(
+    name="zrl",
+    version="0.1.0",
+    description="Distributed reinforcement learning for Atari and Gymnasium on ZeroMQ and shared memory",
+    python_requires=">=3.11",
+    packages=find_packages(include=["zrl", "zrl.*", "shm", "shm.*"]),
+    install_requires=requirements,
+    extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0"]},
+    entry_points={
+        "console_scripts": [
+            "zrl-launch=zrl.cli:launch_main",
+            "zrl-bench=zrl.cli:bench_main",
+            "zrl-eval=zrl.cli:eval_main",
+        ]
+    },
+)

@@ -1,0 +1,1 @@
+"""Learning algorithms: V-trace off-policy correction and actor-critic losses."""

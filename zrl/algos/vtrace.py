@@ -1,0 +1,157 @@
+"""V-trace off-policy actor-critic targets.
+
+Implements the V-trace target of Espeholt et al. 2018, "IMPALA: Scalable
+Distributed Deep-RL with Importance Weighted Actor-Learner Architectures",
+eq. (1):
+
+    v_s = V(x_s) + sum_{t=s}^{s+n-1} gamma^{t-s} (prod_{i=s}^{t-1} c_i) delta_t V
+    delta_t V = rho_t (r_t + gamma V(x_{t+1}) - V(x_t))
+    rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t)),  c_i = min(c_bar, pi/mu)
+
+with ``c_bar = 1``.  Per-step discounts replace gamma so that episode ends
+inside the unroll (discount 0) cut the sum.  The targets are computed with the
+equivalent backward recursion
+
+    v_s - V(x_s) = delta_s V + gamma_s c_s (v_{s+1} - V(x_{s+1})).
+
+The policy-gradient advantage (paper section 4.2) is
+
+    rho_pg_s (r_s + gamma_s v_{s+1} - V(x_s)),  rho_pg_s = min(rho_bar_pg, pi/mu).
+
+Shapes (time-major):
+    log_rhos, discounts, rewards, values: [T, B]
+    bootstrap_value: [B]   (V(x_T), the value after the last step)
+    returned vs, pg_advantages: [T, B], detached from the autograd graph.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+__all__ = ["VTraceReturns", "from_importance_weights"]
+
+
+class VTraceReturns(NamedTuple):
+    """V-trace outputs, both [T, B] and detached."""
+
+    vs: torch.Tensor
+    pg_advantages: torch.Tensor
+
+
+def _check_inputs(
+    log_rhos: torch.Tensor,
+    discounts: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    clip_rho_threshold: Optional[float],
+    clip_pg_rho_threshold: Optional[float],
+) -> None:
+    named = {
+        "log_rhos": log_rhos,
+        "discounts": discounts,
+        "rewards": rewards,
+        "values": values,
+        "bootstrap_value": bootstrap_value,
+    }
+    for name, tensor in named.items():
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    if log_rhos.dim() != 2:
+        raise ValueError(
+            f"log_rhos must have rank 2 [T, B], got rank {log_rhos.dim()} "
+            f"with shape {tuple(log_rhos.shape)}"
+        )
+    expected = tuple(log_rhos.shape)
+    for name in ("discounts", "rewards", "values"):
+        shape = tuple(named[name].shape)
+        if named[name].dim() != 2:
+            raise ValueError(
+                f"{name} must have rank 2 [T, B], got rank {len(shape)} with shape {shape}"
+            )
+        if shape != expected:
+            raise ValueError(
+                f"{name} has shape {shape} but log_rhos has shape {expected}; "
+                "all [T, B] inputs must match"
+            )
+    if bootstrap_value.dim() != 1:
+        raise ValueError(
+            f"bootstrap_value must have rank 1 [B], got rank {bootstrap_value.dim()} "
+            f"with shape {tuple(bootstrap_value.shape)}"
+        )
+    if bootstrap_value.shape[0] != expected[1]:
+        raise ValueError(
+            f"bootstrap_value has shape {tuple(bootstrap_value.shape)} but the batch "
+            f"size B of log_rhos (shape {expected}) is {expected[1]}"
+        )
+    for name, threshold in (
+        ("clip_rho_threshold", clip_rho_threshold),
+        ("clip_pg_rho_threshold", clip_pg_rho_threshold),
+    ):
+        if threshold is not None and not threshold > 0:
+            raise ValueError(f"{name} must be positive or None, got {threshold!r}")
+
+
+def from_importance_weights(
+    log_rhos: torch.Tensor,
+    discounts: torch.Tensor,
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    bootstrap_value: torch.Tensor,
+    clip_rho_threshold: Optional[float] = 1.0,
+    clip_pg_rho_threshold: Optional[float] = 1.0,
+) -> VTraceReturns:
+    """Compute V-trace targets ``vs`` and policy-gradient advantages.
+
+    Args:
+        log_rhos: [T, B] log importance weights log(pi(a_t|x_t) / mu(a_t|x_t)).
+        discounts: [T, B] per-step discounts (gamma times not-done).
+        rewards: [T, B] rewards r_t.
+        values: [T, B] value estimates V(x_t).
+        bootstrap_value: [B] value estimate V(x_T).
+        clip_rho_threshold: rho_bar for the targets; None disables clipping.
+        clip_pg_rho_threshold: rho_bar for the pg advantages; None disables clipping.
+
+    Returns:
+        VTraceReturns(vs, pg_advantages), both [T, B] and detached.
+    """
+    _check_inputs(
+        log_rhos, discounts, rewards, values, bootstrap_value,
+        clip_rho_threshold, clip_pg_rho_threshold,
+    )
+    with torch.no_grad():
+        log_rhos = log_rhos.detach()
+        discounts = discounts.detach()
+        rewards = rewards.detach()
+        values = values.detach()
+        bootstrap_value = bootstrap_value.detach()
+
+        rhos = torch.exp(log_rhos)
+        if clip_rho_threshold is not None:
+            clipped_rhos = torch.clamp(rhos, max=float(clip_rho_threshold))
+        else:
+            clipped_rhos = rhos
+        cs = torch.clamp(rhos, max=1.0)
+
+        values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
+        deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
+
+        # Backward scan: acc_t = delta_t + gamma_t c_t acc_{t+1}, acc_T = 0.
+        decay = discounts * cs
+        vs_minus_v = torch.empty_like(deltas)
+        acc = torch.zeros_like(bootstrap_value)
+        for t in range(deltas.shape[0] - 1, -1, -1):
+            acc = deltas[t] + decay[t] * acc
+            vs_minus_v[t] = acc
+        vs = values + vs_minus_v
+
+        vs_t_plus_1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
+        if clip_pg_rho_threshold is not None:
+            clipped_pg_rhos = torch.clamp(rhos, max=float(clip_pg_rho_threshold))
+        else:
+            clipped_pg_rhos = rhos
+        pg_advantages = clipped_pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
+
+    return VTraceReturns(vs=vs.detach(), pg_advantages=pg_advantages.detach())

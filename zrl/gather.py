@@ -1,0 +1,69 @@
+"""Gather: turn a Batch's frame numbers into stacked observations, with one copy out of the rings.
+
+For unit b the learner needs observations t = 0..T, each a stack of S frames ending at frame
+``first_frame[b] + t``. It reads frames ``first_frame[b] - (S-1) .. first_frame[b] + T`` (T+S of them)
+from the unit's ring column straight into a preallocated ``[B, T+S, *frame_shape]`` buffer, and then
+builds the stacks as a strided view. A frame k places back in a stack is blanked unless
+``k <= episode_step`` of the stack's newest frame, which is how episode starts are handled (the worker
+blanks its own stacks the same way when it acts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from shm.ring import Ring
+
+from zrl import protocol
+
+
+class Gatherer:
+    def __init__(self, rings: list[Ring], stack: int, unroll_length: int, max_batch: int,
+                 frame_shape: tuple[int, ...], frame_dtype: str, pin_memory: bool = False) -> None:  # fmt: skip
+        self.rings = rings
+        self.stack = stack
+        self.window = unroll_length + stack
+        self.frame_shape = tuple(frame_shape)
+        dtype = torch.from_numpy(np.zeros(0, np.dtype(frame_dtype))).dtype
+        self._frames_t = torch.empty((max_batch, self.window, *self.frame_shape), dtype=dtype, pin_memory=pin_memory)
+        self._steps_t = torch.empty((max_batch, self.window), dtype=torch.int32, pin_memory=pin_memory)
+        self.frames = self._frames_t.numpy()
+        self.episode_steps = self._steps_t.numpy()
+        self._offsets = np.arange(self.window, dtype=np.int64) - (stack - 1)
+
+    def gather(self, batch: protocol.Batch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """Frames ``[B, T+S, *shape]``, episode steps ``[B, T+S]`` (views of the buffers) and ok ``[B]``.
+
+        A unit is not ok when any of its frames was overwritten while or before it was read; its rows
+        then hold garbage and must be dropped. Batches arrive sorted by worker (see the broker).
+        """
+        b_total = len(batch.worker_ids)
+        ok = np.zeros(b_total, bool)
+        frame_numbers = np.maximum(batch.first_frame[:, None] + self._offsets, 0)
+        workers = batch.worker_ids
+        starts = np.flatnonzero(np.r_[True, workers[1:] != workers[:-1]])
+        ends = np.r_[starts[1:], b_total]
+        for lo, hi in zip(starts, ends):
+            ring = self.rings[int(workers[lo])]
+            out = {
+                "frame": self.frames[lo:hi].reshape(-1, *self.frame_shape),
+                "episode_step": self.episode_steps[lo:hi].reshape(-1),
+            }
+            columns = np.repeat(batch.env_index[lo:hi], self.window)
+            read_ok = ring.read(frame_numbers[lo:hi].reshape(-1), out, column=columns)
+            ok[lo:hi] = read_ok.reshape(hi - lo, self.window).all(axis=1)
+        return self._frames_t[:b_total], self._steps_t[:b_total], ok
+
+
+def stack_observations(frames: torch.Tensor, episode_steps: torch.Tensor, stack: int) -> torch.Tensor:
+    """``[B, T+S, *shape]`` frames to time-major stacked observations ``[T+1, B, S, *shape]``."""
+    b, window = frames.shape[:2]
+    shape = frames.shape[2:]
+    steps = window - stack + 1
+    windows = frames.unfold(1, stack, 1).movedim(-1, 2)  # [B, T+1, S, *shape], a view
+    back = torch.arange(stack - 1, -1, -1, device=frames.device)  # places back from the newest frame
+    newest = episode_steps[:, stack - 1 :].long()  # [B, T+1]
+    keep = (back.view(1, 1, stack) <= newest.unsqueeze(-1)).to(frames.dtype)
+    obs = windows * keep.view(b, steps, stack, *([1] * len(shape)))
+    return obs.transpose(0, 1)

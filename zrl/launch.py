@@ -1,0 +1,371 @@
+"""The launcher: checks everything it can before any process starts, creates the run folder and the
+shared-memory rings, spawns broker, learner and workers, watches their heartbeats, prints progress,
+writes episodes.csv and metrics.csv, and turns SIGINT/SIGTERM into an orderly stop.
+
+It alone creates and unlinks segments; at exit, whatever happened, nothing is left in /dev/shm, no child
+process and no socket file.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import zmq
+
+import shm
+from shm.ring import Ring, RingSpec
+
+from zrl import __version__, envs, protocol, transport
+from zrl.config import Config, ConfigError, dumps
+from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
+from zrl.roles import broker, learner, worker
+from zrl.roles.common import RunWiring
+
+SHM_PREFIX = "zrl"
+PRIVATE_PREFIX = "zrl-"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
+STOP_GRACE_S = 60.0  # how long an orderly stop waits for the learner's final checkpoint
+
+log = logging.getLogger("zrl")
+
+
+def ring_slots(cfg: Config) -> int:
+    """Ring slots per worker: enough that every unit the broker and learner may still hold keeps its frames.
+
+    Units in flight are at most the replay capacity plus the ready batches plus the learner's batch;
+    in the worst case they all come from one worker, which produces M units per T slots.
+    """
+    if cfg.workers.ring_slots:
+        return cfg.workers.ring_slots
+    in_flight = sum(r.capacity for r in cfg.replay) + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
+    unrolls_per_env = math.ceil(in_flight / cfg.workers.envs_per_worker) + 2
+    return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
+
+
+def preflight(cfg: Config) -> envs.EnvSpec:
+    """Every check that needs no process: environment, model shape, device, results folder."""
+    spec = envs.probe(cfg.env)
+    from zrl.models import build_model
+
+    try:
+        build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+    except ValueError as err:
+        raise ConfigError(f"model.kind: {err}") from None
+    if cfg.learner.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"learner.device: {cfg.learner.device!r} but no CUDA device is available; use auto or cpu")
+    results = Path(cfg.run.results_dir)
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(f"run.results_dir: cannot create {results} ({err.strerror})") from None
+    if not os.access(results, os.W_OK | os.X_OK):
+        raise ConfigError(f"run.results_dir: {results} is not writable")
+    return spec
+
+
+def sweep_stale() -> tuple[list[str], list[str]]:
+    """Remove segments and private socket folders whose launcher is dead."""
+    segments = shm.sweep(SHM_PREFIX)
+    folders = []
+    tmp = Path(tempfile.gettempdir())
+    for path in tmp.glob(f"{PRIVATE_PREFIX}*"):
+        pid = path.name[len(PRIVATE_PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or not path.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            folders.append(str(path))
+        except PermissionError:
+            pass
+    return segments, folders
+
+
+def make_run_dir(cfg: Config) -> Path:
+    name = cfg.env.id.replace("/", "-")
+    stamp = int(time.time())
+    base = Path(cfg.run.results_dir)
+    for suffix in [""] + [f"-{i}" for i in range(1, 100)]:
+        path = base / f"{name}_{stamp}{suffix}"
+        try:
+            path.mkdir()
+            (path / "checkpoints").mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise ConfigError(f"run.results_dir: could not make a new run folder under {base}")
+
+
+@dataclass
+class Tally:
+    """What the launcher knows of the run, from the stats messages."""
+
+    workers: dict[int, protocol.WorkerStats] = field(default_factory=dict)
+    broker: protocol.BrokerStats | None = None
+    learner: protocol.LearnerStats | None = None
+    returns: deque = field(default_factory=lambda: deque(maxlen=100))
+    episodes: int = 0
+    last_seen: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def env_frames(self) -> int:
+        return sum(w.env_frames for w in self.workers.values())
+
+    def mean_return(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
+
+
+def _progress(t: Tally, elapsed: float, fps: float) -> str:
+    ls = t.learner
+    h, rem = divmod(int(elapsed), 3600)
+    return (
+        f"frames {t.env_frames:,} | {fps:,.0f} f/s | learner {ls.learner_step if ls else 0:,} steps"
+        f" | lag {ls.policy_lag if ls else 0:.1f} | return(100) {t.mean_return():.1f} ({t.episodes} eps)"
+        f" | {h}:{rem // 60:02d}:{rem % 60:02d}"
+    )
+
+
+class Launcher:
+    def __init__(self, cfg: Config, spec: envs.EnvSpec, quiet: bool = False) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.quiet = quiet
+        self.tty = sys.stdout.isatty()
+        self.signals: list[int] = []
+        self.tally = Tally()
+
+    # -- signals -------------------------------------------------------------------------------
+    def _on_signal(self, signum, _frame) -> None:
+        self.signals.append(signum)
+        if len(self.signals) >= 2:
+            # A second signal: no more waiting. Children are killed; the finally block cleans up.
+            raise KeyboardInterrupt
+
+    # -- the run -------------------------------------------------------------------------------
+    def run(self) -> int:
+        cfg = self.cfg
+        segments, folders = sweep_stale()
+        run_dir = make_run_dir(cfg)
+        self.run_dir = run_dir
+        (run_dir / "config.toml").write_text(dumps(cfg))
+        handler = logging.FileHandler(run_dir / "zrl.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.info("zrl %s run %s, pid %d, config %s", __version__, run_dir, os.getpid(), run_dir / "config.toml")
+        for name in segments + folders:
+            log.info("removed %s left by a launcher that is no longer running", name)
+        if segments or folders:
+            self._say(f"removed {len(segments)} stale shared-memory segments and {len(folders)} socket folders")
+        self._say(f"run folder {run_dir}")
+
+        episodes = CsvLog(run_dir / "episodes.csv", EPISODE_COLUMNS)
+        metrics = CsvLog(run_dir / "metrics.csv", METRIC_COLUMNS)
+        run_id = f"{int(time.time())}{os.urandom(2).hex()}"
+        rings: list[Ring] = []
+        private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{run_id}")
+        mp_ctx = mp.get_context("spawn")
+        stop_event = mp_ctx.Event()
+        procs: dict[str, mp.Process] = {}
+        zctx = zmq.Context()
+        stats_sock = None
+        old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        code = EXIT_OK
+        try:
+            m = cfg.workers.envs_per_worker
+            ring_spec = RingSpec(ring_slots(cfg), {
+                "frame": ((m, *self.spec.frame_shape), self.spec.frame_dtype),
+                "episode_step": ((m,), "int32"),
+            })  # fmt: skip
+            for i in range(cfg.workers.count):
+                rings.append(Ring.create(shm.segment_name(SHM_PREFIX, run_id, os.getpid(), f"ring{i}"), ring_spec))
+            log.info("%d rings of %d slots, %.1f MB each", len(rings), ring_spec.capacity, ring_spec.nbytes / 1e6)
+            endpoints = transport.plan_endpoints(cfg.transport, private)
+            stats_sock = transport.socket(zctx, zmq.PULL, hwm=10_000, bind=endpoints.stats)
+            wiring = RunWiring(endpoints, tuple(r.name for r in rings), ring_spec, self.spec.frame_shape,
+                               self.spec.frame_dtype, self.spec.num_actions, self.spec.frames_per_step, os.getpid())  # fmt: skip
+            procs["zrl-broker"] = mp_ctx.Process(target=broker.run, args=(cfg, wiring, stop_event), name="zrl-broker")
+            procs["zrl-learner"] = mp_ctx.Process(target=learner.run, args=(cfg, wiring, str(run_dir), stop_event),
+                                                  name="zrl-learner")  # fmt: skip
+            for i in range(cfg.workers.count):
+                procs[f"zrl-worker-{i}"] = mp_ctx.Process(target=worker.run, args=(i, cfg, wiring, stop_event),
+                                                          name=f"zrl-worker-{i}")  # fmt: skip
+            start = time.monotonic()
+            for name, proc in procs.items():
+                proc.start()
+                self.tally.last_seen[name] = start
+                log.info("started %s, pid %d", name, proc.pid)
+            code = self._supervise(procs, stats_sock, episodes, metrics, start)
+            self._say_line("")
+            self._say(f"stopping ({'budget reached' if code == EXIT_OK else 'interrupted' if code in (EXIT_SIGINT, EXIT_SIGTERM) else 'error'}); waiting for the final checkpoint")
+            stop_event.set()
+            self._drain_until_exit(procs, stats_sock, episodes, STOP_GRACE_S)
+        except KeyboardInterrupt:
+            code = EXIT_SIGINT if signal.SIGINT in self.signals else EXIT_SIGTERM
+            log.warning("second signal: stopping at once")
+        finally:
+            stop_event.set()
+            for name, proc in procs.items():
+                if proc.is_alive():
+                    proc.kill()
+                    log.warning("killed %s", name)
+            for proc in procs.values():
+                if proc.pid is not None:
+                    proc.join(5)
+            if stats_sock is not None:
+                stats_sock.close()
+            zctx.term()
+            for ring in rings:
+                ring.close()
+                ring.unlink()
+            shutil.rmtree(private, ignore_errors=True)
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+            episodes.close()
+            metrics.close()
+            self._final_report(code)
+            log.removeHandler(handler)
+            handler.close()
+        return code
+
+    def _supervise(self, procs, stats_sock, episodes: CsvLog, metrics: CsvLog, start: float) -> int:
+        cfg = self.cfg
+        next_report = start + cfg.run.log_interval_s
+        last_frames, last_time, last_samples = 0, start, 0
+        while True:
+            if self.signals:
+                return EXIT_SIGINT if self.signals[0] == signal.SIGINT else EXIT_SIGTERM
+            self._drain(stats_sock, episodes, cfg.transport.poll_timeout_ms)
+            now = time.monotonic()
+            for name, proc in procs.items():
+                if proc.exitcode is not None:
+                    self._error(f"{name} exited unexpectedly with code {proc.exitcode}")
+                    return EXIT_FAILED
+                if now - self.tally.last_seen[name] > cfg.run.heartbeat_timeout_s:
+                    self._error(f"{name} sent nothing for {cfg.run.heartbeat_timeout_s:g} s (hung?)")
+                    return EXIT_FAILED
+            if self.tally.env_frames >= cfg.run.max_env_frames:
+                self._write_metrics(metrics, now - start, 0.0, 0.0)
+                return EXIT_OK
+            if now >= next_report:
+                frames = self.tally.env_frames
+                samples = self.tally.learner.samples if self.tally.learner else 0
+                fps = (frames - last_frames) / (now - last_time)
+                sps = (samples - last_samples) / (now - last_time)
+                last_frames, last_time, last_samples = frames, now, samples
+                self._write_metrics(metrics, now - start, fps, sps)
+                line = _progress(self.tally, now - start, fps)
+                log.info(line)
+                self._say_line(line)
+                next_report = now + cfg.run.log_interval_s
+
+    def _drain(self, sock, episodes: CsvLog, timeout_ms: int) -> None:
+        data = transport.recv(sock, timeout_ms)
+        while data is not None:
+            self._take(data, episodes)
+            data = transport.recv(sock, 0)
+
+    def _drain_until_exit(self, procs, sock, episodes: CsvLog, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(p.is_alive() for p in procs.values()):
+            self._drain(sock, episodes, 50)
+        self._drain(sock, episodes, 0)
+        for name, proc in procs.items():
+            if proc.is_alive():
+                log.warning("%s did not stop within %.0f s", name, grace)
+
+    def _take(self, data: bytes, episodes: CsvLog) -> None:
+        try:
+            msg = protocol.decode(data)
+        except protocol.ProtocolError as err:
+            log.warning("dropped a malformed stats message: %s", err)
+            return
+        now = time.monotonic()
+        t = self.tally
+        if isinstance(msg, protocol.Episode):
+            t.episodes += 1
+            t.returns.append(msg.raw_return)
+            episodes.write({"episode": t.episodes, "raw_return": msg.raw_return, "length_frames": msg.length_frames,
+                            "length_env_steps": msg.length_env_steps, "env_frames": t.env_frames,
+                            "wall_time": f"{msg.wall_time:.3f}", "worker_id": msg.worker_id,
+                            "env_index": msg.env_index})  # fmt: skip
+            t.last_seen[f"zrl-worker-{msg.worker_id}"] = now
+        elif isinstance(msg, protocol.WorkerStats):
+            t.workers[msg.worker_id] = msg
+            t.last_seen[f"zrl-worker-{msg.worker_id}"] = now
+        elif isinstance(msg, protocol.BrokerStats):
+            t.broker = msg
+            t.last_seen["zrl-broker"] = now
+        elif isinstance(msg, protocol.LearnerStats):
+            t.learner = msg
+            t.last_seen["zrl-learner"] = now
+
+    def _write_metrics(self, metrics: CsvLog, elapsed: float, fps: float, sps: float) -> None:
+        t = self.tally
+        row: dict = {"wall_time": f"{time.time():.3f}", "elapsed_s": round(elapsed, 3), "env_frames": t.env_frames,
+                     "frames_per_s": fps, "samples_per_s": sps, "episodes": t.episodes,
+                     "mean_return_100": t.mean_return()}  # fmt: skip
+        if t.workers:
+            versions = [w.policy_version for w in t.workers.values()]
+            row.update(worker_policy_version_min=min(versions), worker_policy_version_max=max(versions))
+        if t.learner:
+            ls = t.learner
+            row.update({k: getattr(ls, k) for k in ("learner_step", "policy_version", "policy_lag", "total_loss",
+                        "pg_loss", "baseline_loss", "entropy_loss", "learning_rate", "grad_norm", "mean_rho",
+                        "units_dropped_torn")})  # fmt: skip
+        if t.broker:
+            b = t.broker
+            row.update({k: getattr(b, k) for k in ("unrolls_received", "unrolls_dropped_stale",
+                        "unrolls_dropped_full", "seq_gaps", "decode_errors", "replay_size", "ready_batches")})  # fmt: skip
+        metrics.write(row)
+
+    def _final_report(self, code: int) -> None:
+        t = self.tally
+        ckpt = t.learner.checkpoint_path if t.learner else ""
+        versions = [w.policy_version for w in t.workers.values()]
+        summary = (f"exit {code}: {t.env_frames:,} env frames, {t.learner.learner_step if t.learner else 0:,} learner steps, "
+                   f"{t.episodes} episodes, mean return(100) {t.mean_return():.2f}, "
+                   f"worker weights version {max(versions) if versions else 0}")  # fmt: skip
+        log.info(summary)
+        log.info("last checkpoint: %s", ckpt or "none")
+        self._say(summary)
+        self._say(f"last checkpoint: {ckpt or 'none'}")
+
+    # -- output --------------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, flush=True)
+
+    def _say_line(self, text: str) -> None:
+        if self.quiet or not text and not self.tty:
+            return
+        if self.tty:
+            print("\r" + text.ljust(120)[:120], end="" if text else "\n", flush=True)
+        else:
+            print(text, flush=True)
+
+    def _error(self, text: str) -> None:
+        log.error(text)
+        self._say_line("")
+        print(f"zrl-launch: error: {text}", file=sys.stderr, flush=True)
+
+
+def launch(cfg: Config, quiet: bool = False) -> int:
+    """Check, then run; ConfigError before anything is created if the config cannot work."""
+    spec = preflight(cfg)
+    return Launcher(cfg, spec, quiet).run()

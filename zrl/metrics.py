@@ -1,0 +1,43 @@
+"""Append-only CSV files of a run (episodes.csv, metrics.csv), flushed row by row."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+EPISODE_COLUMNS = ("episode", "raw_return", "length_frames", "length_env_steps", "env_frames", "wall_time",
+                   "worker_id", "env_index")  # fmt: skip
+
+METRIC_COLUMNS = (
+    "wall_time", "elapsed_s", "env_frames", "frames_per_s", "learner_step", "policy_version", "policy_lag",
+    "worker_policy_version_min", "worker_policy_version_max", "samples_per_s", "total_loss", "pg_loss",
+    "baseline_loss", "entropy_loss", "learning_rate", "grad_norm", "mean_rho", "units_dropped_torn",
+    "unrolls_received", "unrolls_dropped_stale", "unrolls_dropped_full", "seq_gaps", "decode_errors",
+    "replay_size", "ready_batches", "episodes", "mean_return_100",
+)  # fmt: skip
+
+
+class CsvLog:
+    """One CSV file with a fixed header; each row is written and flushed at once."""
+
+    def __init__(self, path: str | Path, columns: tuple[str, ...]) -> None:
+        self.path = Path(path)
+        self.columns = columns
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._fh = open(self.path, "a", newline="")
+        self._writer = csv.DictWriter(self._fh, fieldnames=columns)
+        if new:
+            self._writer.writeheader()
+            self._fh.flush()
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._writer.writerow({k: _fmt(row.get(k, "")) for k in self.columns})
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+def _fmt(value: Any) -> Any:
+    return f"{value:.6g}" if isinstance(value, float) else value

@@ -1,0 +1,117 @@
+"""Policy networks: the Atari conv net and an MLP, each with policy, value and feature heads.
+
+Both take a batch of stacked observations ``[N, stack, *frame_shape]`` and return
+``Output(logits [N, A], values [N], features [N, F] or None)``. uint8 inputs are scaled to [0, 1].
+Weights cross processes as one flat float32 vector (:func:`flat_parameters` / :func:`load_flat`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from zrl.config import ModelConfig
+
+
+class Output(NamedTuple):
+    logits: torch.Tensor
+    values: torch.Tensor
+    features: torch.Tensor | None
+
+
+def _init(layer: nn.Module, gain: float) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class _Heads(nn.Module):
+    def __init__(self, width: int, num_actions: int, feature_size: int) -> None:
+        super().__init__()
+        self.policy = _init(nn.Linear(width, num_actions), 0.01)
+        self.value = _init(nn.Linear(width, 1), 1.0)
+        self.feature = _init(nn.Linear(width, feature_size), 1.0)
+
+    def forward(self, hidden: torch.Tensor, with_features: bool) -> Output:
+        features = self.feature(hidden) if with_features else None
+        return Output(self.policy(hidden), self.value(hidden).squeeze(-1), features)
+
+
+class AtariNet(nn.Module):
+    """Nature DQN torso (conv 32x8/4, 64x4/2, 64x3/1, a hidden_size layer) on stacked 84x84 frames."""
+
+    def __init__(self, stack: int, num_actions: int, hidden_size: int, feature_size: int) -> None:
+        super().__init__()
+        relu = math.sqrt(2)
+        self.torso = nn.Sequential(
+            _init(nn.Conv2d(stack, 32, 8, stride=4), relu), nn.ReLU(),
+            _init(nn.Conv2d(32, 64, 4, stride=2), relu), nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, stride=1), relu), nn.ReLU(),
+            nn.Flatten(),
+            _init(nn.Linear(64 * 7 * 7, hidden_size), relu), nn.ReLU(),
+        )  # fmt: skip
+        self.heads = _Heads(hidden_size, num_actions, feature_size)
+
+    def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
+        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+        return self.heads(self.torso(x), with_features)
+
+
+class MLPNet(nn.Module):
+    """Tanh MLP on the flattened stack of vector observations."""
+
+    def __init__(self, in_size: int, num_actions: int, hidden: tuple[int, ...], feature_size: int, scale: bool) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = in_size
+        for out in hidden:
+            layers += [_init(nn.Linear(width, out), math.sqrt(2)), nn.Tanh()]
+            width = out
+        self.torso = nn.Sequential(*layers)
+        self.heads = _Heads(width, num_actions, feature_size)
+        self._scale = scale
+
+    def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
+        x = obs.float() / 255.0 if self._scale else obs.float()
+        return self.heads(self.torso(x), with_features)
+
+
+def build_model(cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> nn.Module:
+    """The network ``cfg.kind`` asks for; auto picks the conv net for 84x84 frames."""
+    kind = cfg.kind
+    if kind == "auto":
+        kind = "atari" if tuple(frame_shape) == (84, 84) else "mlp"
+    if kind == "atari":
+        if tuple(frame_shape) != (84, 84):
+            raise ValueError(f"model.kind = 'atari' needs 84x84 frames, the environment gives {frame_shape}")
+        return AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size)
+    in_size = stack * int(np.prod(frame_shape))
+    return MLPNet(in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale=np.dtype(frame_dtype) == np.uint8)
+
+
+def flat_parameters(model: nn.Module) -> np.ndarray:
+    """All parameters as one contiguous float32 vector (a copy)."""
+    with torch.no_grad():
+        flat = torch.cat([p.detach().reshape(-1).float().cpu() for p in model.parameters()])
+    return flat.numpy()
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def load_flat(model: nn.Module, flat: np.ndarray) -> None:
+    """Copy a flat float32 vector from :func:`flat_parameters` into the model's parameters."""
+    if flat.shape != (parameter_count(model),):
+        raise ValueError(f"weights of {flat.shape} do not fit a model of {parameter_count(model)} parameters")
+    source = torch.from_numpy(np.array(flat, np.float32))  # a writable copy; received buffers are read-only
+    offset = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(source[offset : offset + n].view_as(p))
+            offset += n

@@ -1,0 +1,48 @@
+"""The queue replay: a bounded FIFO of fresh unrolls. Capacity in unrolls; when full the oldest unroll
+is dropped and counted, so a slow learner trains on the freshest data and memory stays bounded."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Unit(NamedTuple):
+    """One env's unroll of T steps: where its frames are and what the behaviour policy did."""
+
+    worker_id: int
+    env_index: int
+    first_frame: int
+    policy_version: int
+    actions: np.ndarray  # [T] int32
+    rewards: np.ndarray  # [T] float32
+    discounts: np.ndarray  # [T] float32
+    behaviour_logits: np.ndarray  # [T, A] float32
+
+
+class QueueReplay:
+    def __init__(self, capacity: int) -> None:
+        if capacity <= 0:
+            raise ValueError(f"capacity must be > 0, got {capacity}")
+        self.capacity = capacity
+        self._units: deque[Unit] = deque()
+        self.dropped_full = 0
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def add(self, unit: Unit) -> None:
+        if len(self._units) == self.capacity:
+            self._units.popleft()
+            self.dropped_full += 1
+        self._units.append(unit)
+
+    def take(self, n: int) -> list[Unit]:
+        """The n oldest units, removed; fewer if fewer are held."""
+        return [self._units.popleft() for _ in range(min(n, len(self._units)))]
+
+    def put_back(self, units: list[Unit]) -> None:
+        """Return units taken but not used to the front, in their original order."""
+        self._units.extendleft(reversed(units))

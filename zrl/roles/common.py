@@ -1,0 +1,67 @@
+"""What every role process does at start and while it runs: its title, signals, the stop check."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+from shm.ring import RingSpec
+
+from zrl.transport import Endpoints
+
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass(frozen=True)
+class RunWiring:
+    """Everything a role needs to find its peers: endpoints, ring names and their layout."""
+
+    endpoints: Endpoints
+    ring_names: tuple[str, ...]
+    ring_spec: RingSpec
+    frame_shape: tuple[int, ...]
+    frame_dtype: str
+    num_actions: int
+    frames_per_step: int
+    launcher_pid: int
+
+
+def start_role(title: str, launcher_pid: int) -> None:
+    """Name the process, leave Ctrl-C to the launcher, and die with the launcher."""
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(title)
+    except ImportError:  # pragma: no cover - setproctitle is a requirement; ps shows python then
+        pass
+    # The terminal sends SIGINT to the whole process group; only the launcher decides what it means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
+def should_stop(stop_event, launcher_pid: int) -> bool:
+    """True once the launcher asked for a stop, or is gone."""
+    return stop_event.is_set() or os.getppid() != launcher_pid
+
+
+class Every:
+    """A cheap timer for 'do this every N seconds' inside a hot loop."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._next = time.monotonic() + seconds
+
+    def due(self) -> bool:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.seconds
+            return True
+        return False

@@ -1,0 +1,219 @@
+"""The learner: takes batch descriptors from the broker, gathers frames from the rings, takes a V-trace
+step, publishes weights, answers workers that ask for the current weights, and writes checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import zmq
+
+from shm.ring import Ring
+
+from zrl import __version__, checkpoint, protocol, transport
+from zrl.algos.losses import vtrace_loss
+from zrl.config import Config, LearnerConfig, to_dict
+from zrl.gather import Gatherer, stack_observations
+from zrl.models import build_model, flat_parameters
+from zrl.roles.common import RunWiring, should_stop, start_role
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def decay_steps(cfg: Config, frames_per_step: int) -> int:
+    """Learner steps over which the learning rate decays (from the frame budget when not given)."""
+    if cfg.learner.lr_decay_steps:
+        return cfg.learner.lr_decay_steps
+    per_step = cfg.learner.batch_size * cfg.learner.unroll_length * frames_per_step
+    return max(1, cfg.run.max_env_frames // per_step)
+
+
+def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int):
+    """The optimiser and a polynomial decay of its learning rate to lr_end over total_steps."""
+    if cfg.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+    else:
+        opt = torch.optim.RMSprop(model.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha,
+                                  eps=cfg.rmsprop_eps, momentum=cfg.rmsprop_momentum)  # fmt: skip
+    start, end, power = cfg.learning_rate, cfg.lr_end, cfg.lr_decay_power
+
+    def factor(step: int) -> float:
+        progress = min(step, total_steps) / total_steps
+        return ((start - end) * (1.0 - progress) ** power + end) / start
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+
+class Step(NamedTuple):
+    total: float
+    pg: float
+    baseline: float
+    entropy: float
+    mean_rho: float
+    grad_norm: float
+
+
+def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig) -> Step:
+    """One V-trace update on time-major observations ``[T+1, B, S, *shape]``; returns the loss parts."""
+    steps, b = obs.shape[:2]
+    autocast = (torch.autocast(obs.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
+                else contextlib.nullcontext())  # fmt: skip
+    with autocast:
+        out = model(obs.reshape(steps * b, *obs.shape[2:]))
+    logits = out.logits.float().view(steps, b, -1)
+    values = out.values.float().view(steps, b)
+    loss = vtrace_loss(
+        learner_logits=logits[:-1],
+        behaviour_logits=batch["behaviour_logits"],
+        actions=batch["actions"],
+        values=values[:-1],
+        bootstrap_value=values[-1],
+        rewards=batch["rewards"],
+        discounts=batch["discounts"] * cfg.discount,
+        baseline_cost=cfg.baseline_cost,
+        entropy_cost=cfg.entropy_cost,
+        clip_rho_threshold=cfg.clip_rho_threshold or None,
+        clip_pg_rho_threshold=cfg.clip_pg_rho_threshold or None,
+    )
+    optimizer.zero_grad(set_to_none=True)
+    loss.total.backward()
+    if cfg.grad_norm_clip > 0:
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip))
+    else:
+        grad_norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])))
+    optimizer.step()
+    scheduler.step()
+    parts = [float(x.detach()) for x in (loss.total, loss.pg, loss.baseline, loss.entropy, loss.mean_rho)]
+    return Step(*parts, grad_norm)
+
+
+def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+    """The batch's per-step arrays for the units that gathered cleanly, time-major ``[T, B]``."""
+    pick = np.flatnonzero(ok)
+
+    def tm(a: np.ndarray, dtype=None) -> torch.Tensor:
+        t = torch.from_numpy(np.ascontiguousarray(a[pick].swapaxes(0, 1)))
+        return t.to(device=device, dtype=dtype)
+
+    return {
+        "actions": tm(batch.actions, torch.int64),
+        "rewards": tm(batch.rewards),
+        "discounts": tm(batch.discounts),
+        "behaviour_logits": tm(batch.behaviour_logits),
+    }
+
+
+def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
+    start_role("zrl-learner", wiring.launcher_pid)
+    if cfg.learner.torch_threads:
+        torch.set_num_threads(cfg.learner.torch_threads)
+    torch.manual_seed(cfg.run.seed)
+    device = resolve_device(cfg.learner.device)
+    lcfg = cfg.learner
+    stack = cfg.env.frame_stack
+    model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, stack, wiring.num_actions).to(device)
+    optimizer, scheduler = make_optimizer(model, lcfg, decay_steps(cfg, wiring.frames_per_step))
+    rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
+    gatherer = Gatherer(rings, stack, lcfg.unroll_length, lcfg.batch_size, wiring.frame_shape, wiring.frame_dtype,
+                        pin_memory=device.type == "cuda")  # fmt: skip
+    ckpt_dir = Path(run_dir) / "checkpoints"
+    poll_ms = cfg.transport.poll_timeout_ms
+    frames_per_unit = lcfg.unroll_length * wiring.frames_per_step
+
+    ctx = zmq.Context()
+    batches = transport.socket(ctx, zmq.PULL, hwm=1, connect=wiring.endpoints.batches)
+    weights_pub = transport.socket(ctx, zmq.PUB, hwm=2, bind=wiring.endpoints.weights)
+    weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
+    stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
+
+    learner_step = policy_version = samples = frames_trained = dropped_torn = 0
+    current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
+    last_ckpt = ""
+    timing = {"step": 0.0, "gather": 0.0, "wait": 0.0}
+
+    def answer_requests() -> None:
+        while weights_rep.poll(0, zmq.POLLIN):
+            frames = weights_rep.recv_multipart()
+            try:
+                protocol.decode(frames[-1])
+            except protocol.ProtocolError:
+                continue
+            weights_rep.send_multipart([frames[0], current])
+
+    def save() -> str:
+        ckpt_dir.mkdir(exist_ok=True)
+        path = checkpoint.save(ckpt_dir / checkpoint.PATTERN.format(step=learner_step), {
+            "zrl_version": __version__, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(), "learner_step": learner_step, "env_frames": frames_trained,
+            "policy_version": policy_version, "config": to_dict(cfg), "torch_rng": torch.get_rng_state(),
+        })  # fmt: skip
+        checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
+        return str(path)
+
+    def report(step: Step | None, lag: float) -> None:
+        step = step or Step(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        transport.send_nowait(stats, protocol.LearnerStats(
+            pid=os.getpid(), time=time.time(), learner_step=learner_step, policy_version=policy_version,
+            samples=samples, env_frames_trained=frames_trained, units_dropped_torn=dropped_torn,
+            total_loss=step.total, pg_loss=step.pg, baseline_loss=step.baseline, entropy_loss=step.entropy,
+            learning_rate=scheduler.get_last_lr()[0], grad_norm=step.grad_norm, mean_rho=step.mean_rho,
+            policy_lag=lag, step_time_s=timing["step"], gather_time_s=timing["gather"], wait_time_s=timing["wait"],
+            checkpoint_path=last_ckpt,
+        ).encode())  # fmt: skip
+
+    try:
+        weights_pub.send(current)
+        report(None, 0.0)
+        last_report = time.monotonic()
+        while not should_stop(stop_event, wiring.launcher_pid):
+            answer_requests()
+            t0 = time.perf_counter()
+            data = transport.recv(batches, poll_ms)
+            t1 = time.perf_counter()
+            timing["wait"] += t1 - t0
+            if data is None:
+                continue
+            batch = protocol.decode(data)
+            frames, steps, ok = gatherer.gather(batch)
+            dropped_torn += int((~ok).sum())
+            if ok.sum() == 0:
+                continue
+            keep = torch.from_numpy(np.flatnonzero(ok))
+            obs = stack_observations(frames[keep].to(device, non_blocking=True),
+                                     steps[keep].to(device, non_blocking=True), stack)  # fmt: skip
+            tensors = batch_tensors(batch, ok, device)
+            t2 = time.perf_counter()
+            timing["gather"] += t2 - t1
+            model.train()
+            step = sgd_step(model, optimizer, scheduler, obs, tensors, lcfg)
+            learner_step += 1
+            samples += int(ok.sum()) * lcfg.unroll_length
+            frames_trained += int(ok.sum()) * frames_per_unit
+            lag = float(policy_version - batch.policy_versions[ok].mean())
+            if learner_step % lcfg.publish_every == 0:
+                policy_version += 1
+                current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
+                weights_pub.send(current)
+            timing["step"] += time.perf_counter() - t2
+            if cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0:
+                last_ckpt = save()
+            if time.monotonic() - last_report >= 1.0:
+                report(step, lag)
+                last_report = time.monotonic()
+        last_ckpt = save()
+        report(None, 0.0)
+    finally:
+        for sock in (batches, weights_pub, weights_rep, stats):
+            sock.close()
+        ctx.term()
+        for ring in rings:
+            ring.close()
