@@ -177,6 +177,7 @@ PRECISIONS = ("fp32", "bf16")
 MODEL_KINDS = ("auto", "atari", "mlp")
 TRANSPORT_KINDS = ("ipc", "tcp")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+OPTION_FLAGS = {"workers.count": "--workers", "workers.envs_per_worker": "--envs-per-worker"}
 
 
 @dataclass(frozen=True)
@@ -476,7 +477,7 @@ def load(
         if value is None:
             continue
         section, key = dotted.split(".")
-        flag = "--" + key.replace("_", "-") if section == "workers" else f"--{dotted}"
+        flag = OPTION_FLAGS.get(dotted, "--" + key.replace("_", "-"))
         _merge(raw, {section: {key: value}}, f"option {flag}", sources)
     return _build(raw, sources)
 

@@ -67,3 +67,24 @@ def stack_observations(frames: torch.Tensor, episode_steps: torch.Tensor, stack:
     keep = (back.view(1, 1, stack) <= newest.unsqueeze(-1)).to(frames.dtype)
     obs = windows * keep.view(b, steps, stack, *([1] * len(shape)))
     return obs.transpose(0, 1)
+
+
+class ActingStack:
+    """The worker's own stacks ``[M, S, *shape]``, blanked at episode starts exactly as
+    :func:`stack_observations` rebuilds them at the learner, plus each env's step within its episode."""
+
+    def __init__(self, num_envs: int, stack: int, frame_shape: tuple[int, ...], frame_dtype: str) -> None:
+        self.array = np.zeros((num_envs, stack, *frame_shape), np.dtype(frame_dtype))
+        self.episode_step = np.zeros(num_envs, np.int32)
+
+    def reset(self, frames: np.ndarray) -> None:
+        self.array[:] = 0
+        self.array[:, -1] = frames
+        self.episode_step[:] = 0
+
+    def push(self, frames: np.ndarray, new_episode: np.ndarray) -> None:
+        np.add(self.episode_step, 1, out=self.episode_step)
+        self.episode_step[new_episode] = 0
+        self.array[:, :-1] = self.array[:, 1:]
+        self.array[:, -1] = frames
+        self.array[new_episode, :-1] = 0

@@ -4,9 +4,11 @@ Both kinds share one interface (:class:`VectorEnv`):
 
 - ``reset() -> frames [M, *frame_shape]``
 - ``step(actions [M]) -> Step`` with the new frames, clipped and raw rewards, ``done`` (the training
-  episode ended: discount 0) and ``game_over`` (the environment was reset; the returned frame is the
+  episode terminated: discount 0) and ``game_over`` (the environment was reset; the returned frame is the
   first frame of a new episode). Resets happen in the same step, so every frame returned is one the
-  policy acts on next.
+  policy acts on next. A time-limit truncation resets the game but is not ``done``: it is not a terminal
+  state, so the value bootstraps through it (from the next episode's first state, the one value the
+  unroll has; for a time-limited env that is far closer than the 0 a terminal would claim).
 
 Atari runs on ale-py's C++ ``AtariVectorEnv`` with the DeepMind preprocessing (no-op reset, frame skip
 with max-pooling, 84x84 grayscale, fire reset, optional life loss as episode end); any Gymnasium
@@ -118,7 +120,7 @@ class AtariVectorEnv:
             frames=obs[:, 0],
             rewards=np.sign(raw) if self._clip else raw,
             raw_rewards=raw,
-            done=terminated | truncated,
+            done=terminated,
             game_over=game_over | truncated,
         )
 
@@ -160,11 +162,13 @@ class GymVectorEnv:
         m = self.num_envs
         raw = np.zeros(m, np.float32)
         done = np.zeros(m, bool)
+        game_over = np.zeros(m, bool)
         for i, env in enumerate(self._envs):
             obs, reward, terminated, truncated, _ = env.step(int(actions[i]))
             raw[i] = reward
             if terminated or truncated:
-                done[i] = True
+                done[i] = terminated
+                game_over[i] = True
                 obs, _ = env.reset()
             self._frames[i] = obs
         return Step(
@@ -172,7 +176,7 @@ class GymVectorEnv:
             rewards=np.sign(raw) if self._clip else raw,
             raw_rewards=raw,
             done=done,
-            game_over=done.copy(),
+            game_over=game_over,
         )
 
     def close(self) -> None:

@@ -61,23 +61,31 @@ class AtariNet(nn.Module):
         return self.heads(self.torso(x), with_features)
 
 
+def _mlp(in_size: int, hidden: tuple[int, ...]) -> nn.Sequential:
+    layers: list[nn.Module] = [nn.Flatten()]
+    for width in hidden:
+        layers += [_init(nn.Linear(in_size, width), math.sqrt(2)), nn.Tanh()]
+        in_size = width
+    return nn.Sequential(*layers)
+
+
 class MLPNet(nn.Module):
-    """Tanh MLP on the flattened stack of vector observations."""
+    """Tanh MLPs on the flattened stack of vector observations: one torso for the policy and feature
+    heads, a separate one for the value, so that large value errors do not swamp the policy's inputs."""
 
     def __init__(self, in_size: int, num_actions: int, hidden: tuple[int, ...], feature_size: int, scale: bool) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Flatten()]
-        width = in_size
-        for out in hidden:
-            layers += [_init(nn.Linear(width, out), math.sqrt(2)), nn.Tanh()]
-            width = out
-        self.torso = nn.Sequential(*layers)
-        self.heads = _Heads(width, num_actions, feature_size)
+        self.torso = _mlp(in_size, hidden)
+        self.value_torso = _mlp(in_size, hidden)
+        self.heads = _Heads(hidden[-1], num_actions, feature_size)
         self._scale = scale
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
         x = obs.float() / 255.0 if self._scale else obs.float()
-        return self.heads(self.torso(x), with_features)
+        hidden = self.torso(x)
+        heads = self.heads
+        features = heads.feature(hidden) if with_features else None
+        return Output(heads.policy(hidden), heads.value(self.value_torso(x)).squeeze(-1), features)
 
 
 def build_model(cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> nn.Module:

@@ -21,6 +21,7 @@ from shm.ring import Ring
 from zrl import protocol, transport
 from zrl.config import Config
 from zrl.envs import make_vector_env
+from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
 from zrl.roles.common import Every, RunWiring, should_stop, start_role
 
@@ -67,15 +68,13 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
         policy_version, flat = first
         load_flat(model, flat)
 
-        frame_shape = wiring.frame_shape
-        stack = np.zeros((m, stack_depth, *frame_shape), np.dtype(wiring.frame_dtype))
-        obs = torch.from_numpy(stack)  # shares memory with stack
-        episode_step = np.zeros(m, np.int32)
+        stack = ActingStack(m, stack_depth, wiring.frame_shape, wiring.frame_dtype)
+        obs = torch.from_numpy(stack.array)  # shares memory with the stack
         episode_return = np.zeros(m, np.float64)
         episode_steps = np.zeros(m, np.int64)
         frames = env.reset()
-        stack[:, -1] = frames
-        first_frame = ring.write(frame=frames, episode_step=episode_step)
+        stack.reset(frames)
+        first_frame = ring.write(frame=frames, episode_step=stack.episode_step)
 
         num_actions = wiring.num_actions
         actions = np.zeros((m, t_len), np.int32)
@@ -118,13 +117,9 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
                         ).encode())  # fmt: skip
                     episode_return[step.game_over] = 0.0
                     episode_steps[step.game_over] = 0
-                np.add(episode_step, 1, out=episode_step)
-                episode_step[step.game_over] = 0
-                stack[:, :-1] = stack[:, 1:]
-                stack[:, -1] = step.frames
-                stack[step.game_over, :-1] = 0
+                stack.push(step.frames, step.game_over)
                 t3 = time.perf_counter()
-                last_frame = ring.write(frame=step.frames, episode_step=episode_step)
+                last_frame = ring.write(frame=step.frames, episode_step=stack.episode_step)
                 t4 = time.perf_counter()
                 timing["inference"] += t1 - t0
                 timing["step"] += t2 - t1

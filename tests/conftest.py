@@ -1,0 +1,50 @@
+"""Shared test helpers: run the real commands, and check that nothing leaks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = REPO / "bin"
+ROLE_TITLES = ("zrl-worker", "zrl-broker", "zrl-learner")
+
+
+def zrl_segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("zrl_")}
+
+
+def zrl_processes() -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if any(cmd.startswith(title) for title in ROLE_TITLES):
+            found.append(proc)
+    return found
+
+
+def command(name: str, *args: str) -> list[str]:
+    """The real command, run through its bin/ shim with this interpreter."""
+    return [sys.executable, str(BIN / name), *map(str, args)]
+
+
+def run_command(name: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(command(name, *args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def no_leaks():
+    """Fails the test if it leaves a zrl shared-memory segment or role process behind."""
+    before = zrl_segments()
+    yield
+    left = zrl_segments() - before
+    procs = zrl_processes()
+    for proc in procs:
+        proc.kill()
+    assert not left, f"shared-memory segments left behind: {sorted(left)}"
+    assert not procs, f"role processes left behind: {[p.info['cmdline'] for p in procs]}"

@@ -1,0 +1,126 @@
+"""The real zrl-launch on real ALE Pong: to its budget, and stopped by Ctrl-C in the middle."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import REPO, command, run_command
+from zrl import checkpoint
+from zrl.config import from_dict
+from zrl.envs import probe
+from zrl.models import build_model
+
+SMOKE = REPO / "config" / "smoke.toml"
+RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "checkpoints"]
+
+
+def _run_dir(cwd: Path) -> Path:
+    runs = list((cwd / "results").iterdir())
+    assert len(runs) == 1, runs
+    assert runs[0].name.startswith("ALE-Pong-v5_")
+    return runs[0]
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def _assert_loadable(run_dir: Path) -> Path:
+    latest = checkpoint.latest(run_dir / "checkpoints")
+    assert latest is not None, "no checkpoint written"
+    state = checkpoint.load(latest)
+    cfg = from_dict(state["config"], str(latest))
+    spec = probe(cfg.env)
+    model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+    model.load_state_dict(state["model"])
+    assert state["learner_step"] > 0
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    return latest
+
+
+def test_smoke_run_to_budget(tmp_path, no_leaks):
+    result = run_command("zrl-launch", "--config", SMOKE, "--workers", 2, cwd=tmp_path, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run_dir = _run_dir(tmp_path)
+    for name in RUN_FILES:
+        assert (run_dir / name).exists(), name
+    metrics = _rows(run_dir / "metrics.csv")
+    last = metrics[-1]
+    assert int(last["learner_step"]) > 0
+    assert int(last["worker_policy_version_max"]) > 0, "workers never received new weights"
+    assert int(last["env_frames"]) >= 60_000
+    episodes = _rows(run_dir / "episodes.csv")
+    assert episodes, "no episode finished"
+    assert all(-21 <= float(e["raw_return"]) <= 21 for e in episodes)  # raw Pong scores, not clipped sums
+    assert {e["worker_id"] for e in episodes} <= {"0", "1"}
+    assert "learner steps" in result.stdout and "exit 0" in result.stdout
+    _assert_loadable(run_dir)
+
+
+def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
+    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            runs = list((tmp_path / "results").glob("*/metrics.csv"))
+            rows = _rows(runs[0]) if runs else []
+            if rows and rows[-1]["learner_step"] and int(rows[-1]["learner_step"]) > 2:
+                break
+        else:
+            pytest.fail("the learner never stepped")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    assert "interrupted" in out
+    _assert_loadable(_run_dir(tmp_path))
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--set", "learner.bacth_size=4"], "did you mean 'learner.batch_size'"),
+        (["--set", "learner.batch_size=four"], "learner.batch_size"),
+        (["--set", "learner.batch_size=64"], "replay[0].capacity"),
+        (["--config", "missing.toml"], "missing.toml: no such config file"),
+        (["--set", 'env.id="ALE/Pongg-v5"'], "env.id"),
+        (["--workers", "0"], "--workers"),
+    ],
+)
+def test_bad_input_exits_2_before_anything_is_created(tmp_path, no_leaks, args, expected):
+    base = [] if "--config" in args else ["--config", SMOKE]
+    result = run_command("zrl-launch", *base, *args, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.count("\n") <= 2, result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_bad_config_file_names_the_file(tmp_path, no_leaks):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[learner]\nbatch_size = 4\nunroll_lenght = 10\n")
+    result = run_command("zrl-launch", "--config", bad, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert str(bad) in result.stderr and "learner.unroll_lenght" in result.stderr and "unroll_length" in result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("name", ["zrl-bench", "zrl-eval"])
+def test_unbuilt_commands_say_so_and_exit_2(tmp_path, name):
+    result = run_command(name, "env", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert "not built yet" in result.stderr

@@ -1,0 +1,86 @@
+"""Frames written once by the worker, gathered by the learner: the stacks must be the ones the worker acted on."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from shm import segment_name
+from shm.ring import Ring, RingSpec
+from zrl import protocol
+from zrl.gather import ActingStack, Gatherer, stack_observations
+
+M, S, T, A = 3, 4, 5, 2
+SHAPE = (2, 3)
+
+
+def _frame(step: int, env: int) -> np.ndarray:
+    return np.full(SHAPE, (step * M + env) % 250 + 1, np.uint8)  # never 0, so blanking shows
+
+
+def _act(ring: Ring, steps: int, seed: int):
+    """Play a fake env through ActingStack and the ring, as the worker does; return the stacks acted on."""
+    rng = np.random.default_rng(seed)
+    stack = ActingStack(M, S, SHAPE, "|u1")
+    stack.reset(np.stack([_frame(0, e) for e in range(M)]))
+    ring.write(frame=np.stack([_frame(0, e) for e in range(M)]), episode_step=stack.episode_step)
+    seen = [stack.array.copy()]
+    for step in range(1, steps + 1):
+        frames = np.stack([_frame(step, e) for e in range(M)])
+        game_over = rng.random(M) < 0.15
+        stack.push(frames, game_over)
+        ring.write(frame=frames, episode_step=stack.episode_step)
+        seen.append(stack.array.copy())
+    return np.stack(seen)  # [steps+1, M, S, *SHAPE]
+
+
+def _batch(worker_ids, env_index, first_frame) -> protocol.Batch:
+    b = len(worker_ids)
+    return protocol.Batch(
+        batch_id=1, length=T, worker_ids=np.array(worker_ids, np.int32), env_index=np.array(env_index, np.int32),
+        first_frame=np.array(first_frame, np.int64), policy_versions=np.zeros(b, np.int64),
+        actions=np.zeros((b, T), np.int32), rewards=np.zeros((b, T), np.float32),
+        discounts=np.ones((b, T), np.float32), behaviour_logits=np.zeros((b, T, A), np.float32),
+    )
+
+
+@pytest.fixture
+def rings():
+    spec = RingSpec(64, {"frame": ((M, *SHAPE), "uint8"), "episode_step": ((M,), "int32")})
+    made = [Ring.create(segment_name("zrltest", "gather", os.getpid(), f"r{i}"), spec) for i in range(2)]
+    yield made
+    for ring in made:
+        ring.close()
+        ring.unlink()
+
+
+def test_gathered_stacks_equal_the_stacks_the_worker_acted_on(rings):
+    seen = [_act(ring, 40, seed=i) for i, ring in enumerate(rings)]
+    # units from both rings, starting at frame 0 (history before the run), mid-run and late.
+    units = [(0, 0, 0), (0, 2, 10), (0, 1, 35), (1, 0, 5), (1, 2, 20), (1, 1, 0)]
+    batch = _batch(*zip(*units))
+    gatherer = Gatherer(rings, S, T, max_batch=8, frame_shape=SHAPE, frame_dtype="|u1")
+    frames, steps, ok = gatherer.gather(batch)
+    assert ok.all()
+    obs = stack_observations(frames, steps, S)
+    assert obs.shape == (T + 1, len(units), S, *SHAPE)
+    for b, (w, e, first) in enumerate(units):
+        expected = torch.from_numpy(seen[w][first : first + T + 1, e])
+        assert torch.equal(obs[:, b], expected), f"unit {b} differs"
+
+
+def test_episode_starts_blank_the_history(rings):
+    seen = _act(rings[0], 40, seed=3)
+    blanked = (seen[:, :, :-1] == 0).all(axis=(-2, -1)).sum()
+    assert blanked > 0, "the fake env never started an episode mid-run; pick another seed"
+
+
+def test_overwritten_units_are_flagged_not_used(rings):
+    _act(rings[0], 100, seed=0)  # 101 frames through a 64-slot ring
+    batch = _batch([0, 0], [0, 1], [10, 80])
+    gatherer = Gatherer(rings, S, T, max_batch=4, frame_shape=SHAPE, frame_dtype="|u1")
+    _, _, ok = gatherer.gather(batch)
+    assert ok.tolist() == [False, True]

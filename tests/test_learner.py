@@ -1,0 +1,68 @@
+"""A learner step is a small function: it changes the weights, and the flat copy reaches an actor's model."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from zrl.config import LearnerConfig, ModelConfig
+from zrl.models import build_model, flat_parameters, load_flat
+from zrl.roles.learner import make_optimizer, sgd_step
+
+T, B, A, S = 5, 3, 6, 4
+
+
+def _batch():
+    g = torch.Generator().manual_seed(0)
+    return {
+        "actions": torch.randint(0, A, (T, B), generator=g),
+        "rewards": torch.randn(T, B, generator=g),
+        "discounts": torch.ones(T, B),
+        "behaviour_logits": torch.randn(T, B, A, generator=g),
+    }
+
+
+def test_sgd_step_changes_weights_and_they_reach_the_actor():
+    torch.manual_seed(0)
+    learner_model = build_model(ModelConfig(), (84, 84), "|u1", S, A)
+    actor_model = build_model(ModelConfig(), (84, 84), "|u1", S, A)
+    cfg = LearnerConfig(learning_rate=1e-3)
+    opt, sched = make_optimizer(learner_model, cfg, total_steps=10)
+    before = flat_parameters(learner_model)
+    obs = torch.randint(0, 256, (T + 1, B, S, 84, 84), dtype=torch.uint8)
+    step = sgd_step(learner_model, opt, sched, obs, _batch(), cfg)
+    after = flat_parameters(learner_model)
+    assert np.isfinite(step.total) and step.grad_norm > 0
+    assert not np.allclose(before, after)
+    load_flat(actor_model, after)
+    with torch.no_grad():
+        x = obs[0]
+        assert torch.allclose(actor_model(x).logits, learner_model(x).logits)
+    assert sched.get_last_lr()[0] < cfg.learning_rate  # the polynomial decay moved
+
+
+def test_learning_rate_decays_polynomially_to_the_end_value():
+    model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, 2)
+    cfg = LearnerConfig(learning_rate=0.01, lr_end=0.001, lr_decay_power=2.0)
+    opt, sched = make_optimizer(model, cfg, total_steps=4)
+    seen = []
+    for _ in range(6):
+        seen.append(sched.get_last_lr()[0])
+        opt.step()
+        sched.step()
+    expected = [(0.01 - 0.001) * (1 - min(k, 4) / 4) ** 2 + 0.001 for k in range(6)]
+    assert np.allclose(seen, expected)
+
+
+def test_bf16_step_is_finite_and_close_to_fp32():
+    torch.manual_seed(1)
+    model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
+    obs = torch.randn(T + 1, B, 1, 4)
+    losses = []
+    for precision in ("fp32", "bf16"):
+        m = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
+        m.load_state_dict(model.state_dict())
+        cfg = LearnerConfig(precision=precision)
+        opt, sched = make_optimizer(m, cfg, 10)
+        losses.append(sgd_step(m, opt, sched, obs, _batch(), cfg).total)
+    assert abs(losses[0] - losses[1]) <= 0.05 * abs(losses[0]) + 1e-2
