@@ -96,7 +96,7 @@ def learner_alone(cfg, seconds: float) -> float:
     t, b, s = lcfg.unroll_length, lcfg.batch_size, cfg.env.frame_stack
     model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, s, spec.num_actions)
     opt, sched = make_optimizer(model, lcfg, 10**9)
-    obs = torch.randint(0, 256, (t + 1, b, s, *spec.frame_shape), dtype=torch.uint8)
+    obs = torch.randint(0, 256, (b, t + 1, s, *spec.frame_shape), dtype=torch.uint8)
     batch = {"actions": torch.randint(0, spec.num_actions, (t, b)), "rewards": torch.zeros(t, b),
              "discounts": torch.ones(t, b), "behaviour_logits": torch.zeros(t, b, spec.num_actions)}  # fmt: skip
     sgd_step(model, opt, sched, obs, batch, lcfg)

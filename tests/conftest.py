@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -17,6 +18,10 @@ ROLE_TITLES = ("zrl-worker", "zrl-broker", "zrl-learner")
 
 def zrl_segments() -> set[str]:
     return {name for name in os.listdir("/dev/shm") if name.startswith("zrl_")}
+
+
+def zrl_socket_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("zrl-*")}
 
 
 def zrl_processes() -> list[psutil.Process]:
@@ -39,12 +44,14 @@ def run_command(name: str, *args: str, cwd: Path, timeout: float = 300) -> subpr
 
 @pytest.fixture
 def no_leaks():
-    """Fails the test if it leaves a zrl shared-memory segment or role process behind."""
-    before = zrl_segments()
+    """Fails the test if it leaves a zrl shared-memory segment, socket folder or role process behind."""
+    before, folders_before = zrl_segments(), zrl_socket_folders()
     yield
     left = zrl_segments() - before
+    folders = zrl_socket_folders() - folders_before
     procs = zrl_processes()
     for proc in procs:
         proc.kill()
     assert not left, f"shared-memory segments left behind: {sorted(left)}"
+    assert not folders, f"socket folders left behind: {sorted(folders)}"
     assert not procs, f"role processes left behind: {[p.info['cmdline'] for p in procs]}"

@@ -57,6 +57,10 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     assert int(last["learner_step"]) > 0
     assert int(last["worker_policy_version_max"]) > 0, "workers never received new weights"
     assert int(last["env_frames"]) >= 60_000
+    # Credit-based flow keeps batches fresh: few units lost to ring overwrites, a small policy lag.
+    trained = int(last["learner_step"]) * 4
+    assert int(last["units_dropped_torn"]) <= 0.05 * trained, last
+    assert max(float(r["policy_lag"]) for r in metrics if r["policy_lag"]) <= 12, metrics
     episodes = _rows(run_dir / "episodes.csv")
     assert episodes, "no episode finished"
     assert all(-21 <= float(e["raw_return"]) <= 21 for e in episodes)  # raw Pong scores, not clipped sums
@@ -87,6 +91,26 @@ def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
     assert proc.returncode == 130, err[-3000:]
     assert "interrupted" in out
     _assert_loadable(_run_dir(tmp_path))
+
+
+def test_sigterm_stops_in_order_with_exit_143(tmp_path, no_leaks):
+    cartpole = REPO / "config" / "cartpole.toml"
+    proc = subprocess.Popen(command("zrl-launch", "--config", cartpole, "--set", "run.max_env_frames=100000000"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list((tmp_path / "results").glob("*/checkpoints")):
+            time.sleep(0.5)
+        time.sleep(8)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, err[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["learner_step"] > 0
 
 
 @pytest.mark.parametrize(

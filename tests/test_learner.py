@@ -29,16 +29,24 @@ def test_sgd_step_changes_weights_and_they_reach_the_actor():
     cfg = LearnerConfig(learning_rate=1e-3)
     opt, sched = make_optimizer(learner_model, cfg, total_steps=10)
     before = flat_parameters(learner_model)
-    obs = torch.randint(0, 256, (T + 1, B, S, 84, 84), dtype=torch.uint8)
+    obs = torch.randint(0, 256, (B, T + 1, S, 84, 84), dtype=torch.uint8)
     step = sgd_step(learner_model, opt, sched, obs, _batch(), cfg)
     after = flat_parameters(learner_model)
     assert np.isfinite(step.total) and step.grad_norm > 0
     assert not np.allclose(before, after)
     load_flat(actor_model, after)
     with torch.no_grad():
-        x = obs[0]
+        x = obs[:, 0]
         assert torch.allclose(actor_model(x).logits, learner_model(x).logits)
     assert sched.get_last_lr()[0] < cfg.learning_rate  # the polynomial decay moved
+
+
+def test_no_gradient_clip_still_reports_the_norm():
+    model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
+    cfg = LearnerConfig(grad_norm_clip=0.0)
+    opt, sched = make_optimizer(model, cfg, 10)
+    step = sgd_step(model, opt, sched, torch.randn(B, T + 1, 1, 4), _batch(), cfg)
+    assert step.grad_norm > 0 and np.isfinite(step.grad_norm)
 
 
 def test_learning_rate_decays_polynomially_to_the_end_value():
@@ -57,7 +65,7 @@ def test_learning_rate_decays_polynomially_to_the_end_value():
 def test_bf16_step_is_finite_and_close_to_fp32():
     torch.manual_seed(1)
     model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
-    obs = torch.randn(T + 1, B, 1, 4)
+    obs = torch.randn(B, T + 1, 1, 4)
     losses = []
     for precision in ("fp32", "bf16"):
         m = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)

@@ -23,6 +23,7 @@ from zrl.protocol import (
     ProtocolError,
     Unroll,
     WeightsRequest,
+    Credit,
     WorkerStats,
     decode,
     decode_weights,
@@ -145,6 +146,10 @@ def make_weights_request(rng) -> WeightsRequest:
     return WeightsRequest(worker_id=int(rng.integers(0, 100)))
 
 
+def make_credit(rng) -> Credit:
+    return Credit(batches=int(rng.integers(1, 8)))
+
+
 FACTORIES = {
     "Unroll": make_unroll,
     "Unroll-nofeat": lambda rng: make_unroll(rng, F=0),
@@ -156,6 +161,7 @@ FACTORIES = {
     "LearnerStats": make_learner_stats,
     "LearnerStats-nopath": lambda rng: make_learner_stats(rng, path=""),
     "WeightsRequest": make_weights_request,
+    "Credit": make_credit,
 }
 
 
@@ -198,7 +204,7 @@ def expect_error(data, *fragments):
 
 def test_message_types_tuple():
     assert set(MESSAGE_TYPES) == {
-        Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest
+        Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit
     }
     assert len({cls.TAG for cls in MESSAGE_TYPES}) == len(MESSAGE_TYPES)
     assert FORMAT_VERSION == 1

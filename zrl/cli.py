@@ -39,6 +39,9 @@ def launch_main(config_path, workers, envs_per_worker, sets, quiet) -> None:
         code = launch(cfg, quiet=quiet)
     except ConfigError as err:
         _usage_error("zrl-launch", str(err))
+    except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: nothing was started
+        click.echo("zrl-launch: interrupted before the run started", err=True)
+        sys.exit(130)
     sys.exit(code)
 
 

@@ -129,6 +129,8 @@ class LearnerConfig:
     """Adam epsilon."""
     discount: float = 0.99
     """Discount factor gamma."""
+    reward_scale: float = 1.0
+    """Rewards are multiplied by this before the loss (after any clipping); keeps value targets in a range nets fit well."""
     baseline_cost: float = 0.5
     """Weight of the value (baseline) loss."""
     entropy_cost: float = 0.01
@@ -146,7 +148,7 @@ class LearnerConfig:
 @dataclass(frozen=True)
 class BrokerConfig:
     prefetch_batches: int = 2
-    """Batches the broker prepares ahead of the learner (the bound of its ready queue)."""
+    """Batches ready ahead of the learner: the learner grants this many credits, the broker sends a batch per credit."""
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class TransportConfig:
     kind: str = "ipc"
     """ipc (unix sockets in the run's private folder) or tcp."""
     bind_host: str = "127.0.0.1"
-    """Address tcp sockets bind to; anything but loopback needs CurveZMQ keys (not yet supported)."""
+    """Address tcp sockets bind to: 127.0.0.1 (anything else needs CurveZMQ keys, not yet supported)."""
     hwm: int = 64
     """ZeroMQ high-water mark (messages) on every socket that carries unrolls or batches."""
     poll_timeout_ms: int = 100
@@ -176,7 +178,7 @@ OPTIMIZERS = ("rmsprop", "adam")
 PRECISIONS = ("fp32", "bf16")
 MODEL_KINDS = ("auto", "atari", "mlp")
 TRANSPORT_KINDS = ("ipc", "tcp")
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 OPTION_FLAGS = {"workers.count": "--workers", "workers.envs_per_worker": "--envs-per-worker"}
 
 
@@ -233,6 +235,7 @@ def check(cfg: Config) -> None:
         "learner.batch_size": cfg.learner.batch_size,
         "learner.unroll_length": cfg.learner.unroll_length,
         "learner.learning_rate": cfg.learner.learning_rate,
+        "learner.reward_scale": cfg.learner.reward_scale,
         "learner.rmsprop_eps": cfg.learner.rmsprop_eps,
         "learner.adam_eps": cfg.learner.adam_eps,
         "learner.publish_every": cfg.learner.publish_every,
@@ -290,6 +293,10 @@ def check(cfg: Config) -> None:
             "CurveZMQ keys, which this release does not support yet. Use 127.0.0.1.",
         )
     _check_replays(cfg)
+    window = cfg.learner.unroll_length + cfg.env.frame_stack
+    if cfg.workers.ring_slots and cfg.workers.ring_slots < 2 * window:
+        _fail("workers.ring_slots", f"{cfg.workers.ring_slots} slots cannot keep one unroll's frames while the next is "
+              f"written; give at least 2 x (learner.unroll_length + env.frame_stack) = {2 * window}, or 0 for auto")
 
 
 def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -302,6 +309,8 @@ def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
 def _check_replays(cfg: Config) -> None:
     if not cfg.replay:
         _fail("replay", "at least one [[replay]] table is needed")
+    if len(cfg.replay) > 1:
+        _fail("replay", f"{len(cfg.replay)} [[replay]] tables; this release mixes no replays yet, give one")
     batch = cfg.learner.batch_size
     total = 0.0
     for i, rep in enumerate(cfg.replay):

@@ -57,7 +57,8 @@ class Gatherer:
 
 
 def stack_observations(frames: torch.Tensor, episode_steps: torch.Tensor, stack: int) -> torch.Tensor:
-    """``[B, T+S, *shape]`` frames to time-major stacked observations ``[T+1, B, S, *shape]``."""
+    """``[B, T+S, *shape]`` frames to batch-major stacked observations ``[B, T+1, S, *shape]`` (one new
+    contiguous tensor; the model reads it as ``[B*(T+1), S, *shape]`` without another copy)."""
     b, window = frames.shape[:2]
     shape = frames.shape[2:]
     steps = window - stack + 1
@@ -65,8 +66,7 @@ def stack_observations(frames: torch.Tensor, episode_steps: torch.Tensor, stack:
     back = torch.arange(stack - 1, -1, -1, device=frames.device)  # places back from the newest frame
     newest = episode_steps[:, stack - 1 :].long()  # [B, T+1]
     keep = (back.view(1, 1, stack) <= newest.unsqueeze(-1)).to(frames.dtype)
-    obs = windows * keep.view(b, steps, stack, *([1] * len(shape)))
-    return obs.transpose(0, 1)
+    return windows * keep.view(b, steps, stack, *([1] * len(shape)))
 
 
 class ActingStack:

@@ -152,7 +152,7 @@ class Launcher:
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
         self.signals.append(signum)
-        if len(self.signals) >= 2:
+        if len(self.signals) == 2:
             # A second signal: no more waiting. Children are killed; the finally block cleans up.
             raise KeyboardInterrupt
 
@@ -193,7 +193,15 @@ class Launcher:
                 "episode_step": ((m,), "int32"),
             })  # fmt: skip
             for i in range(cfg.workers.count):
-                rings.append(Ring.create(shm.segment_name(SHM_PREFIX, run_id, os.getpid(), f"ring{i}"), ring_spec))
+                name = shm.segment_name(SHM_PREFIX, run_id, os.getpid(), f"ring{i}")
+                try:
+                    rings.append(Ring.create(name, ring_spec))
+                except OSError as err:
+                    self._error(f"cannot create shared memory for ring {i}: {err.strerror or err}; the rings need "
+                                f"{cfg.workers.count * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
+                                "workers.ring_slots or workers.count, or give /dev/shm more room)")
+                    code = EXIT_USAGE
+                    return code
             log.info("%d rings of %d slots, %.1f MB each", len(rings), ring_spec.capacity, ring_spec.nbytes / 1e6)
             endpoints = transport.plan_endpoints(cfg.transport, private)
             stats_sock = transport.socket(zctx, zmq.PULL, hwm=10_000, bind=endpoints.stats)
@@ -207,7 +215,12 @@ class Launcher:
                                                           name=f"zrl-worker-{i}")  # fmt: skip
             start = time.monotonic()
             for name, proc in procs.items():
-                proc.start()
+                # Children start with SIGINT ignored, so a Ctrl-C while they import is the launcher's alone.
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                try:
+                    proc.start()
+                finally:
+                    signal.signal(signal.SIGINT, self._on_signal)
                 self.tally.last_seen[name] = start
                 log.info("started %s, pid %d", name, proc.pid)
             code = self._supervise(procs, stats_sock, episodes, metrics, start)
@@ -219,6 +232,8 @@ class Launcher:
             code = EXIT_SIGINT if signal.SIGINT in self.signals else EXIT_SIGTERM
             log.warning("second signal: stopping at once")
         finally:
+            for s in old_handlers:
+                signal.signal(s, signal.SIG_IGN)  # cleanup below must not be cut short by more signals
             stop_event.set()
             for name, proc in procs.items():
                 if proc.is_alive():
@@ -233,6 +248,7 @@ class Launcher:
             for ring in rings:
                 ring.close()
                 ring.unlink()
+            rings.clear()
             shutil.rmtree(private, ignore_errors=True)
             for s, h in old_handlers.items():
                 signal.signal(s, h)

@@ -391,6 +391,15 @@ class WeightsRequest(_Message):
     worker_id: int = _int()
 
 
+@_message("credit")
+@dataclass(frozen=True, slots=True)
+class Credit(_Message):
+    """learner -> broker: room for this many more batches (credit-based flow control, so that batches
+    never wait in socket buffers, where high-water marks do not reach)."""
+
+    batches: int = _int()
+
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Unroll,
     Batch,
@@ -399,11 +408,12 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     BrokerStats,
     LearnerStats,
     WeightsRequest,
+    Credit,
 )
 assert set(MESSAGE_TYPES) == set(_REGISTRY.values())
 
 Message = Union[
-    Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest
+    Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit
 ]
 
 

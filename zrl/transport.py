@@ -14,7 +14,7 @@ import zmq
 
 from zrl.config import TransportConfig
 
-ENDPOINT_NAMES = ("unrolls", "batches", "weights", "weights_req", "stats")
+ENDPOINT_NAMES = ("unrolls", "batches", "credits", "weights", "weights_req", "stats")
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,7 @@ class Endpoints:
 
     unrolls: str  # workers PUSH -> broker PULL (bind)
     batches: str  # broker PUSH (bind) -> learner PULL
+    credits: str  # learner PUSH -> broker PULL (bind): room for more batches
     weights: str  # learner PUB (bind) -> workers SUB
     weights_req: str  # workers DEALER -> learner ROUTER (bind): current weights on (re)start
     stats: str  # every role PUSH -> launcher PULL (bind): stats, heartbeats, episodes

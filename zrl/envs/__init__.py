@@ -137,7 +137,10 @@ class GymVectorEnv:
         import gymnasium
 
         kwargs = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
-        self._envs = [gymnasium.make(cfg.id, **kwargs) for _ in range(num_envs)]
+        try:
+            self._envs = [gymnasium.make(cfg.id, **kwargs) for _ in range(num_envs)]
+        except (gymnasium.error.Error, ImportError) as err:
+            raise ConfigError(f"env.id: {cfg.id!r} cannot be made here: {str(err).splitlines()[0]}") from None
         space = self._envs[0].observation_space
         actions = self._envs[0].action_space
         if not isinstance(space, gymnasium.spaces.Box):

@@ -57,7 +57,7 @@ class AtariNet(nn.Module):
         self.heads = _Heads(hidden_size, num_actions, feature_size)
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
-        x = obs.float() / 255.0 if obs.dtype == torch.uint8 else obs.float()
+        x = obs.float().mul_(1.0 / 255.0) if obs.dtype == torch.uint8 else obs.float()
         return self.heads(self.torso(x), with_features)
 
 

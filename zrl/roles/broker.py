@@ -1,13 +1,14 @@
-"""The broker: receives unroll descriptors, keeps the replay index, and prepares batches ahead of the
-learner in a bounded queue. It never touches frames, only the rings' generation stamps, to drop
-units whose frames a ring has already overwritten."""
+"""The broker: receives unroll descriptors, keeps the replay index, and sends batches ahead of the
+learner under credit-based flow control: the learner grants ``prefetch_batches`` credits and one more
+per batch it takes, and the broker sends one batch per credit, made at that moment from the freshest
+units. So at most ``prefetch_batches`` batches wait for the learner, wherever they wait (ZeroMQ's
+high-water marks count messages, not the bytes in a unix socket's buffer). The broker never touches
+frames, only the rings' generation stamps, to drop units whose frames a ring has already overwritten."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections import deque
-
 import numpy as np
 import zmq
 
@@ -98,35 +99,44 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     prefetch = cfg.broker.prefetch_batches
     ctx = zmq.Context()
     unrolls = transport.socket(ctx, zmq.PULL, hwm=cfg.transport.hwm, bind=wiring.endpoints.unrolls)
-    batches = transport.socket(ctx, zmq.PUSH, hwm=1, bind=wiring.endpoints.batches)
+    batches = transport.socket(ctx, zmq.PUSH, hwm=prefetch, bind=wiring.endpoints.batches)
+    credits_sock = transport.socket(ctx, zmq.PULL, hwm=1000, bind=wiring.endpoints.credits)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
-    ready: deque[bytes] = deque()
-    decode_errors = batches_sent = 0
+    poller = zmq.Poller()
+    poller.register(unrolls, zmq.POLLIN)
+    poller.register(credits_sock, zmq.POLLIN)
+    decode_errors = batches_sent = credits = credits_granted = 0
     report = Every(1.0)
+
+    def decoded(data: bytes, kind: type):
+        nonlocal decode_errors
+        try:
+            msg = protocol.decode(data)
+            if isinstance(msg, kind):
+                return msg
+        except protocol.ProtocolError:
+            pass
+        decode_errors += 1
+        return None
+
     try:
         while not should_stop(stop_event, wiring.launcher_pid):
-            # Wait briefly for unrolls only when there is nothing to hand the learner.
-            timeout = 0 if ready else poll_ms
-            for _ in range(256):
-                data = transport.recv(unrolls, timeout)
+            poller.poll(poll_ms)
+            while (data := transport.recv(credits_sock, 0)) is not None:
+                if (credit := decoded(data, protocol.Credit)) is not None and credit.batches > 0:
+                    credits += credit.batches
+                    credits_granted += credit.batches
+            for _ in range(1024):
+                data = transport.recv(unrolls, 0)
                 if data is None:
                     break
-                timeout = 0
-                try:
-                    msg = protocol.decode(data)
-                    if not isinstance(msg, protocol.Unroll):
-                        raise protocol.ProtocolError(f"unexpected {type(msg).__name__} on the unroll socket")
-                except protocol.ProtocolError:
-                    decode_errors += 1
-                    continue
-                broker.insert(msg)
-            while len(ready) < prefetch:
+                if (msg := decoded(data, protocol.Unroll)) is not None:
+                    broker.insert(msg)
+            while credits > 0:
                 batch = broker.next_batch()
-                if batch is None:
+                if batch is None or not transport.send(batches, batch.encode(), poll_ms):
                     break
-                ready.append(batch.encode())
-            while ready and transport.send(batches, ready[0], 0 if len(ready) < prefetch else poll_ms):
-                ready.popleft()
+                credits -= 1
                 batches_sent += 1
             if report.due():
                 transport.send_nowait(stats, protocol.BrokerStats(
@@ -134,12 +144,12 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                     unrolls_dropped_stale=broker.dropped_stale,
                     unrolls_dropped_full=broker.replay.dropped_full,
                     seq_gaps=broker.seq_gaps, decode_errors=decode_errors, batches_sent=batches_sent,
-                    replay_size=len(broker.replay), ready_batches=len(ready),
+                    replay_size=len(broker.replay),
+                    ready_batches=batches_sent - max(0, credits_granted - prefetch),
                 ).encode())  # fmt: skip
     finally:
-        unrolls.close()
-        batches.close()
-        stats.close()
+        for sock in (unrolls, batches, credits_sock, stats):
+            sock.close()
         ctx.term()
         for ring in rings:
             ring.close()

@@ -40,6 +40,8 @@ def start_role(title: str, launcher_pid: int) -> None:
         pass
     # The terminal sends SIGINT to the whole process group; only the launcher decides what it means.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM (from a process-group kill, or the parent-death signal) stops the role in order.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -47,9 +49,17 @@ def start_role(title: str, launcher_pid: int) -> None:
         os._exit(1)
 
 
+_terminated = False
+
+
+def _on_sigterm(_signum, _frame) -> None:
+    global _terminated
+    _terminated = True
+
+
 def should_stop(stop_event, launcher_pid: int) -> bool:
-    """True once the launcher asked for a stop, or is gone."""
-    return stop_event.is_set() or os.getppid() != launcher_pid
+    """True once the launcher asked for a stop, the role got SIGTERM, or the launcher is gone."""
+    return _terminated or stop_event.is_set() or os.getppid() != launcher_pid
 
 
 class Every:

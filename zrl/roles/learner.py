@@ -4,6 +4,7 @@ step, publishes weights, answers workers that ask for the current weights, and w
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 from pathlib import Path
@@ -63,21 +64,22 @@ class Step(NamedTuple):
 
 
 def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig) -> Step:
-    """One V-trace update on time-major observations ``[T+1, B, S, *shape]``; returns the loss parts."""
-    steps, b = obs.shape[:2]
+    """One V-trace update on batch-major observations ``[B, T+1, S, *shape]`` and time-major ``[T, B]``
+    batch arrays; returns the loss parts."""
+    b, steps = obs.shape[:2]
     autocast = (torch.autocast(obs.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
                 else contextlib.nullcontext())  # fmt: skip
     with autocast:
-        out = model(obs.reshape(steps * b, *obs.shape[2:]))
-    logits = out.logits.float().view(steps, b, -1)
-    values = out.values.float().view(steps, b)
+        out = model(obs.reshape(b * steps, *obs.shape[2:]))  # a view: no copy of the observations
+    logits = out.logits.float().view(b, steps, -1).transpose(0, 1)
+    values = out.values.float().view(b, steps).transpose(0, 1)
     loss = vtrace_loss(
         learner_logits=logits[:-1],
         behaviour_logits=batch["behaviour_logits"],
         actions=batch["actions"],
         values=values[:-1],
         bootstrap_value=values[-1],
-        rewards=batch["rewards"],
+        rewards=batch["rewards"] * cfg.reward_scale,
         discounts=batch["discounts"] * cfg.discount,
         baseline_cost=cfg.baseline_cost,
         entropy_cost=cfg.entropy_cost,
@@ -86,10 +88,7 @@ def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, to
     )
     optimizer.zero_grad(set_to_none=True)
     loss.total.backward()
-    if cfg.grad_norm_clip > 0:
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip))
-    else:
-        grad_norm = float(torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()])))
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip or math.inf))
     optimizer.step()
     scheduler.step()
     parts = [float(x.detach()) for x in (loss.total, loss.pg, loss.baseline, loss.entropy, loss.mean_rho)]
@@ -130,7 +129,9 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
     frames_per_unit = lcfg.unroll_length * wiring.frames_per_step
 
     ctx = zmq.Context()
-    batches = transport.socket(ctx, zmq.PULL, hwm=1, connect=wiring.endpoints.batches)
+    batches = transport.socket(ctx, zmq.PULL, hwm=cfg.broker.prefetch_batches, connect=wiring.endpoints.batches)
+    credits = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.credits)
+    one_credit = protocol.Credit(batches=1).encode()
     weights_pub = transport.socket(ctx, zmq.PUB, hwm=2, bind=wiring.endpoints.weights)
     weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
@@ -172,9 +173,14 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
 
     try:
         weights_pub.send(current)
-        report(None, 0.0)
+        transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
+        step, lag = None, 0.0
+        report(step, lag)
         last_report = time.monotonic()
         while not should_stop(stop_event, wiring.launcher_pid):
+            if time.monotonic() - last_report >= 1.0:  # stats double as the heartbeat: send them even when idle
+                report(step, lag)
+                last_report = time.monotonic()
             answer_requests()
             t0 = time.perf_counter()
             data = transport.recv(batches, poll_ms)
@@ -182,14 +188,16 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
             timing["wait"] += t1 - t0
             if data is None:
                 continue
+            transport.send_nowait(credits, one_credit)
             batch = protocol.decode(data)
             frames, steps, ok = gatherer.gather(batch)
             dropped_torn += int((~ok).sum())
-            if ok.sum() == 0:
+            if not ok.any():
                 continue
-            keep = torch.from_numpy(np.flatnonzero(ok))
-            obs = stack_observations(frames[keep].to(device, non_blocking=True),
-                                     steps[keep].to(device, non_blocking=True), stack)  # fmt: skip
+            if not ok.all():
+                keep = torch.from_numpy(np.flatnonzero(ok))
+                frames, steps = frames[keep], steps[keep]
+            obs = stack_observations(frames.to(device, non_blocking=True), steps.to(device, non_blocking=True), stack)
             tensors = batch_tensors(batch, ok, device)
             t2 = time.perf_counter()
             timing["gather"] += t2 - t1
@@ -206,13 +214,10 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
             timing["step"] += time.perf_counter() - t2
             if cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0:
                 last_ckpt = save()
-            if time.monotonic() - last_report >= 1.0:
-                report(step, lag)
-                last_report = time.monotonic()
         last_ckpt = save()
         report(None, 0.0)
     finally:
-        for sock in (batches, weights_pub, weights_rep, stats):
+        for sock in (batches, credits, weights_pub, weights_rep, stats):
             sock.close()
         ctx.term()
         for ring in rings:

@@ -32,7 +32,8 @@ def _wait_for_weights(ctx: zmq.Context, wiring: RunWiring, worker_id: int, cfg: 
     try:
         ask = protocol.WeightsRequest(worker_id=worker_id).encode()
         while not should_stop(stop_event, wiring.launcher_pid):
-            req.send(ask)
+            if not transport.send(req, ask, cfg.transport.poll_timeout_ms):
+                continue
             reply = transport.recv(req, 2000)
             if reply is not None:
                 version, _, flat = protocol.decode_weights(reply)
@@ -139,9 +140,11 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
             timing["send"] += time.perf_counter() - t5
 
             if weights.poll(0, zmq.POLLIN):
-                policy_version, _, flat = protocol.decode_weights(weights.recv())
-                load_flat(model, flat)
-                weight_updates += 1
+                version, _, flat = protocol.decode_weights(weights.recv())
+                if version > policy_version:  # a broadcast queued before the start request may be older
+                    policy_version = version
+                    load_flat(model, flat)
+                    weight_updates += 1
             if report.due():
                 transport.send_nowait(stats, protocol.WorkerStats(
                     worker_id=worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * frames_per_step,

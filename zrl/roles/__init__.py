@@ -1,0 +1,1 @@
+"""The process roles: worker, broker, learner; each a run(...) the launcher spawns."""
