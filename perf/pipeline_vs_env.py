@@ -127,7 +127,7 @@ def main() -> None:
     in_pipe = pipe["learner_steps_per_s"] * cfg.learner.batch_size * cfg.learner.unroll_length
     result = {
         "command": "python perf/pipeline_vs_env.py " + " ".join(sys.argv[1:]),
-        "config": args.config, "workers": args.workers, "envs_per_worker": args.envs_per_worker,
+        "config": os.path.relpath(args.config, REPO), "workers": args.workers, "envs_per_worker": args.envs_per_worker,
         "env_ceiling_frames_per_s": round(ceiling, 1),
         "pipeline_frames_per_s": round(pipe["frames_per_s"], 1),
         "ratio_pipeline_to_env": round(pipe["frames_per_s"] / ceiling, 4),

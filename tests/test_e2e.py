@@ -93,6 +93,16 @@ def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
     _assert_loadable(_run_dir(tmp_path))
 
 
+def test_tcp_transport_on_loopback(tmp_path, no_leaks):
+    cartpole = REPO / "config" / "cartpole.toml"
+    result = run_command("zrl-launch", "--config", cartpole, "--set", 'transport.kind="tcp"',
+                         "--set", "run.max_env_frames=30000", "--quiet", cwd=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    last = _rows(run_dir / "metrics.csv")[-1]
+    assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0
+
+
 def test_sigterm_stops_in_order_with_exit_143(tmp_path, no_leaks):
     cartpole = REPO / "config" / "cartpole.toml"
     proc = subprocess.Popen(command("zrl-launch", "--config", cartpole, "--set", "run.max_env_frames=100000000"),

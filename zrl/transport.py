@@ -41,16 +41,21 @@ def plan_endpoints(cfg: TransportConfig, private_dir: str) -> Endpoints:
     """ipc files in the private folder, or tcp ports on the bind host chosen by the OS now."""
     if cfg.kind == "ipc":
         return Endpoints(**{n: f"ipc://{os.path.join(private_dir, n)}" for n in ENDPOINT_NAMES})
-    ctx = zmq.Context.instance()
+    # Ports the OS hands out now; they are released at once for the roles to bind. Another program
+    # could take one in between: the role that binds then fails, and the run stops with its error.
+    ctx = zmq.Context()
     ports = {}
     probes = []
-    for n in ENDPOINT_NAMES:
-        sock = ctx.socket(zmq.PULL)
-        sock.setsockopt(zmq.LINGER, 0)
-        ports[n] = sock.bind_to_random_port(f"tcp://{cfg.bind_host}")
-        probes.append(sock)
-    for sock in probes:
-        sock.close()
+    try:
+        for n in ENDPOINT_NAMES:
+            sock = ctx.socket(zmq.PULL)
+            sock.setsockopt(zmq.LINGER, 0)
+            probes.append(sock)
+            ports[n] = sock.bind_to_random_port(f"tcp://{cfg.bind_host}")
+    finally:
+        for sock in probes:
+            sock.close()
+        ctx.term()
     return Endpoints(**{n: f"tcp://{cfg.bind_host}:{p}" for n, p in ports.items()})
 
 

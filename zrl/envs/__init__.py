@@ -175,7 +175,7 @@ class GymVectorEnv:
                 obs, _ = env.reset()
             self._frames[i] = obs
         return Step(
-            frames=self._frames.copy(),
+            frames=self._frames,  # valid until the next step; the worker copies it into its ring and stack
             rewards=np.sign(raw) if self._clip else raw,
             raw_rewards=raw,
             done=done,
