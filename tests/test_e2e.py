@@ -69,26 +69,32 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     _assert_loadable(run_dir)
 
 
-def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
-    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000"),
+def _interrupt(tmp_path: Path, config: Path, signum: int) -> tuple[int, str, str]:
+    """Start an endless run, wait until the learner has stepped, send ``signum``; (exit code, out, err)."""
+    proc = subprocess.Popen(command("zrl-launch", "--config", config, "--set", "run.max_env_frames=100000000"),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            time.sleep(1)
+            time.sleep(0.5)
             runs = list((tmp_path / "results").glob("*/metrics.csv"))
             rows = _rows(runs[0]) if runs else []
             if rows and rows[-1]["learner_step"] and int(rows[-1]["learner_step"]) > 2:
                 break
         else:
             pytest.fail("the learner never stepped")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert proc.returncode == 130, err[-3000:]
+    return proc.returncode, out, err
+
+
+def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
+    code, out, err = _interrupt(tmp_path, SMOKE, signal.SIGINT)
+    assert code == 130, err[-3000:]
     assert "interrupted" in out
     _assert_loadable(_run_dir(tmp_path))
 
@@ -104,21 +110,8 @@ def test_tcp_transport_on_loopback(tmp_path, no_leaks):
 
 
 def test_sigterm_stops_in_order_with_exit_143(tmp_path, no_leaks):
-    cartpole = REPO / "config" / "cartpole.toml"
-    proc = subprocess.Popen(command("zrl-launch", "--config", cartpole, "--set", "run.max_env_frames=100000000"),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not list((tmp_path / "results").glob("*/checkpoints")):
-            time.sleep(0.5)
-        time.sleep(8)
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 143, err[-3000:]
+    code, _, err = _interrupt(tmp_path, REPO / "config" / "cartpole.toml", signal.SIGTERM)
+    assert code == 143, err[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["learner_step"] > 0
 

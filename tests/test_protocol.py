@@ -99,6 +99,7 @@ def make_worker_stats(rng) -> WorkerStats:
         inference_time_s=float(rng.random()),
         ring_write_time_s=float(rng.random()),
         send_time_s=float(rng.random()),
+        weights_wait_time_s=float(rng.random()),
     )
 
 

@@ -81,6 +81,10 @@ class WorkersConfig:
     """PyTorch threads for each worker's policy inference."""
     stats_interval_s: float = 1.0
     """Seconds between a worker's stats messages, which double as its heartbeat."""
+    produce_ratio: float = 1.25
+    """Actor/learner balance: per weights version all workers send at most this many batches' worth of unrolls, then wait for new weights; 0 runs free."""
+    max_weights_wait_s: float = 2.0
+    """The longest a throttled worker waits for new weights before it sends another unroll anyway."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +234,7 @@ def check(cfg: Config) -> None:
         "workers.envs_per_worker": cfg.workers.envs_per_worker,
         "workers.torch_threads": cfg.workers.torch_threads,
         "workers.stats_interval_s": cfg.workers.stats_interval_s,
+        "workers.max_weights_wait_s": cfg.workers.max_weights_wait_s,
         "model.hidden_size": cfg.model.hidden_size,
         "model.feature_size": cfg.model.feature_size,
         "learner.batch_size": cfg.learner.batch_size,
@@ -252,6 +257,7 @@ def check(cfg: Config) -> None:
         "env.noop_max": cfg.env.noop_max,
         "env.max_episode_steps": cfg.env.max_episode_steps,
         "workers.ring_slots": cfg.workers.ring_slots,
+        "workers.produce_ratio": cfg.workers.produce_ratio,
         "learner.torch_threads": cfg.learner.torch_threads,
         "learner.lr_decay_steps": cfg.learner.lr_decay_steps,
         "learner.lr_end": cfg.learner.lr_end,
@@ -293,6 +299,9 @@ def check(cfg: Config) -> None:
             "CurveZMQ keys, which this release does not support yet. Use 127.0.0.1.",
         )
     _check_replays(cfg)
+    if 0 < cfg.workers.produce_ratio < 1:
+        _fail("workers.produce_ratio", f"{cfg.workers.produce_ratio} would send less than one batch per weights "
+              "version and starve the learner; give 1 or more (1.25 leaves a margin), or 0 to run free")
     window = cfg.learner.unroll_length + cfg.env.frame_stack
     if cfg.workers.ring_slots and cfg.workers.ring_slots < 2 * window:
         _fail("workers.ring_slots", f"{cfg.workers.ring_slots} slots cannot keep one unroll's frames while the next is "

@@ -26,7 +26,7 @@ import zmq
 import shm
 from shm.ring import Ring, RingSpec
 
-from zrl import __version__, envs, protocol, transport
+from zrl import __version__, checkpoint, envs, protocol, transport
 from zrl.config import Config, ConfigError, dumps
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
@@ -250,6 +250,8 @@ class Launcher:
                 ring.unlink()
             rings.clear()
             shutil.rmtree(private, ignore_errors=True)
+            for partial in (run_dir / "checkpoints").glob(".*.tmp-*"):  # a learner killed mid-write
+                partial.unlink(missing_ok=True)
             for s, h in old_handlers.items():
                 signal.signal(s, h)
             episodes.close()
@@ -352,7 +354,8 @@ class Launcher:
 
     def _final_report(self, code: int) -> None:
         t = self.tally
-        ckpt = t.learner.checkpoint_path if t.learner else ""
+        latest = checkpoint.latest(self.run_dir / "checkpoints")  # the disk knows even if the last message was lost
+        ckpt = str(latest) if latest else ""
         versions = [w.policy_version for w in t.workers.values()]
         summary = (f"exit {code}: {t.env_frames:,} env frames, {t.learner.learner_step if t.learner else 0:,} learner steps, "
                    f"{t.episodes} episodes, mean return(100) {t.mean_return():.2f}, "

@@ -342,6 +342,7 @@ class WorkerStats(_Message):
     inference_time_s: float = _float()
     ring_write_time_s: float = _float()
     send_time_s: float = _float()
+    weights_wait_time_s: float = _float()
 
 
 @_message("broker_stats")

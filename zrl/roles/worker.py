@@ -9,6 +9,7 @@ is the bootstrap observation and the first of the next unroll).
 
 from __future__ import annotations
 
+import math
 import os
 import time
 
@@ -41,6 +42,19 @@ def _wait_for_weights(ctx: zmq.Context, wiring: RunWiring, worker_id: int, cfg: 
         return None
     finally:
         req.close()
+
+
+def unrolls_per_version(cfg: Config) -> int:
+    """How many unrolls each worker may send per new weights version (0: no limit).
+
+    All workers together send ``produce_ratio`` batches' worth per version (a version covers
+    ``publish_every`` learner steps), so the learner always has a batch and little is produced only to
+    be dropped. Rounded up: never fewer than the learner needs.
+    """
+    if not cfg.workers.produce_ratio:
+        return 0
+    units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every
+    return math.ceil(units / (cfg.workers.count * cfg.workers.envs_per_worker))
 
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
@@ -86,7 +100,10 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
         no_grad = torch.no_grad()
         frames_per_step = wiring.frames_per_step
         env_steps = seq = weight_updates = 0
-        timing = {"step": 0.0, "inference": 0.0, "ring_write": 0.0, "send": 0.0}
+        timing = {"step": 0.0, "inference": 0.0, "ring_write": 0.0, "send": 0.0, "weights_wait": 0.0}
+        max_ahead = unrolls_per_version(cfg)
+        max_wait_s = cfg.workers.max_weights_wait_s
+        ahead = 0  # unrolls sent since the last new weights
         report = Every(cfg.workers.stats_interval_s)
 
         while not should_stop(stop_event, wiring.launcher_pid):
@@ -136,21 +153,37 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if should_stop(stop_event, wiring.launcher_pid):
                     return
             seq += 1
+            ahead += 1
             first_frame = last_frame
-            timing["send"] += time.perf_counter() - t5
+            t6 = time.perf_counter()
+            timing["send"] += t6 - t5
 
-            if weights.poll(0, zmq.POLLIN):
-                version, _, flat = protocol.decode_weights(weights.recv())
-                if version > policy_version:  # a broadcast queued before the start request may be older
-                    policy_version = version
-                    load_flat(model, flat)
-                    weight_updates += 1
+            # New weights between unrolls; a throttled worker that is max_ahead unrolls ahead waits for them.
+            wait_ms = 0
+            deadline = t6 + max_wait_s
+            while True:
+                if max_ahead and ahead >= max_ahead:
+                    wait_ms = max(0, min(poll_ms, int((deadline - time.perf_counter()) * 1000)))
+                if weights.poll(wait_ms, zmq.POLLIN):
+                    version, _, flat = protocol.decode_weights(weights.recv())
+                    if version > policy_version:  # a broadcast queued before the start request may be older
+                        policy_version = version
+                        load_flat(model, flat)
+                        weight_updates += 1
+                        ahead = 0
+                if wait_ms == 0 or ahead == 0 or should_stop(stop_event, wiring.launcher_pid):
+                    break
+                if time.perf_counter() >= deadline:
+                    ahead = max_ahead - 1  # waited long enough: one more unroll, then wait again
+                    break
+            timing["weights_wait"] += time.perf_counter() - t6
             if report.due():
                 transport.send_nowait(stats, protocol.WorkerStats(
                     worker_id=worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * frames_per_step,
                     env_steps=env_steps, unrolls_sent=seq * m, policy_version=policy_version,
                     weight_updates=weight_updates, step_time_s=timing["step"], inference_time_s=timing["inference"],
                     ring_write_time_s=timing["ring_write"], send_time_s=timing["send"],
+                    weights_wait_time_s=timing["weights_wait"],
                 ).encode())  # fmt: skip
     finally:
         unrolls.close()
