@@ -63,11 +63,13 @@ def env_ceiling(cfg, seconds: float) -> float:
     return sum(frames / elapsed for frames, elapsed in results)
 
 
-def pipeline(config_path: str, workers: int, envs: int, seconds: float, warmup: float) -> dict:
+def pipeline(config_path: str, workers: int, envs: int, seconds: float, warmup: float, sets: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, str(REPO / "bin" / "zrl-launch"), "--config", config_path, "--workers", str(workers),
                "--envs-per-worker", str(envs), "--set", "run.log_interval_s=2.0", "--set",
                "run.max_env_frames=10000000000", "--set", "run.checkpoint_every_steps=0", "--quiet"]  # fmt: skip
+        for item in sets:
+            cmd += ["--set", item]
         proc = subprocess.Popen(cmd, cwd=tmp)
         try:
             time.sleep(warmup + seconds)
@@ -107,6 +109,12 @@ def learner_alone(cfg, seconds: float) -> float:
     return steps * t * b / (time.perf_counter() - start)
 
 
+def probe_frames_per_step(cfg) -> int:
+    from zrl.envs import probe
+
+    return probe(cfg.env).frames_per_step
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=str(REPO / "config" / "pong.toml"))
@@ -114,23 +122,30 @@ def main() -> None:
     parser.add_argument("--envs-per-worker", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=20.0)
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="config override passed to zrl-launch (repeatable)")
     parser.add_argument("--json", default=str(REPO / "perf" / "results" / "pipeline_vs_env.json"))
     args = parser.parse_args()
-    cfg = config_mod.load(args.config, [], {"workers.count": args.workers, "workers.envs_per_worker": args.envs_per_worker})
+    cfg = config_mod.load(args.config, args.sets,
+                          {"workers.count": args.workers, "workers.envs_per_worker": args.envs_per_worker})
 
     print(f"env ceiling: {args.workers} processes x {args.envs_per_worker} envs, {args.seconds:g} s ...", flush=True)
     ceiling = env_ceiling(cfg, args.seconds)
     print(f"pipeline: zrl-launch {args.workers} x {args.envs_per_worker}, {args.warmup:g} s warm-up + {args.seconds:g} s ...", flush=True)
-    pipe = pipeline(args.config, args.workers, args.envs_per_worker, args.seconds, args.warmup)
+    pipe = pipeline(args.config, args.workers, args.envs_per_worker, args.seconds, args.warmup, args.sets)
     print(f"learner alone: batch {cfg.learner.batch_size} x T={cfg.learner.unroll_length}, {args.seconds / 2:g} s ...", flush=True)
     alone = learner_alone(cfg, args.seconds / 2)
     in_pipe = pipe["learner_steps_per_s"] * cfg.learner.batch_size * cfg.learner.unroll_length
+    frames_per_sample = probe_frames_per_step(cfg)
     result = {
         "command": "python perf/pipeline_vs_env.py " + " ".join(sys.argv[1:]),
         "config": os.path.relpath(args.config, REPO), "workers": args.workers, "envs_per_worker": args.envs_per_worker,
         "env_ceiling_frames_per_s": round(ceiling, 1),
         "pipeline_frames_per_s": round(pipe["frames_per_s"], 1),
         "ratio_pipeline_to_env": round(pipe["frames_per_s"] / ceiling, 4),
+        "pipeline_trained_frames_per_s": round(in_pipe * frames_per_sample, 1),
+        "ratio_trained_to_env": round(in_pipe * frames_per_sample / ceiling, 4),
+        "sets": args.sets,
         "pipeline_learner_samples_per_s": round(in_pipe, 1),
         "learner_alone_samples_per_s": round(alone, 1),
         "pipeline_mean_policy_lag": round(pipe["mean_policy_lag"], 2),
