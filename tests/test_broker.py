@@ -94,3 +94,30 @@ def test_the_queue_is_bounded_and_drops_the_oldest(rings):
         broker.insert(_unroll(0, seq, 4 + seq))
     assert len(broker.replay) == 4 and broker.replay.dropped_full == 4
     assert broker.next_batch().policy_versions.tolist() == [2, 2]
+
+
+def test_a_batch_that_could_not_be_sent_goes_back_first(rings):
+    _write(rings[0], 20)
+    broker = _broker(rings, batch=2)
+    for seq in range(3):
+        broker.insert(_unroll(0, seq, 4 + seq))
+    batch = broker.next_batch()
+    broker.put_back(batch)
+    again = broker.next_batch()
+    assert again.first_frame.tolist() == batch.first_frame.tolist()
+    assert np.array_equal(again.actions, batch.actions) and len(broker.replay) == 4
+
+
+def test_workers_send_enough_per_version_for_a_batch():
+    from zrl.config import WorkersConfig
+    from zrl.roles.worker import unrolls_per_version
+
+    for count, envs, batch, publish in [(2, 4, 32, 1), (8, 4, 32, 1), (3, 5, 16, 2), (1, 1, 8, 1)]:
+        cfg = Config(workers=WorkersConfig(count=count, envs_per_worker=envs),
+                     learner=LearnerConfig(batch_size=batch, publish_every=publish),
+                     replay=(ReplayConfig(capacity=128),))
+        k = unrolls_per_version(cfg)
+        assert k * count * envs >= 1.25 * batch * publish  # never fewer than the learner needs
+        assert (k - 1) * count * envs < 1.25 * batch * publish  # and not a whole unroll more than asked
+    free = Config(workers=WorkersConfig(produce_ratio=0.0))
+    assert unrolls_per_version(free) == 0

@@ -73,6 +73,8 @@ def test_resolved_config_round_trips(tmp_path):
         ("[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\n", ["replay[0].type", "queue"]),
         ("[transport]\nbind_host = '0.0.0.0'\n", ["transport.bind_host", "CurveZMQ"]),
         ("[workers]\ncount = 0\n", ["workers.count", "must be > 0"]),
+        ("[learner]\npublish_every = 4\n", ["replay[0].capacity", "learner would starve"]),
+        ("[workers]\nproduce_ratio = 0.5\n", ["workers.produce_ratio", "starve the learner"]),
         ("[learner\nbatch_size = 4\n", ["run.toml", "not valid TOML"]),
     ],
 )

@@ -82,7 +82,7 @@ class WorkersConfig:
     stats_interval_s: float = 1.0
     """Seconds between a worker's stats messages, which double as its heartbeat."""
     produce_ratio: float = 1.25
-    """Actor/learner balance: per weights version all workers send at most this many batches' worth of unrolls, then wait for new weights; 0 runs free."""
+    """Actor/learner balance: per weights version all workers send about this many batches' worth of unrolls (rounded up to whole unrolls per worker), then wait for new weights; 0 runs free."""
     max_weights_wait_s: float = 2.0
     """The longest a throttled worker waits for new weights before it sends another unroll anyway."""
 
@@ -302,6 +302,12 @@ def check(cfg: Config) -> None:
     if 0 < cfg.workers.produce_ratio < 1:
         _fail("workers.produce_ratio", f"{cfg.workers.produce_ratio} would send less than one batch per weights "
               "version and starve the learner; give 1 or more (1.25 leaves a margin), or 0 to run free")
+    per_version = math.ceil(cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every)
+    if cfg.workers.produce_ratio and cfg.replay and cfg.replay[0].capacity < per_version:
+        _fail("replay[0].capacity", f"{cfg.replay[0].capacity} unrolls cannot hold what the workers send per weights "
+              f"version (workers.produce_ratio {cfg.workers.produce_ratio} x learner.batch_size "
+              f"{cfg.learner.batch_size} x learner.publish_every {cfg.learner.publish_every} = {per_version}); the "
+              "learner would starve while the workers wait. Raise the capacity, or lower publish_every")
     window = cfg.learner.unroll_length + cfg.env.frame_stack
     if cfg.workers.ring_slots and cfg.workers.ring_slots < 2 * window:
         _fail("workers.ring_slots", f"{cfg.workers.ring_slots} slots cannot keep one unroll's frames while the next is "

@@ -252,13 +252,13 @@ class Launcher:
             shutil.rmtree(private, ignore_errors=True)
             for partial in (run_dir / "checkpoints").glob(".*.tmp-*"):  # a learner killed mid-write
                 partial.unlink(missing_ok=True)
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
             episodes.close()
             metrics.close()
             self._final_report(code)
             log.removeHandler(handler)
             handler.close()
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
         return code
 
     def _supervise(self, procs, stats_sock, episodes: CsvLog, metrics: CsvLog, start: float) -> int:
@@ -266,9 +266,9 @@ class Launcher:
         next_report = start + cfg.run.log_interval_s
         last_frames, last_time, last_samples = 0, start, 0
         while True:
-            if self.signals:
-                return EXIT_SIGINT if self.signals[0] == signal.SIGINT else EXIT_SIGTERM
             self._drain(stats_sock, episodes, cfg.transport.poll_timeout_ms)
+            if self.signals:  # after the drain: a process-group SIGTERM may already have stopped children
+                return EXIT_SIGINT if self.signals[0] == signal.SIGINT else EXIT_SIGTERM
             now = time.monotonic()
             for name, proc in procs.items():
                 if proc.exitcode is not None:
@@ -340,7 +340,8 @@ class Launcher:
                      "mean_return_100": t.mean_return()}  # fmt: skip
         if t.workers:
             versions = [w.policy_version for w in t.workers.values()]
-            row.update(worker_policy_version_min=min(versions), worker_policy_version_max=max(versions))
+            row.update(worker_policy_version_min=min(versions), worker_policy_version_max=max(versions),
+                       worker_weights_wait_s=sum(w.weights_wait_time_s for w in t.workers.values()))
         if t.learner:
             ls = t.learner
             row.update({k: getattr(ls, k) for k in ("learner_step", "policy_version", "policy_lag", "total_loss",

@@ -11,7 +11,7 @@ EPISODE_COLUMNS = ("episode", "raw_return", "length_frames", "length_env_steps",
 
 METRIC_COLUMNS = (
     "wall_time", "elapsed_s", "env_frames", "frames_per_s", "learner_step", "policy_version", "policy_lag",
-    "worker_policy_version_min", "worker_policy_version_max", "samples_per_s", "total_loss", "pg_loss",
+    "worker_policy_version_min", "worker_policy_version_max", "worker_weights_wait_s", "samples_per_s", "total_loss", "pg_loss",
     "baseline_loss", "entropy_loss", "learning_rate", "grad_norm", "mean_rho", "units_dropped_torn",
     "unrolls_received", "unrolls_dropped_stale", "unrolls_dropped_full", "seq_gaps", "decode_errors",
     "replay_size", "ready_batches", "episodes", "mean_return_100",

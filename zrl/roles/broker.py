@@ -1,7 +1,6 @@
 """The broker: receives unroll descriptors, keeps the replay index, and sends batches ahead of the
 learner under credit-based flow control: the learner grants ``prefetch_batches`` credits and one more
-per batch it takes, and the broker sends one batch per credit, made at that moment from the freshest
-units. So at most ``prefetch_batches`` batches wait for the learner, wherever they wait (ZeroMQ's
+per batch it takes, and the broker sends one batch per credit, made at that moment from the replay. So at most ``prefetch_batches`` batches wait for the learner, wherever they wait (ZeroMQ's
 high-water marks count messages, not the bytes in a unix socket's buffer). The broker never touches
 frames, only the rings' generation stamps, to drop units whose frames a ring has already overwritten."""
 
@@ -69,6 +68,15 @@ class Broker:
         for unit in units_of(msg):
             self.replay.add(unit)
 
+    def put_back(self, batch: protocol.Batch) -> None:
+        """Return a batch that could not be sent to the front of the replay."""
+        self.replay.put_back([
+            Unit(int(w), int(e), int(f), int(v), a, r, d, lg)
+            for w, e, f, v, a, r, d, lg in zip(batch.worker_ids, batch.env_index, batch.first_frame,
+                                             batch.policy_versions, batch.actions, batch.rewards,
+                                             batch.discounts, batch.behaviour_logits)
+        ])  # fmt: skip
+
     def _fresh(self, unit: Unit) -> bool:
         oldest = np.array([max(unit.first_frame - self.history, 0)], np.int64)
         return bool(self.rings[unit.worker_id].valid(oldest)[0])
@@ -134,7 +142,10 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                     broker.insert(msg)
             while credits > 0:
                 batch = broker.next_batch()
-                if batch is None or not transport.send(batches, batch.encode(), poll_ms):
+                if batch is None:
+                    break
+                if not transport.send(batches, batch.encode(), poll_ms):
+                    broker.put_back(batch)  # the learner is not connected (yet, or any more)
                     break
                 credits -= 1
                 batches_sent += 1
