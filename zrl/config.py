@@ -115,7 +115,7 @@ class LearnerConfig:
     """PyTorch threads for the learner; 0 lets PyTorch choose."""
     optimizer: str = "rmsprop"
     """rmsprop or adam."""
-    learning_rate: float = 0.0006
+    learning_rate: float = 0.00048
     """Initial learning rate."""
     lr_decay_steps: int = 0
     """Learner steps over which the learning rate decays polynomially to lr_end; 0 derives them from run.max_env_frames."""
@@ -137,8 +137,8 @@ class LearnerConfig:
     """Rewards are multiplied by this before the loss (after any clipping); keeps value targets in a range nets fit well."""
     baseline_cost: float = 0.5
     """Weight of the value (baseline) loss."""
-    entropy_cost: float = 0.01
-    """Weight of the entropy bonus."""
+    entropy_cost: float = 0.0006
+    """Weight of the entropy bonus (losses are sums over T x B, so this is per sample)."""
     grad_norm_clip: float = 40.0
     """Global gradient norm clip; 0 disables it."""
     clip_rho_threshold: float = 1.0
