@@ -12,7 +12,7 @@ from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import protocol
 from zrl.config import Config, LearnerConfig, ReplayConfig
-from zrl.roles.broker import Broker
+from zrl.roles.broker import Broker, make_batch
 
 M, T, A = 2, 4, 3
 
@@ -41,6 +41,11 @@ def _unroll(worker: int, seq: int, first: int) -> protocol.Unroll:
     )
 
 
+def _next_batch(broker: Broker) -> protocol.Batch | None:
+    units = broker.next_units()
+    return None if units is None else make_batch(1, units)
+
+
 def _broker(rings, batch=4, capacity=8) -> Broker:
     cfg = Config(learner=LearnerConfig(batch_size=batch, unroll_length=T),
                  replay=(ReplayConfig(capacity=capacity),))
@@ -54,10 +59,10 @@ def test_batches_are_sorted_by_worker_and_take_the_oldest_first(rings):
     broker.insert(_unroll(1, 0, 4))
     broker.insert(_unroll(0, 0, 4))
     broker.insert(_unroll(0, 1, 8))
-    batch = broker.next_batch()
+    batch = _next_batch(broker)
     assert batch.worker_ids.tolist() == [0, 0, 1, 1]
     assert sorted(zip(batch.worker_ids.tolist(), batch.env_index.tolist())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert len(broker.replay) == 2 and broker.next_batch() is None
+    assert len(broker.replay) == 2 and _next_batch(broker) is None
 
 
 def test_sequence_gaps_are_counted(rings):
@@ -73,7 +78,7 @@ def test_units_whose_frames_were_overwritten_are_dropped_and_counted(rings):
     broker = _broker(rings, batch=2)
     broker.insert(_unroll(0, 0, 4))  # stale: its oldest stacked frame is 1
     broker.insert(_unroll(0, 1, 40))
-    batch = broker.next_batch()
+    batch = _next_batch(broker)
     assert broker.dropped_stale == 2
     assert batch.first_frame.tolist() == [40, 40]
 
@@ -83,7 +88,7 @@ def test_too_few_fresh_units_are_kept_for_the_next_batch(rings):
     broker = _broker(rings, batch=4)
     broker.insert(_unroll(0, 0, 40))
     broker.insert(_unroll(0, 1, 4))
-    assert broker.next_batch() is None
+    assert _next_batch(broker) is None
     assert broker.dropped_stale == 2 and len(broker.replay) == 2
 
 
@@ -93,7 +98,7 @@ def test_the_queue_is_bounded_and_drops_the_oldest(rings):
     for seq in range(4):
         broker.insert(_unroll(0, seq, 4 + seq))
     assert len(broker.replay) == 4 and broker.replay.dropped_full == 4
-    assert broker.next_batch().policy_versions.tolist() == [2, 2]
+    assert _next_batch(broker).policy_versions.tolist() == [2, 2]
 
 
 def test_a_batch_that_could_not_be_sent_goes_back_first(rings):
@@ -101,9 +106,10 @@ def test_a_batch_that_could_not_be_sent_goes_back_first(rings):
     broker = _broker(rings, batch=2)
     for seq in range(3):
         broker.insert(_unroll(0, seq, 4 + seq))
-    batch = broker.next_batch()
-    broker.put_back(batch)
-    again = broker.next_batch()
+    units = broker.next_units()
+    batch = make_batch(1, units)
+    broker.replay.put_back(units)  # as the broker does when the learner cannot take the batch
+    again = _next_batch(broker)
     assert again.first_frame.tolist() == batch.first_frame.tolist()
     assert np.array_equal(again.actions, batch.actions) and len(broker.replay) == 4
 

@@ -57,7 +57,6 @@ class Broker:
         self.unrolls_received = 0
         self.dropped_stale = 0
         self.seq_gaps = 0
-        self.batches_made = 0
 
     def insert(self, msg: protocol.Unroll) -> None:
         expected = self.next_seq.get(msg.worker_id, 0)
@@ -68,21 +67,13 @@ class Broker:
         for unit in units_of(msg):
             self.replay.add(unit)
 
-    def put_back(self, batch: protocol.Batch) -> None:
-        """Return a batch that could not be sent to the front of the replay."""
-        self.replay.put_back([
-            Unit(int(w), int(e), int(f), int(v), a, r, d, lg)
-            for w, e, f, v, a, r, d, lg in zip(batch.worker_ids, batch.env_index, batch.first_frame,
-                                             batch.policy_versions, batch.actions, batch.rewards,
-                                             batch.discounts, batch.behaviour_logits)
-        ])  # fmt: skip
-
     def _fresh(self, unit: Unit) -> bool:
         oldest = np.array([max(unit.first_frame - self.history, 0)], np.int64)
         return bool(self.rings[unit.worker_id].valid(oldest)[0])
 
-    def next_batch(self) -> protocol.Batch | None:
-        """A batch of B units whose frames are still in their rings, or None if too few are held."""
+    def next_units(self) -> list[Unit] | None:
+        """B units whose frames are still in their rings, or None if too few are held.
+        Units that cannot be sent go back with ``self.replay.put_back(units)``."""
         if len(self.replay) < self.batch_size:
             return None
         units: list[Unit] = []
@@ -95,8 +86,7 @@ class Broker:
         if len(units) < self.batch_size:
             self.replay.put_back(units)
             return None
-        self.batches_made += 1
-        return make_batch(self.batches_made, units)
+        return units
 
 
 def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
@@ -141,11 +131,11 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if (msg := decoded(data, protocol.Unroll)) is not None:
                     broker.insert(msg)
             while credits > 0:
-                batch = broker.next_batch()
-                if batch is None:
+                units = broker.next_units()
+                if units is None:
                     break
-                if not transport.send(batches, batch.encode(), poll_ms):
-                    broker.put_back(batch)  # the learner is not connected (yet, or any more)
+                if not transport.send(batches, make_batch(batches_sent + 1, units).encode(), poll_ms):
+                    broker.replay.put_back(units)  # the learner is not connected (yet, or any more)
                     break
                 credits -= 1
                 batches_sent += 1
