@@ -1,5 +1,5 @@
 """The broker's rules, driven directly with real rings: sequence gaps, stale units dropped, batches
-sorted by worker, the queue bounded."""
+sorted by worker, the queue bounded, replays mixed by ratio, elite features recomputed from the rings."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import protocol
-from zrl.config import Config, LearnerConfig, ReplayConfig
+from zrl.config import Config, LearnerConfig, ReplayConfig, WorkersConfig, unrolls_per_version
 from zrl.roles.broker import Broker, make_batch
 
 M, T, A = 2, 4, 3
@@ -37,17 +37,17 @@ def _unroll(worker: int, seq: int, first: int) -> protocol.Unroll:
         worker_id=worker, seq=seq, policy_version=seq, first_frame=first, num_envs=M, length=T, env_frames=0,
         actions=np.full((M, T), seq, np.int32), rewards=np.zeros((M, T), np.float32),
         discounts=np.ones((M, T), np.float32), behaviour_logits=np.zeros((M, T, A), np.float32),
-        features=np.zeros((0, 0, 0), np.float32),
+        behaviour_values=np.zeros((M, T), np.float32), features=np.zeros((0, 0, 0), np.float32),
     )
 
 
 def _next_batch(broker: Broker) -> protocol.Batch | None:
-    units = broker.next_units()
-    return None if units is None else make_batch(1, units)
+    taken = broker.next_units()
+    return None if taken is None else make_batch(1, *taken)
 
 
 def _broker(rings, batch=4, capacity=8) -> Broker:
-    cfg = Config(learner=LearnerConfig(batch_size=batch, unroll_length=T),
+    cfg = Config(learner=LearnerConfig(batch_size=batch, unroll_length=T), workers=WorkersConfig(produce_ratio=0.0),
                  replay=(ReplayConfig(capacity=capacity),))
     return Broker(cfg, rings)
 
@@ -62,7 +62,7 @@ def test_batches_are_sorted_by_worker_and_take_the_oldest_first(rings):
     batch = _next_batch(broker)
     assert batch.worker_ids.tolist() == [0, 0, 1, 1]
     assert sorted(zip(batch.worker_ids.tolist(), batch.env_index.tolist())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert len(broker.replay) == 2 and _next_batch(broker) is None
+    assert len(broker.replays[0]) == 2 and _next_batch(broker) is None
 
 
 def test_sequence_gaps_are_counted(rings):
@@ -89,7 +89,7 @@ def test_too_few_fresh_units_are_kept_for_the_next_batch(rings):
     broker.insert(_unroll(0, 0, 40))
     broker.insert(_unroll(0, 1, 4))
     assert _next_batch(broker) is None
-    assert broker.dropped_stale == 2 and len(broker.replay) == 2
+    assert broker.dropped_stale == 2 and len(broker.replays[0]) == 2
 
 
 def test_the_queue_is_bounded_and_drops_the_oldest(rings):
@@ -97,7 +97,7 @@ def test_the_queue_is_bounded_and_drops_the_oldest(rings):
     broker = _broker(rings, batch=2, capacity=4)
     for seq in range(4):
         broker.insert(_unroll(0, seq, 4 + seq))
-    assert len(broker.replay) == 4 and broker.replay.dropped_full == 4
+    assert len(broker.replays[0]) == 4 and broker.dropped_full == 4
     assert _next_batch(broker).policy_versions.tolist() == [2, 2]
 
 
@@ -106,18 +106,15 @@ def test_a_batch_that_could_not_be_sent_goes_back_first(rings):
     broker = _broker(rings, batch=2)
     for seq in range(3):
         broker.insert(_unroll(0, seq, 4 + seq))
-    units = broker.next_units()
-    batch = make_batch(1, units)
-    broker.replay.put_back(units)  # as the broker does when the learner cannot take the batch
+    taken = broker.next_units()
+    batch = make_batch(1, *taken)
+    broker.put_back(taken)  # as the broker does when the learner cannot take the batch
     again = _next_batch(broker)
     assert again.first_frame.tolist() == batch.first_frame.tolist()
-    assert np.array_equal(again.actions, batch.actions) and len(broker.replay) == 4
+    assert np.array_equal(again.actions, batch.actions) and len(broker.replays[0]) == 4
 
 
 def test_workers_send_enough_per_version_for_a_batch():
-    from zrl.config import WorkersConfig
-    from zrl.roles.worker import unrolls_per_version
-
     for count, envs, batch, publish in [(2, 4, 32, 1), (8, 4, 32, 1), (3, 5, 16, 2), (1, 1, 8, 1)]:
         cfg = Config(workers=WorkersConfig(count=count, envs_per_worker=envs),
                      learner=LearnerConfig(batch_size=batch, publish_every=publish),
@@ -127,3 +124,53 @@ def test_workers_send_enough_per_version_for_a_batch():
         assert (k - 1) * count * envs < 1.25 * batch * publish  # and not a whole unroll more than asked
     free = Config(workers=WorkersConfig(produce_ratio=0.0))
     assert unrolls_per_version(free) == 0
+    # with half of each batch replayed, the workers send for the fresh half only
+    mixed = Config(workers=WorkersConfig(count=2, envs_per_worker=4), learner=LearnerConfig(batch_size=32),
+                   replay=(ReplayConfig(capacity=1, sample_ratio=0.5),
+                           ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5)))
+    assert unrolls_per_version(mixed) * 8 >= 1.25 * 16 and (unrolls_per_version(mixed) - 1) * 8 < 1.25 * 16
+
+
+def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> Broker:
+    cfg = Config(learner=LearnerConfig(batch_size=batch, unroll_length=T, **learner),
+                 workers=WorkersConfig(produce_ratio=0.0), replay=tuple(replays))
+    return Broker(cfg, rings, scorer)
+
+
+def test_a_batch_takes_each_replays_share(rings):
+    _write(rings[0], 30)
+    _write(rings[1], 30)
+    broker = _mixed_broker(rings, [ReplayConfig(type="queue", capacity=1, sample_ratio=0.5),
+                                   ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5, fill_fraction=0.1)])
+    for seq in range(8):  # 8 messages of M=2 units: 16 units, exactly the queue's share
+        broker.insert(_unroll(seq % 2, seq // 2, 4 + seq // 2))
+    assert broker.ready() and broker.sizes().tolist() == [16, 16]
+    batch = _next_batch(broker)
+    assert len(batch.worker_ids) == 32
+    assert np.bincount(batch.replay_index, minlength=2).tolist() == [16, 16]
+    assert broker.sizes().tolist() == [0, 16]  # the queue hands its units out, the uniform replay keeps them
+    assert _next_batch(broker) is None  # the queue has nothing fresh left
+
+
+def test_training_waits_until_every_replay_holds_its_fill(rings):
+    _write(rings[0], 30)
+    broker = _mixed_broker(rings, [ReplayConfig(type="queue", capacity=4, sample_ratio=0.5),
+                                   ReplayConfig(type="uniform", capacity=40, sample_ratio=0.5, fill_fraction=0.5)],
+                           batch=4)  # fmt: skip
+    for seq in range(9):  # 18 units: the uniform replay wants 20
+        broker.insert(_unroll(0, seq, 4 + seq))
+        assert not broker.ready() and _next_batch(broker) is None
+    broker.insert(_unroll(0, 9, 13))
+    assert broker.ready() and _next_batch(broker) is not None
+
+
+def test_uniform_replay_evicts_units_whose_frames_are_gone(rings):
+    _write(rings[0], 60)  # frames before 28 are gone
+    broker = _mixed_broker(rings, [ReplayConfig(type="uniform", capacity=8, sample_ratio=1.0, fill_fraction=0.25)],
+                           batch=2)  # fmt: skip
+    broker.insert(_unroll(0, 0, 4))
+    broker.insert(_unroll(0, 1, 40))
+    for _ in range(5):
+        batch = _next_batch(broker)
+        assert batch.first_frame.tolist() == [40, 40]
+    assert broker.stale_total == 2 and broker.sizes().tolist() == [2]

@@ -67,13 +67,25 @@ def test_resolved_config_round_trips(tmp_path):
         ("[lerner]\nbatch_size = 4\n", ["run.toml", "unknown key 'lerner'", "learner"]),
         ("[learner]\nbatch_size = 'four'\n", ["run.toml", "learner.batch_size", "must be an integer"]),
         ("[learner]\nlearning_rate = true\n", ["learner.learning_rate", "must be a number"]),
-        ("[learner]\nbatch_size = 128\n", ["run.toml", "replay[0].capacity", "batch_size 128"]),
+        ("[learner]\nbatch_size = 128\n[[replay]]\ntype = 'uniform'\ncapacity = 64\nsample_ratio = 1.0\n",
+         ["run.toml", "replay[0].capacity", "batch_size 128"]),
         ("[learner]\noptimizer = 'adamw'\n", ["learner.optimizer", "rmsprop, adam", "did you mean 'adam'"]),
         ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.5\n", ["replay", "sum to 0.5"]),
-        ("[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\n", ["replay[0].type", "queue"]),
+        ("[[replay]]\ntype = 'elit'\ncapacity = 64\nsample_ratio = 1.0\n", ["replay[0].type", "did you mean 'elite'"]),
+        ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 1.0\nstrategy = 2\n",
+         ["replay[0].strategy applies only to elite and attentive replays; this one is queue"]),
+        ("[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\nstrategy = 5\n", ["replay[0].strategy", "1, 2, 3, 4"]),
+        ("[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\ndist_function = 'l2'\n",
+         ["replay[0].dist_function", "ln_norm, cos_dist, kl_div"]),
+        ("[[replay]]\ntype = 'attentive'\ncapacity = 64\nsample_ratio = 1.0\nlambda_batch_multiplier = 0.5\n",
+         ["replay[0].lambda_batch_multiplier", "must be >= 1"]),
+        ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.25\n[[replay]]\ntype = 'uniform'\n"
+         "capacity = 64\nsample_ratio = 0.75\n[learner]\nbatch_size = 6\n", ["replay[0].sample_ratio", "1.5"]),
+        ("[learner]\nclip_rho_threshold = 2.0\n", ["learner.clip_rho_threshold is no longer a key", "algo.clip_rho"]),
+        ("[algo]\nclear_policy_kl = 'forward'\n", ["algo.clear_policy_kl", "mu_pi, pi_mu"]),
+        ("[algo]\nlaser_kl_threshold = 0\n", ["algo.laser_kl_threshold", "must be > 0"]),
         ("[transport]\nbind_host = '0.0.0.0'\n", ["transport.bind_host", "CurveZMQ"]),
         ("[workers]\ncount = 0\n", ["workers.count", "must be > 0"]),
-        ("[learner]\npublish_every = 4\n", ["replay[0].capacity", "learner would starve"]),
         ("[workers]\nproduce_ratio = 0.5\n", ["workers.produce_ratio", "starve the learner"]),
         ("[learner\nbatch_size = 4\n", ["run.toml", "not valid TOML"]),
     ],
@@ -96,3 +108,52 @@ def test_set_and_option_mistakes_name_their_source():
         config.load(None, [], {"workers.count": -1})
     with pytest.raises(ConfigError, match="no such config file"):
         config.load("does/not/exist.toml")
+
+
+REFERENCE_ELITE = ('[{"type": "custom", "capacity": 1000, "sample_ratio": 0.5, "dist_function": "ln_norm", '
+                   '"sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0, '
+                   '"elite_sampling_strategy": "strategy4", "insert_strategy": "elite_insertion", "elite_batch_size": 10},'
+                   ' {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]')  # fmt: skip
+
+
+def test_the_reference_platforms_replay_json_maps_onto_replay_tables(tmp_path):
+    cfg = config.load(None, [], {"replay": REFERENCE_ELITE})
+    elite, queue = cfg.replay
+    assert (elite.type, elite.capacity, elite.sample_ratio, elite.strategy) == ("elite", 1000, 0.5, 4)
+    assert (elite.lambda_batch_multiplier, elite.alfa_annealing_factor) == (6.0, 2.0)
+    assert elite.elite_insertion and elite.elite_batch_size == 10
+    assert (queue.type, queue.capacity) == ("queue", 1)
+    standard = config.load(None, ['replay=[{"type": "standard", "capacity": 1000, "sample_ratio": 1}]'])
+    assert standard.replay[0].type == "uniform"
+    attentive = config.load(None, [], {"replay": '[{"type": "custom", "capacity": 100, "sample_ratio": 1, '
+                                                 '"sample_strategy": "attentive_sampling", "dist_function": "cos_dist"}]'})
+    assert attentive.replay[0].type == "attentive" and attentive.replay[0].dist_function == "cos_dist"
+    # the option replaces the run file's tables, and the resolved config round-trips
+    path = tmp_path / "config.toml"
+    path.write_text(config.dumps(cfg))
+    assert config.load(path) == cfg
+    assert config.load(REPO / "config" / "smoke.toml", [], {"replay": REFERENCE_ELITE}).replay == cfg.replay
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("not json", ["option --replay", "not valid JSON"]),
+    ('{"type": "queue"}', ["expected a JSON list of objects"]),
+    ('[{"type": "standerd", "capacity": 10, "sample_ratio": 1}]', ["replay[0].type", "did you mean 'standard'"]),
+    ('[{"type": "custom", "capacity": 10, "sample_ratio": 1}]', ["replay[0]", "needs sample_strategy"]),
+    ('[{"type": "custom", "capacity": 10, "sample_ratio": 1, "sample_strategy": "elite"}]',
+     ["replay[0].sample_strategy", "elite_sampling, attentive_sampling"]),
+    ('[{"type": "queue", "capacity": 10, "sample_ratio": 1, "lambda": 2}]', ["option --replay", "replay[0].lambda"]),
+    ('[{"type": "standard", "capacity": 100, "sample_ratio": 0.5}]', ["option --replay", "sum to 0.5"]),
+])  # fmt: skip
+def test_replay_json_mistakes_are_named(text, expected):
+    with pytest.raises(ConfigError) as err:
+        config.load(None, [], {"replay": text})
+    for part in expected:
+        assert part in str(err.value), (part, str(err.value))
+
+
+def test_a_queue_holds_at_least_what_a_batch_and_a_weights_version_need():
+    cfg = config.load(None, [], {"replay": '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]'})
+    assert config.queue_capacity(cfg, cfg.replay[0]) >= cfg.learner.batch_size * cfg.workers.produce_ratio
+    big = config.load(None, ['replay=[{"type": "queue", "capacity": 500, "sample_ratio": 1}]'])
+    assert config.queue_capacity(big, big.replay[0]) == 500

@@ -44,6 +44,7 @@ def _batch(worker_ids, env_index, first_frame) -> protocol.Batch:
         first_frame=np.array(first_frame, np.int64), policy_versions=np.zeros(b, np.int64),
         actions=np.zeros((b, T), np.int32), rewards=np.zeros((b, T), np.float32),
         discounts=np.ones((b, T), np.float32), behaviour_logits=np.zeros((b, T, A), np.float32),
+        behaviour_values=np.zeros((b, T), np.float32), replay_index=np.zeros(b, np.int32),
     )
 
 

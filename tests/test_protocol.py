@@ -54,6 +54,7 @@ def make_unroll(rng, M=3, T=5, A=6, F=4, seq=0) -> Unroll:
         rewards=rng.standard_normal((M, T)).astype(np.float32),
         discounts=(rng.random((M, T)) > 0.1).astype(np.float32) * 0.99,
         behaviour_logits=rng.standard_normal((M, T, A)).astype(np.float32),
+        behaviour_values=rng.standard_normal((M, T)).astype(np.float32),
         features=feats,
     )
 
@@ -70,6 +71,8 @@ def make_batch(rng, B=4, T=5, A=6) -> Batch:
         rewards=rng.standard_normal((B, T)).astype(np.float32),
         discounts=np.full((B, T), 0.99, np.float32),
         behaviour_logits=rng.standard_normal((B, T, A)).astype(np.float32),
+        behaviour_values=rng.standard_normal((B, T)).astype(np.float32),
+        replay_index=rng.integers(0, 2, size=B, dtype=np.int32),
     )
 
 
@@ -115,6 +118,14 @@ def make_broker_stats(rng) -> BrokerStats:
         batches_sent=10,
         replay_size=0,
         ready_batches=4,
+        replay_sizes=np.array([16, 0], np.int64),
+        prepare_time_s=1.5,
+        feature_time_s=1.0,
+        elite_lambda=5.5,
+        elite_distance_pool=3.0,
+        elite_distance_chosen=2.0,
+        elite_distance_min=0.5,
+        elite_distance_max=9.0,
     )
 
 
@@ -135,7 +146,12 @@ def make_learner_stats(rng, path="/tmp/ckpt/step_100.npz") -> LearnerStats:
         learning_rate=6e-4,
         grad_norm=abs(f()),
         mean_rho=0.97,
+        policy_cloning_loss=abs(f()),
+        value_cloning_loss=abs(f()),
+        laser_masked_fraction=0.1,
         policy_lag=1.5,
+        sample_age_mean=3.0,
+        sample_age_max=40.0,
         step_time_s=0.05,
         gather_time_s=0.01,
         wait_time_s=0.002,
@@ -614,6 +630,7 @@ def test_dims_disagree():
         "discounts": _arr((M + 1, T)),
         "actions": _arr((M, T - 1), "<i4"),
         "behaviour_logits": _arr((M, T + 1, A)),
+        "behaviour_values": _arr((M + 1, T)),
         "features": _arr((M, T + 1, F)),
     }
     for name, arr in cases.items():

@@ -10,8 +10,12 @@ from zrl.algos import vtrace
 
 
 def _reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,
-                      clip_rho_threshold, clip_pg_rho_threshold):
-    """Direct O(T^2) evaluation of the paper's sum, in float64 numpy."""
+                      clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold=1.0, mask=None):
+    """Direct O(T^2) evaluation of the paper's sum, in float64 numpy.
+
+    A 0/1 ``mask`` m_t enters as rho_t -> m_t rho_t, c_t -> m_t c_t and a pg
+    advantage multiplied by m_t.
+    """
     log_rhos = np.asarray(log_rhos, dtype=np.float64)
     discounts = np.asarray(discounts, dtype=np.float64)
     rewards = np.asarray(rewards, dtype=np.float64)
@@ -21,8 +25,10 @@ def _reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,
     rhos = np.exp(log_rhos)
     rho_bar = np.inf if clip_rho_threshold is None else clip_rho_threshold
     pg_rho_bar = np.inf if clip_pg_rho_threshold is None else clip_pg_rho_threshold
-    clipped_rhos = np.minimum(rho_bar, rhos)
-    cs = np.minimum(1.0, rhos)
+    c_bar = np.inf if clip_c_threshold is None else clip_c_threshold
+    m = np.ones((T, B)) if mask is None else np.asarray(mask, dtype=np.float64)
+    clipped_rhos = m * np.minimum(rho_bar, rhos)
+    cs = m * np.minimum(c_bar, rhos)
     values_ext = np.concatenate([values, bootstrap_value[None]], axis=0)  # [T+1, B]
 
     vs = np.zeros((T, B))
@@ -43,7 +49,7 @@ def _reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,
     pg = np.zeros((T, B))
     for b in range(B):
         for t in range(T):
-            pg[t, b] = min(pg_rho_bar, rhos[t, b]) * (
+            pg[t, b] = m[t, b] * min(pg_rho_bar, rhos[t, b]) * (
                 rewards[t, b] + discounts[t, b] * vs_ext[t + 1, b] - values[t, b]
             )
     return vs, pg
@@ -100,6 +106,134 @@ def test_inputs_exercise_every_clipping_branch():
     assert (rhos > 3.7).any()
     discounts = _make_inputs(7, 5, seed=705)[1]
     assert (discounts[:-1] == 0).any()  # an episode ends strictly inside the unroll
+
+
+# (rho_bar, c_bar, pg_rho_bar) with c_bar != rho_bar; (2.0, 0.5, 1.0) runs both clip branches of
+# rho and c separately: the pinned rhos 0.37, 1.65 and 7.4 fall below, between and above 0.5 and 2.0.
+C_THRESHOLDS = [(2.0, 0.5, 1.0), (1.0, None, 1.0), (None, 0.5, None), (0.5, 2.0, 2.0), (3.7, 3.7, 3.7)]
+
+
+@pytest.mark.parametrize("dtype,atol", [(torch.float64, 1e-10), (torch.float32, 1e-4)])
+@pytest.mark.parametrize("clip_rho,clip_c,clip_pg_rho", C_THRESHOLDS)
+@pytest.mark.parametrize("T,B", [(1, 1), (7, 5)])
+def test_clip_c_matches_reference(T, B, clip_rho, clip_c, clip_pg_rho, dtype, atol):
+    inputs = _make_inputs(T, B, seed=T * 100 + B)
+    expected_vs, expected_pg = _reference_vtrace(*inputs, clip_rho, clip_pg_rho, clip_c_threshold=clip_c)
+    out = vtrace.from_importance_weights(
+        *[torch.tensor(x, dtype=dtype) for x in inputs],
+        clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho, clip_c_threshold=clip_c,
+    )
+    rtol = 1e-10 if dtype == torch.float64 else 1e-4
+    np.testing.assert_allclose(out.vs.numpy(), expected_vs, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(out.pg_advantages.numpy(), expected_pg, rtol=rtol, atol=atol)
+
+
+def test_inputs_exercise_both_clip_branches_of_rho_and_c():
+    rhos = np.exp(_make_inputs(7, 5, seed=705)[0])
+    rho_bar, c_bar = 2.0, 0.5
+    assert (rhos < c_bar).any()  # neither clipped
+    assert ((rhos > c_bar) & (rhos < rho_bar)).any()  # c clipped, rho not
+    assert (rhos > rho_bar).any()  # both clipped
+
+
+def test_clip_c_is_separate_from_clip_rho():
+    inputs = [torch.tensor(x) for x in _make_inputs(7, 5, seed=705)]
+    default = vtrace.from_importance_weights(*inputs)
+    explicit = vtrace.from_importance_weights(*inputs, clip_c_threshold=1.0)
+    torch.testing.assert_close(default.vs, explicit.vs, rtol=0, atol=0)
+    torch.testing.assert_close(default.pg_advantages, explicit.pg_advantages, rtol=0, atol=0)
+    # c_bar only scales the trace: the last step's vs (no later step to carry) is unchanged, earlier ones move.
+    low_c = vtrace.from_importance_weights(*inputs, clip_rho_threshold=2.0, clip_c_threshold=0.5)
+    same_c = vtrace.from_importance_weights(*inputs, clip_rho_threshold=2.0, clip_c_threshold=2.0)
+    torch.testing.assert_close(low_c.vs[-1], same_c.vs[-1])
+    assert not torch.allclose(low_c.vs[:-1], same_c.vs[:-1])
+
+
+def _mask_with_cut(T, B, t_cut):
+    mask = np.ones((T, B))
+    mask[t_cut, 0] = 0.0
+    return mask
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.float32, torch.float64])
+@pytest.mark.parametrize("clip_rho,clip_c,clip_pg_rho", [(1.0, 1.0, 1.0), (2.0, 0.5, 1.0), (None, None, None)])
+def test_mask_matches_reference(clip_rho, clip_c, clip_pg_rho, mask_dtype):
+    T, B, t_cut = 7, 5, 3
+    inputs = _make_inputs(T, B, seed=705)
+    inputs[1][:] = 0.9  # no episode end, so only the mask cuts the trace
+    mask = _mask_with_cut(T, B, t_cut)
+    mask[5, 2] = 0.0  # a second cut in another column
+    expected_vs, expected_pg = _reference_vtrace(
+        *inputs, clip_rho, clip_pg_rho, clip_c_threshold=clip_c, mask=mask
+    )
+    tensors = [torch.tensor(x) for x in inputs]
+    out = vtrace.from_importance_weights(
+        *tensors, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho, clip_c_threshold=clip_c,
+        mask=torch.tensor(mask).to(mask_dtype),
+    )
+    np.testing.assert_allclose(out.vs.numpy(), expected_vs, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(out.pg_advantages.numpy(), expected_pg, rtol=1e-10, atol=1e-10)
+    values = tensors[3]
+    # At a masked step: no TD error, so vs = V(x_s), and the pg advantage is 0.
+    for t, b in ((t_cut, 0), (5, 2)):
+        assert out.vs[t, b].item() == values[t, b].item()
+        assert out.pg_advantages[t, b].item() == 0.0
+    # Without the mask the same step does move, so the mask is what cut it.
+    unmasked = vtrace.from_importance_weights(
+        *tensors, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho, clip_c_threshold=clip_c
+    )
+    assert unmasked.vs[t_cut, 0].item() != values[t_cut, 0].item()
+    # Columns without a masked step are unchanged.
+    torch.testing.assert_close(out.vs[:, [1, 3, 4]], unmasked.vs[:, [1, 3, 4]])
+    torch.testing.assert_close(out.pg_advantages[:, [1, 3, 4]], unmasked.pg_advantages[:, [1, 3, 4]])
+
+
+def test_mask_cuts_the_trace():
+    # Steps before the cut see only V(x_cut), not the rewards or values after it.
+    T, B, t_cut = 6, 2, 2
+    log_rhos, _, rewards, values, bootstrap = [torch.tensor(x) for x in _make_inputs(T, B, seed=3)]
+    discounts = torch.full((T, B), 0.9, dtype=torch.float64)
+    mask = torch.tensor(_mask_with_cut(T, B, t_cut), dtype=torch.bool)
+    base = vtrace.from_importance_weights(log_rhos, discounts, rewards, values, bootstrap, mask=mask)
+    rewards2, values2 = rewards.clone(), values.clone()
+    rewards2[t_cut:] += 10.0
+    values2[t_cut + 1:] -= 3.0
+    changed = vtrace.from_importance_weights(log_rhos, discounts, rewards2, values2, bootstrap + 5.0, mask=mask)
+    torch.testing.assert_close(base.vs[: t_cut + 1, 0], changed.vs[: t_cut + 1, 0])
+    torch.testing.assert_close(base.pg_advantages[: t_cut + 1, 0], changed.pg_advantages[: t_cut + 1, 0])
+    assert not torch.allclose(base.vs[t_cut + 1:, 0], changed.vs[t_cut + 1:, 0])
+    assert not torch.allclose(base.vs[:, 1], changed.vs[:, 1])  # the unmasked column still sees them
+    # Step t_cut - 1 is a one-step target bootstrapped from V(x_cut) (rho_bar = c_bar = 1).
+    s = t_cut - 1
+    rho = min(1.0, math.exp(log_rhos[s, 0].item()))
+    expected = values[s, 0].item() + rho * (
+        rewards[s, 0].item() + 0.9 * values[t_cut, 0].item() - values[s, 0].item()
+    )
+    assert base.vs[s, 0].item() == pytest.approx(expected, rel=1e-12)
+
+
+def test_mask_all_ones_is_no_mask_and_all_zeros_is_values():
+    inputs = [torch.tensor(x) for x in _make_inputs(7, 5, seed=705)]
+    plain = vtrace.from_importance_weights(*inputs)
+    ones = vtrace.from_importance_weights(*inputs, mask=torch.ones(7, 5, dtype=torch.bool))
+    torch.testing.assert_close(ones.vs, plain.vs, rtol=0, atol=0)
+    torch.testing.assert_close(ones.pg_advantages, plain.pg_advantages, rtol=0, atol=0)
+    zeros = vtrace.from_importance_weights(*inputs, mask=torch.zeros(7, 5))
+    torch.testing.assert_close(zeros.vs, inputs[3], rtol=0, atol=0)
+    assert torch.count_nonzero(zeros.pg_advantages) == 0
+
+
+def test_masked_infinite_rho_does_not_poison_the_unroll():
+    # LASER masks exactly the steps where pi and mu disagree most, so rho there may overflow to inf.
+    log_rhos, discounts, rewards, values, bootstrap = [torch.tensor(x) for x in _make_inputs(5, 2, seed=4)]
+    log_rhos[2, 0] = 1000.0
+    mask = torch.ones(5, 2)
+    mask[2, 0] = 0.0
+    out = vtrace.from_importance_weights(
+        log_rhos, discounts, rewards, values, bootstrap,
+        clip_rho_threshold=None, clip_pg_rho_threshold=None, clip_c_threshold=None, mask=mask,
+    )
+    assert torch.isfinite(out.vs).all() and torch.isfinite(out.pg_advantages).all()
 
 
 def test_clipping_changes_result():
@@ -197,6 +331,9 @@ def _good(T=4, B=3):
         ("discounts", torch.zeros(4, 3, 2), "discounts"),
         ("bootstrap_value", torch.zeros(4, 3), "bootstrap_value"),  # wrong rank
         ("bootstrap_value", torch.zeros(2), "bootstrap_value"),  # mismatched B
+        ("mask", torch.zeros(4), "mask"),  # wrong rank
+        ("mask", torch.zeros(4, 2), "mask"),  # mismatched B
+        ("mask", torch.zeros(4, 3, 1, dtype=torch.bool), "mask"),
     ],
 )
 def test_shape_errors(name, bad, match):
@@ -207,8 +344,13 @@ def test_shape_errors(name, bad, match):
     assert str(tuple(bad.shape)) in str(info.value)
 
 
-@pytest.mark.parametrize("kw", ["clip_rho_threshold", "clip_pg_rho_threshold"])
+@pytest.mark.parametrize("kw", ["clip_rho_threshold", "clip_pg_rho_threshold", "clip_c_threshold"])
 @pytest.mark.parametrize("value", [0.0, -1.0, math.nan])
 def test_bad_threshold(kw, value):
     with pytest.raises(ValueError, match=kw):
         vtrace.from_importance_weights(**_good(), **{kw: value})
+
+
+def test_mask_must_be_a_tensor():
+    with pytest.raises(TypeError, match="mask"):
+        vtrace.from_importance_weights(**_good(), mask=[[1.0] * 3] * 4)

@@ -27,15 +27,21 @@ def _usage_error(prog: str, message: str) -> None:
 @click.option("--envs-per-worker", type=int, default=None, help="Environments per worker (workers.envs_per_worker).")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override one config key; repeatable. Values are TOML: 16, 0.5, true, \"text\", [64, 64].")
+@click.option("--replay", "replay_json", type=str, default=None, metavar="JSON",
+              help="The replays as the reference platform's JSON list, replacing the run file's [[replay]] tables, "
+                   "e.g. '[{\"type\": \"queue\", \"capacity\": 1, \"sample_ratio\": 0.5}, "
+                   "{\"type\": \"standard\", \"capacity\": 1000, \"sample_ratio\": 0.5}]'. "
+                   "standard means uniform; custom with sample_strategy means elite or attentive.")
 @click.option("--quiet", is_flag=True, help="No progress output (the log and CSV files are still written).")
 @click.version_option(__version__, prog_name="zrl")
-def launch_main(config_path, workers, envs_per_worker, sets, quiet) -> None:
+def launch_main(config_path, workers, envs_per_worker, sets, replay_json, quiet) -> None:
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
     from zrl.launch import launch
 
     try:
-        cfg = config_mod.load(config_path, sets, {"workers.count": workers, "workers.envs_per_worker": envs_per_worker})
+        options = {"workers.count": workers, "workers.envs_per_worker": envs_per_worker, "replay": replay_json}
+        cfg = config_mod.load(config_path, sets, options)
         code = launch(cfg, quiet=quiet)
     except ConfigError as err:
         _usage_error("zrl-launch", str(err))

@@ -96,9 +96,7 @@ class ModelConfig:
     mlp_hidden: tuple[int, ...] = (64, 64)
     """Hidden layer widths of the MLP for vector observations."""
     feature_size: int = 512
-    """Length of the state feature vector the feature head emits (used by elite and attentive replay)."""
-    send_features: bool = False
-    """Workers send their behaviour-time feature vectors with every unroll (needed by elite/attentive replay)."""
+    """Length of the state feature vector the feature head emits; workers send it with every unroll when an elite or attentive replay needs it."""
 
 
 @dataclass(frozen=True)
@@ -141,28 +139,68 @@ class LearnerConfig:
     """Weight of the entropy bonus (losses are sums over T x B, so this is per sample)."""
     grad_norm_clip: float = 40.0
     """Global gradient norm clip; 0 disables it."""
-    clip_rho_threshold: float = 1.0
-    """V-trace rho-bar; 0 means no clipping."""
-    clip_pg_rho_threshold: float = 1.0
-    """V-trace clip of the policy-gradient importance weight; 0 means no clipping."""
     publish_every: int = 1
     """Learner steps between weight broadcasts."""
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    clip_rho: float = 1.0
+    """V-trace rho-bar: clip of the importance weight in the value targets; 0 means no clipping."""
+    clip_c: float = 1.0
+    """V-trace c-bar: clip of the trace coefficients (the reference platform hard-wired it to 1); 0 means no clipping."""
+    clip_pg_rho: float = 1.0
+    """Clip of the importance weight in the policy-gradient advantage (the reference platform called it c); 0 means no clipping."""
+    laser: bool = False
+    """LASER: a step whose KL(pi || mu) exceeds laser_kl_threshold is cut from the trace, the advantages, the value error and the cloning terms."""
+    laser_kl_threshold: float = 0.3
+    """LASER's KL threshold (the reference platform's default)."""
+    clear_policy_weight: float = 0.05
+    """CLEAR policy cloning: weight of the KL between behaviour and current policy, summed over every step of the batch; 0 switches it off."""
+    clear_policy_kl: str = "mu_pi"
+    """Direction of the cloning KL: mu_pi is KL(mu || pi), the CLEAR paper's; pi_mu is KL(pi || mu), what the reference platform computed."""
+    clear_value_weight: float = 0.005
+    """CLEAR value cloning: weight of the error between the current value and the worker's behaviour-time value; 0 switches it off."""
+    clear_value_loss: str = "squared"
+    """squared: sum of (V - V_mu)^2, the CLEAR paper's form; l2_norm: its square root, the reference platform's unsquared form."""
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
     prefetch_batches: int = 2
     """Batches ready ahead of the learner: the learner grants this many credits, the broker sends a batch per credit."""
+    torch_threads: int = 1
+    """PyTorch threads for the broker's feature recomputation (elite and attentive replay)."""
+    precision: str = "fp32"
+    """fp32, or bf16 (autocast) for the broker's feature recomputation."""
 
 
 @dataclass(frozen=True)
 class ReplayConfig:
     type: str = "queue"
-    """queue: FIFO of fresh unrolls (more replay types arrive with later releases)."""
+    """queue: FIFO of fresh unrolls; uniform: ring sampled uniformly; elite: sampled by distance between stored behaviour-time and current features; attentive: by distance to the newest state's current feature."""
     capacity: int = 64
-    """Unrolls the replay holds; when full the oldest is dropped and counted."""
+    """Unrolls the replay holds; when full the oldest is replaced. A queue holds at least what one batch takes from it, so capacity 1 means as fresh as possible."""
     sample_ratio: float = 1.0
-    """Share of every batch taken from this replay; the ratios sum to 1."""
+    """Share of every batch taken from this replay; the ratios sum to 1 and batch_size x sample_ratio must be whole."""
+    fill_fraction: float = 0.1
+    """uniform, elite, attentive: training starts once the replay holds fill_fraction x capacity unrolls (a queue: one batch's share)."""
+    dist_function: str = "ln_norm"
+    """elite, attentive: ln_norm (p-norm of the [steps, F] difference), cos_dist (1 - cosine similarity, mean over steps) or kl_div (sum over steps of KL(softmax(stored) || softmax(current)))."""
+    p: float = 2.0
+    """elite, attentive: the p of ln_norm."""
+    strategy: int = 3
+    """elite, attentive: 1 the n lowest distances; 2 the lowest of each of n distance strata; 3 like 1, least sampled first; 4 like 2, least sampled in each stratum."""
+    lambda_batch_multiplier: float = 6.0
+    """elite, attentive: the candidate pool holds lambda x n distinct units (n = batch_size x sample_ratio); lambda anneals to 1, where sampling is uniform."""
+    alfa_annealing_factor: float = 2.0
+    """elite, attentive: lambda anneals linearly to 1 over alfa_annealing_factor x the learning-rate decay steps, counted in sample calls."""
+    feature_steps: int = 5
+    """elite, attentive: time steps of each unit whose features are compared, evenly spaced over the unroll; 0 (or T or more) compares all T (exact, and the costliest)."""
+    elite_insertion: bool = False
+    """elite: once full, a new unit replaces the unit with the largest distance among elite_batch_size random ones instead of the oldest."""
+    elite_batch_size: int = 20
+    """elite: units drawn for each elite insertion."""
 
 
 @dataclass(frozen=True)
@@ -177,7 +215,24 @@ class TransportConfig:
     """Every blocking receive polls this long before it checks whether to stop."""
 
 
-REPLAY_TYPES = ("queue",)
+REPLAY_TYPES = ("queue", "uniform", "elite", "attentive")
+FEATURE_REPLAYS = ("elite", "attentive")
+DISTANCES = ("ln_norm", "cos_dist", "kl_div")
+CLONING_KL = ("mu_pi", "pi_mu")
+CLONING_VALUE = ("squared", "l2_norm")
+_REPLAY_COMMON = ("type", "capacity", "sample_ratio")
+_REPLAY_SAMPLED = ("dist_function", "p", "strategy", "lambda_batch_multiplier", "alfa_annealing_factor", "feature_steps")
+REPLAY_KEYS = {
+    "queue": _REPLAY_COMMON,
+    "uniform": _REPLAY_COMMON + ("fill_fraction",),
+    "elite": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED + ("elite_insertion", "elite_batch_size"),
+    "attentive": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED,
+}
+MOVED_KEYS = {
+    "learner.clip_rho_threshold": "algo.clip_rho",
+    "learner.clip_pg_rho_threshold": "algo.clip_pg_rho",
+    "model.send_features": None,  # workers send features whenever an elite or attentive replay needs them
+}
 OPTIMIZERS = ("rmsprop", "adam")
 PRECISIONS = ("fp32", "bf16")
 MODEL_KINDS = ("auto", "atari", "mlp")
@@ -193,6 +248,7 @@ class Config:
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     replay: tuple[ReplayConfig, ...] = (ReplayConfig(),)
     transport: TransportConfig = field(default_factory=TransportConfig)
@@ -207,6 +263,7 @@ SECTIONS: dict[str, type] = {
     "workers": WorkersConfig,
     "model": ModelConfig,
     "learner": LearnerConfig,
+    "algo": AlgoConfig,
     "broker": BrokerConfig,
     "transport": TransportConfig,
 }
@@ -245,6 +302,8 @@ def check(cfg: Config) -> None:
         "learner.adam_eps": cfg.learner.adam_eps,
         "learner.publish_every": cfg.learner.publish_every,
         "broker.prefetch_batches": cfg.broker.prefetch_batches,
+        "broker.torch_threads": cfg.broker.torch_threads,
+        "algo.laser_kl_threshold": cfg.algo.laser_kl_threshold,
         "transport.hwm": cfg.transport.hwm,
         "transport.poll_timeout_ms": cfg.transport.poll_timeout_ms,
     }
@@ -266,8 +325,11 @@ def check(cfg: Config) -> None:
         "learner.baseline_cost": cfg.learner.baseline_cost,
         "learner.entropy_cost": cfg.learner.entropy_cost,
         "learner.grad_norm_clip": cfg.learner.grad_norm_clip,
-        "learner.clip_rho_threshold": cfg.learner.clip_rho_threshold,
-        "learner.clip_pg_rho_threshold": cfg.learner.clip_pg_rho_threshold,
+        "algo.clip_rho": cfg.algo.clip_rho,
+        "algo.clip_c": cfg.algo.clip_c,
+        "algo.clip_pg_rho": cfg.algo.clip_pg_rho,
+        "algo.clear_policy_weight": cfg.algo.clear_policy_weight,
+        "algo.clear_value_weight": cfg.algo.clear_value_weight,
     }
     for key, value in non_negative.items():
         if not value >= 0:
@@ -283,6 +345,9 @@ def check(cfg: Config) -> None:
         _fail("learner.lr_end", f"{cfg.learner.lr_end} is above learner.learning_rate {cfg.learner.learning_rate}")
     _choice("learner.optimizer", cfg.learner.optimizer, OPTIMIZERS)
     _choice("learner.precision", cfg.learner.precision, PRECISIONS)
+    _choice("broker.precision", cfg.broker.precision, PRECISIONS)
+    _choice("algo.clear_policy_kl", cfg.algo.clear_policy_kl, CLONING_KL)
+    _choice("algo.clear_value_loss", cfg.algo.clear_value_loss, CLONING_VALUE)
     _choice("model.kind", cfg.model.kind, MODEL_KINDS)
     _choice("transport.kind", cfg.transport.kind, TRANSPORT_KINDS)
     if not cfg.env.id:
@@ -302,12 +367,6 @@ def check(cfg: Config) -> None:
     if 0 < cfg.workers.produce_ratio < 1:
         _fail("workers.produce_ratio", f"{cfg.workers.produce_ratio} would send less than one batch per weights "
               "version and starve the learner; give 1 or more (1.25 leaves a margin), or 0 to run free")
-    per_version = math.ceil(cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every)
-    if cfg.workers.produce_ratio and cfg.replay and cfg.replay[0].capacity < per_version:
-        _fail("replay[0].capacity", f"{cfg.replay[0].capacity} unrolls cannot hold what the workers send per weights "
-              f"version (workers.produce_ratio {cfg.workers.produce_ratio} x learner.batch_size "
-              f"{cfg.learner.batch_size} x learner.publish_every {cfg.learner.publish_every} = {per_version}); the "
-              "learner would starve while the workers wait. Raise the capacity, or lower publish_every")
     window = cfg.learner.unroll_length + cfg.env.frame_stack
     if cfg.workers.ring_slots and cfg.workers.ring_slots < 2 * window:
         _fail("workers.ring_slots", f"{cfg.workers.ring_slots} slots cannot keep one unroll's frames while the next is "
@@ -324,8 +383,6 @@ def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
 def _check_replays(cfg: Config) -> None:
     if not cfg.replay:
         _fail("replay", "at least one [[replay]] table is needed")
-    if len(cfg.replay) > 1:
-        _fail("replay", f"{len(cfg.replay)} [[replay]] tables; this release mixes no replays yet, give one")
     batch = cfg.learner.batch_size
     total = 0.0
     for i, rep in enumerate(cfg.replay):
@@ -341,15 +398,136 @@ def _check_replays(cfg: Config) -> None:
                 f"{key}.sample_ratio",
                 f"learner.batch_size {batch} x sample_ratio {rep.sample_ratio} = {share:g} is not a whole number of unrolls",
             )
-        if round(share) > rep.capacity:
+        if rep.type != "queue" and round(share) > rep.capacity:
             _fail(
                 f"{key}.capacity",
                 f"{rep.capacity} unrolls is less than one batch takes from this replay "
                 f"(learner.batch_size {batch} x sample_ratio {rep.sample_ratio} = {round(share)})",
             )
+        if not 0.0 < rep.fill_fraction <= 1.0:
+            _fail(f"{key}.fill_fraction", f"must be in (0, 1], got {rep.fill_fraction}")
+        _choice(f"{key}.dist_function", rep.dist_function, DISTANCES)
+        if not rep.p >= 1.0:
+            _fail(f"{key}.p", f"the p of a p-norm must be >= 1, got {rep.p}")
+        if rep.strategy not in (1, 2, 3, 4):
+            _fail(f"{key}.strategy", f"{rep.strategy} is not one of 1, 2, 3, 4")
+        if not rep.lambda_batch_multiplier >= 1.0:
+            _fail(f"{key}.lambda_batch_multiplier", f"must be >= 1 (1 samples uniformly), got {rep.lambda_batch_multiplier}")
+        if not rep.alfa_annealing_factor > 0.0:
+            _fail(f"{key}.alfa_annealing_factor", f"must be > 0, got {rep.alfa_annealing_factor}")
+        if rep.feature_steps < 0:
+            _fail(f"{key}.feature_steps", f"must be >= 0 (0 compares all steps), got {rep.feature_steps}")
+        if rep.elite_batch_size < 1:
+            _fail(f"{key}.elite_batch_size", f"must be >= 1 (at most the capacity is drawn), got {rep.elite_batch_size}")
         total += rep.sample_ratio
     if abs(total - 1.0) > 1e-6:
         _fail("replay", f"the sample_ratio values sum to {total:g}; they must sum to 1")
+
+
+def replay_share(cfg: Config, rep: ReplayConfig) -> int:
+    """Unrolls each batch takes from a replay: batch_size x sample_ratio."""
+    return round(cfg.learner.batch_size * rep.sample_ratio)
+
+
+def fresh_share(cfg: Config) -> float:
+    """The share of a batch that is fresh (taken from queues); 1 when no queue is configured."""
+    return sum(r.sample_ratio for r in cfg.replay if r.type == "queue") or 1.0
+
+
+def needs_features(cfg: Config) -> bool:
+    """Whether workers must send behaviour-time features (an elite or attentive replay needs them)."""
+    return any(r.type in FEATURE_REPLAYS for r in cfg.replay)
+
+
+def unrolls_per_version(cfg: Config) -> int:
+    """How many unrolls each worker may send per new weights version (0: no limit).
+
+    All workers together send ``produce_ratio`` times the fresh share of a batch per version (a version
+    covers ``publish_every`` learner steps), so the learner always has fresh data and little is produced
+    only to be dropped. Rounded up: never fewer than the learner needs.
+    """
+    if not cfg.workers.produce_ratio:
+        return 0
+    units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every * fresh_share(cfg)
+    return math.ceil(units / (cfg.workers.count * cfg.workers.envs_per_worker) - 1e-9)
+
+
+def queue_capacity(cfg: Config, rep: ReplayConfig) -> int:
+    """A queue holds at least what one batch takes from it and what the workers send per weights version,
+    so that throttled workers never wait on a learner that starves (the reference's capacity 1 queue)."""
+    per_version = unrolls_per_version(cfg) * cfg.workers.count * cfg.workers.envs_per_worker
+    return max(rep.capacity, replay_share(cfg, rep), per_version)
+
+
+def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:
+    """Learner steps over which the learning rate decays (from the frame budget when not given); elite
+    lambda annealing is measured against it too."""
+    if cfg.learner.lr_decay_steps:
+        return cfg.learner.lr_decay_steps
+    per_step = cfg.learner.batch_size * cfg.learner.unroll_length * frames_per_step
+    return max(1, cfg.run.max_env_frames // per_step)
+
+
+REFERENCE_TYPES = {"queue": "queue", "standard": "uniform", "uniform": "uniform", "elite": "elite",
+                   "attentive": "attentive", "custom": None}  # fmt: skip
+REFERENCE_SAMPLERS = {"elite_sampling": "elite", "attentive_sampling": "attentive"}
+
+
+def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
+    """[[replay]] tables from a JSON list in the reference platform's --replay_parameters form (zrl's own
+    key names are accepted as well): standard means uniform, and custom maps to elite or attentive by its
+    sample_strategy (elite with lambda 1, i.e. uniform sampling, when it only names elite_insertion)."""
+    import json
+
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{source}: not valid JSON: {err}") from None
+    if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
+        raise ConfigError(f'{source}: expected a JSON list of objects, e.g. [{{"type": "queue", "capacity": 1, '
+                          '"sample_ratio": 1}]')  # fmt: skip
+    tables = []
+    for i, item in enumerate(items):
+        item = dict(item)
+        key = f"replay[{i}]"
+        kind = item.pop("type", None)
+        if not isinstance(kind, str) or kind.lower() not in REFERENCE_TYPES:
+            hint = difflib.get_close_matches(str(kind).lower(), list(REFERENCE_TYPES), n=1)
+            extra = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(f"{source}: {key}.type = {kind!r} is not one of {', '.join(REFERENCE_TYPES)}{extra}")
+        kind = REFERENCE_TYPES[kind.lower()]
+        table: dict[str, Any] = {}
+        sampler = item.pop("sample_strategy", None)
+        insert = item.pop("insert_strategy", None)
+        if sampler is not None and (not isinstance(sampler, str) or sampler.lower() not in REFERENCE_SAMPLERS):
+            raise ConfigError(f"{source}: {key}.sample_strategy = {sampler!r} is not one of elite_sampling, attentive_sampling")
+        if insert is not None and (not isinstance(insert, str) or insert.lower() != "elite_insertion"):
+            raise ConfigError(f"{source}: {key}.insert_strategy = {insert!r}: the only insertion strategy is elite_insertion")
+        if kind is None:  # custom
+            if sampler is None and insert is None:
+                raise ConfigError(f"{source}: {key}: a custom replay needs sample_strategy (elite_sampling or "
+                                  "attentive_sampling) or insert_strategy (elite_insertion)")  # fmt: skip
+            kind = REFERENCE_SAMPLERS[sampler.lower()] if sampler else "elite"
+            if sampler is None:
+                table["lambda_batch_multiplier"] = 1.0
+        if insert is not None:
+            table["elite_insertion"] = True
+        strategy = item.pop("elite_sampling_strategy", None)
+        if strategy is not None:
+            text_value = str(strategy).lower().removeprefix("strategy")
+            if text_value not in ("1", "2", "3", "4"):
+                raise ConfigError(f"{source}: {key}.elite_sampling_strategy = {strategy!r} is not one of strategy1, "
+                                  "strategy2, strategy3, strategy4")  # fmt: skip
+            table["strategy"] = int(text_value)
+        for name, value in item.items():
+            if isinstance(value, str) and name == "dist_function":
+                value = value.lower()
+            if name in ("lambda_batch_multiplier", "alfa_annealing_factor", "p") and isinstance(value, int):
+                value = float(value)
+            table[name] = value
+        table["type"] = kind
+        tables.append(table)
+    return tables
 
 
 # ---------------------------------------------------------------------------------------------
@@ -398,9 +576,14 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
         if section == "replay":
             if not isinstance(body, list) or not all(isinstance(t, dict) for t in body):
                 raise ConfigError(f"{source}: replay must be a list of tables ([[replay]])")
-            valid = [f.name for f in dataclasses.fields(ReplayConfig)]
+            everything = [f.name for f in dataclasses.fields(ReplayConfig)]
             for i, table in enumerate(body):
+                kind = table.get("type", ReplayConfig.type)
+                valid = REPLAY_KEYS.get(kind, everything) if isinstance(kind, str) else everything
                 for key in table:
+                    if key in everything and key not in valid:
+                        users = " and ".join(k for k, keys in REPLAY_KEYS.items() if key in keys)
+                        raise ConfigError(f"{source}: replay[{i}].{key} applies only to {users} replays; this one is {kind}")
                     if key not in valid:
                         raise _unknown(source, f"replay[{i}].{key}", [f"replay[{i}].{v}" for v in valid])
             base["replay"] = [dict(t) for t in body]
@@ -412,6 +595,10 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
             raise ConfigError(f"{source}: {section} must be a table ([{section}])")
         valid = {f.name for f in dataclasses.fields(SECTIONS[section])}
         for key, value in body.items():
+            if f"{section}.{key}" in MOVED_KEYS:
+                to = MOVED_KEYS[f"{section}.{key}"]
+                why = f"it is now {to}" if to else "workers now send features whenever an elite or attentive replay needs them"
+                raise ConfigError(f"{source}: {section}.{key} is no longer a key: {why}")
             if key not in valid:
                 raise _unknown(source, f"{section}.{key}", _all_keys())
             base.setdefault(section, {})[key] = value
@@ -471,6 +658,8 @@ def parse_set(item: str) -> tuple[str, str, Any]:
     if "=" not in item:
         raise ConfigError(f"--set {item}: expected section.key=value, e.g. learner.batch_size=16")
     dotted, text = (part.strip() for part in item.split("=", 1))
+    if dotted == "replay":
+        return "replay", "", replays_from_json(text, f"--set {item}")
     if dotted.count(".") != 1:
         raise ConfigError(f"--set {item}: the key must be section.key, e.g. learner.batch_size")
     section, key = dotted.split(".")
@@ -496,9 +685,12 @@ def load(
         _merge(raw, read_toml(path), str(path), sources)
     for item in sets:
         section, key, value = parse_set(item)
-        _merge(raw, {section: {key: value}}, f"--set {item}", sources)
+        _merge(raw, {section: value} if section == "replay" else {section: {key: value}}, f"--set {item}", sources)
     for dotted, value in (options or {}).items():
         if value is None:
+            continue
+        if dotted == "replay":  # --replay: the reference platform's JSON list
+            _merge(raw, {"replay": replays_from_json(value, "option --replay")}, "option --replay", sources)
             continue
         section, key = dotted.split(".")
         flag = OPTION_FLAGS.get(dotted, "--" + key.replace("_", "-"))
@@ -510,7 +702,7 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in SECTIONS:
         out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(getattr(cfg, name)).items()}
-    out["replay"] = [dataclasses.asdict(r) for r in cfg.replay]
+    out["replay"] = [{k: v for k, v in dataclasses.asdict(r).items() if k in REPLAY_KEYS[r.type]} for r in cfg.replay]
     return out
 
 
@@ -580,11 +772,23 @@ def defaults_toml() -> str:
         lines.append(f"\n[{name}]")
         for key, value in data[name].items():
             lines += [f"# {docs[cls.__name__][key]}", f"{key} = {_toml_value(value)}"]
-    lines.append("\n# Replays, one [[replay]] table each; a batch takes batch_size * sample_ratio unrolls from each.")
+    lines += [
+        "\n# Replays, one [[replay]] table each. Every unroll goes into every replay; a batch takes",
+        "# batch_size * sample_ratio unrolls from each. The default is one queue: plain on-policy IMPALA.",
+        "# --replay also takes the reference platform's JSON list (standard = uniform; custom = elite or attentive).",
+    ]
     for rep in data["replay"]:
         lines.append("[[replay]]")
         for key, value in rep.items():
             lines += [f"# {docs['ReplayConfig'][key]}", f"{key} = {_toml_value(value)}"]
+    everything = dataclasses.asdict(ReplayConfig())
+    lines.append("\n# The other replay keys and their defaults, e.g. for an elite replay:\n# [[replay]]")
+    for key, value in everything.items():
+        if key not in REPLAY_KEYS["queue"] or key == "type":
+            if key == "type":
+                lines.append('# type = "elite"')
+            else:
+                lines += [f"# {key} = {_toml_value(value)}", f"#   {docs['ReplayConfig'][key]}"]
     return "\n".join(lines) + "\n"
 
 

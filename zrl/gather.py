@@ -56,15 +56,20 @@ class Gatherer:
         return self._frames_t[:b_total], self._steps_t[:b_total], ok
 
 
-def stack_observations(frames: torch.Tensor, episode_steps: torch.Tensor, stack: int) -> torch.Tensor:
+def stack_observations(frames: torch.Tensor, episode_steps: torch.Tensor, stack: int,
+                       at: np.ndarray | None = None) -> torch.Tensor:  # fmt: skip
     """``[B, T+S, *shape]`` frames to batch-major stacked observations ``[B, T+1, S, *shape]`` (one new
-    contiguous tensor; the model reads it as ``[B*(T+1), S, *shape]`` without another copy)."""
-    b, window = frames.shape[:2]
+    contiguous tensor; the model reads it as ``[B*(T+1), S, *shape]`` without another copy), or only the
+    observations ``at`` (indices into 0..T): ``[B, len(at), S, *shape]``."""
+    b = frames.shape[0]
     shape = frames.shape[2:]
-    steps = window - stack + 1
     windows = frames.unfold(1, stack, 1).movedim(-1, 2)  # [B, T+1, S, *shape], a view
-    back = torch.arange(stack - 1, -1, -1, device=frames.device)  # places back from the newest frame
     newest = episode_steps[:, stack - 1 :].long()  # [B, T+1]
+    if at is not None:
+        index = torch.from_numpy(np.asarray(at, np.int64)).to(frames.device)
+        windows, newest = windows[:, index], newest[:, index]
+    steps = windows.shape[1]
+    back = torch.arange(stack - 1, -1, -1, device=frames.device)  # places back from the newest frame
     keep = (back.view(1, 1, stack) <= newest.unsqueeze(-1)).to(frames.dtype)
     return windows * keep.view(b, steps, stack, *([1] * len(shape)))
 

@@ -27,7 +27,7 @@ import shm
 from shm.ring import Ring, RingSpec
 
 from zrl import __version__, checkpoint, envs, protocol, transport
-from zrl.config import Config, ConfigError, dumps
+from zrl.config import Config, ConfigError, dumps, queue_capacity
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring
@@ -43,13 +43,17 @@ log = logging.getLogger("zrl")
 def ring_slots(cfg: Config) -> int:
     """Ring slots per worker: enough that every unit the broker and learner may still hold keeps its frames.
 
-    Units in flight are at most the replay capacity plus the ready batches plus the learner's batch;
-    in the worst case they all come from one worker, which produces M units per T slots.
+    Every unit goes into every replay, so the units held are at most the largest replay's capacity, plus
+    the ready batches and the learner's batch. A worker produces M units per T slots; its ring keeps twice
+    its fair share of them (all of them with one or two workers), so a worker may run at twice the others'
+    pace before its oldest replayed units are dropped as stale (counted in metrics.csv).
     """
     if cfg.workers.ring_slots:
         return cfg.workers.ring_slots
-    in_flight = sum(r.capacity for r in cfg.replay) + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
-    unrolls_per_env = math.ceil(in_flight / cfg.workers.envs_per_worker) + 2
+    held = max(queue_capacity(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
+    in_flight = held + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
+    per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
+    unrolls_per_env = math.ceil(per_worker / cfg.workers.envs_per_worker) + 2
     return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
 
 
@@ -121,10 +125,32 @@ class Tally:
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     episodes: int = 0
     last_seen: dict[str, float] = field(default_factory=dict)
+    _last_interval: dict | None = None
 
     @property
     def env_frames(self) -> int:
         return sum(w.env_frames for w in self.workers.values())
+
+    def interval_figures(self) -> dict[str, float]:
+        """Time shares since the last call: the learner's wait for batches as a fraction of its loop time,
+        its seconds per step, and the broker's seconds per batch made (feature passes included)."""
+        ls, b = self.learner, self.broker
+        now = {
+            "wait": ls.wait_time_s if ls else 0.0, "busy": (ls.step_time_s + ls.gather_time_s) if ls else 0.0,
+            "steps": ls.learner_step if ls else 0, "prepare": b.prepare_time_s if b else 0.0,
+            "features": b.feature_time_s if b else 0.0, "batches": b.batches_sent if b else 0,
+        }  # fmt: skip
+        last, self._last_interval = self._last_interval or dict.fromkeys(now, 0), now
+        d = {k: now[k] - last[k] for k in now}
+        out: dict[str, float] = {}
+        if d["wait"] + d["busy"] > 0:
+            out["learner_wait_fraction"] = d["wait"] / (d["wait"] + d["busy"])
+        if d["steps"] > 0:
+            out["learner_step_s"] = d["busy"] / d["steps"]
+        if d["batches"] > 0:
+            out["broker_prepare_s"] = d["prepare"] / d["batches"]
+            out["broker_feature_s"] = d["features"] / d["batches"]
+        return out
 
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
@@ -345,12 +371,17 @@ class Launcher:
         if t.learner:
             ls = t.learner
             row.update({k: getattr(ls, k) for k in ("learner_step", "policy_version", "policy_lag", "total_loss",
-                        "pg_loss", "baseline_loss", "entropy_loss", "learning_rate", "grad_norm", "mean_rho",
-                        "units_dropped_torn")})  # fmt: skip
+                        "pg_loss", "baseline_loss", "entropy_loss", "policy_cloning_loss", "value_cloning_loss",
+                        "laser_masked_fraction", "sample_age_mean", "sample_age_max", "learning_rate", "grad_norm",
+                        "mean_rho", "units_dropped_torn")})  # fmt: skip
         if t.broker:
             b = t.broker
             row.update({k: getattr(b, k) for k in ("unrolls_received", "unrolls_dropped_stale",
-                        "unrolls_dropped_full", "seq_gaps", "decode_errors", "replay_size", "ready_batches")})  # fmt: skip
+                        "unrolls_dropped_full", "seq_gaps", "decode_errors", "replay_size", "ready_batches",
+                        "elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min",
+                        "elite_distance_max")})  # fmt: skip
+            row["replay_sizes"] = " ".join(str(int(n)) for n in b.replay_sizes)
+        row.update(t.interval_figures())
         metrics.write(row)
 
     def _final_report(self, code: int) -> None:

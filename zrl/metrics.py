@@ -11,10 +11,13 @@ EPISODE_COLUMNS = ("episode", "raw_return", "length_frames", "length_env_steps",
 
 METRIC_COLUMNS = (
     "wall_time", "elapsed_s", "env_frames", "frames_per_s", "learner_step", "policy_version", "policy_lag",
-    "worker_policy_version_min", "worker_policy_version_max", "worker_weights_wait_s", "samples_per_s", "total_loss", "pg_loss",
-    "baseline_loss", "entropy_loss", "learning_rate", "grad_norm", "mean_rho", "units_dropped_torn",
+    "sample_age_mean", "sample_age_max", "worker_policy_version_min", "worker_policy_version_max",
+    "worker_weights_wait_s", "samples_per_s", "total_loss", "pg_loss", "baseline_loss", "entropy_loss",
+    "policy_cloning_loss", "value_cloning_loss", "laser_masked_fraction", "learning_rate", "grad_norm", "mean_rho",
+    "units_dropped_torn", "learner_wait_fraction", "learner_step_s", "broker_prepare_s", "broker_feature_s",
+    "elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min", "elite_distance_max",
     "unrolls_received", "unrolls_dropped_stale", "unrolls_dropped_full", "seq_gaps", "decode_errors",
-    "replay_size", "ready_batches", "episodes", "mean_return_100",
+    "replay_size", "replay_sizes", "ready_batches", "episodes", "mean_return_100",
 )  # fmt: skip
 
 

@@ -291,6 +291,7 @@ class Unroll(_Message):
     rewards: np.ndarray = _array("float32", ("M", "T"))
     discounts: np.ndarray = _array("float32", ("M", "T"))
     behaviour_logits: np.ndarray = _array("float32", ("M", "T", "A"))
+    behaviour_values: np.ndarray = _array("float32", ("M", "T"))
     features: np.ndarray = _array("float32", ("M", "T", "F"), allow_empty=True)
 
 
@@ -309,6 +310,8 @@ class Batch(_Message):
     rewards: np.ndarray = _array("float32", ("B", "T"))
     discounts: np.ndarray = _array("float32", ("B", "T"))
     behaviour_logits: np.ndarray = _array("float32", ("B", "T", "A"))
+    behaviour_values: np.ndarray = _array("float32", ("B", "T"))
+    replay_index: np.ndarray = _array("int32", ("B",))  # which [[replay]] table each unit came from
 
 
 @_message("episode")
@@ -358,6 +361,14 @@ class BrokerStats(_Message):
     batches_sent: int = _int()
     replay_size: int = _int()
     ready_batches: int = _int()
+    replay_sizes: np.ndarray = _array("int64", ("R",))  # units held by each [[replay]] table
+    prepare_time_s: float = _float()  # cumulative time spent making batches, feature recomputation included
+    feature_time_s: float = _float()  # cumulative time in the feature forward passes
+    elite_lambda: float = _float()  # the first elite/attentive replay's current batch multiplier (0: none)
+    elite_distance_pool: float = _float()  # mean distance over its last candidate pool
+    elite_distance_chosen: float = _float()  # mean distance of the units it chose from that pool
+    elite_distance_min: float = _float()
+    elite_distance_max: float = _float()
 
 
 @_message("learner_stats")
@@ -377,7 +388,12 @@ class LearnerStats(_Message):
     learning_rate: float = _float()
     grad_norm: float = _float()
     mean_rho: float = _float()
-    policy_lag: float = _float()
+    policy_cloning_loss: float = _float()
+    value_cloning_loss: float = _float()
+    laser_masked_fraction: float = _float()
+    policy_lag: float = _float()  # mean age in policy versions of the fresh (queue) units of the last batch
+    sample_age_mean: float = _float()  # mean age in policy versions of every unit of the last batch
+    sample_age_max: float = _float()
     step_time_s: float = _float()
     gather_time_s: float = _float()
     wait_time_s: float = _float()

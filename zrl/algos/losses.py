@@ -7,6 +7,18 @@ Reduction convention: every loss is a *sum* over time and batch, never a mean;
 nothing is divided by T or B (the convention of the IMPALA reference
 implementation, Espeholt et al. 2018).  The learning rate therefore scales with
 T * B; divide by it at the call site if a mean is wanted.
+
+Optional ``mask`` arguments are ``[T, B]`` 0/1 tensors (bool or float): a step
+with mask 0 contributes nothing to the sum and receives no gradient.
+
+Beyond IMPALA, ``vtrace_loss`` can add
+  * CLEAR behaviour cloning (Rolnick et al. 2019, "Experience Replay for
+    Continual Learning"): a policy term KL(mu || pi) and a value term
+    (V - V_mu)^2 that pull the learner towards the replayed behaviour;
+  * the LASER trust-region mask (Schmitt et al. 2020, "Off-Policy Actor-Critic
+    with Shared Experience Replay"): steps where KL(pi || mu) exceeds a
+    threshold are dropped from the V-trace targets and from every loss term
+    except the entropy bonus.
 """
 
 from __future__ import annotations
@@ -24,8 +36,20 @@ __all__ = [
     "policy_gradient_loss",
     "baseline_loss",
     "entropy_loss",
+    "kl_divergence",
+    "laser_mask",
+    "policy_cloning_loss",
+    "value_cloning_loss",
+    "POLICY_CLONING_DIRECTIONS",
+    "VALUE_CLONING_FORMS",
     "vtrace_loss",
 ]
+
+POLICY_CLONING_DIRECTIONS = ("mu_pi", "pi_mu")
+"""``"mu_pi"``: KL(mu || pi), the CLEAR paper; ``"pi_mu"``: KL(pi || mu), the reference platform."""
+
+VALUE_CLONING_FORMS = ("squared", "l2_norm")
+"""``"squared"``: sum (V - V_mu)^2, the CLEAR paper; ``"l2_norm"``: its square root, the reference platform."""
 
 
 def _check_logits(name: str, logits: torch.Tensor) -> None:
@@ -49,6 +73,16 @@ def _check_tb(name: str, tensor: torch.Tensor, expected: tuple, against: str) ->
         )
 
 
+def _mask_as(mask: Optional[torch.Tensor], like: torch.Tensor, against: str) -> Optional[torch.Tensor]:
+    """A [T, B] bool or 0/1 mask as a detached float tensor of ``like``'s dtype and device."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+    _check_tb("mask", mask, tuple(like.shape[:2]), against)
+    return mask.detach().to(dtype=like.dtype, device=like.device)
+
+
 def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
     """log pi(a_t|x_t) for the taken actions: [T, B, A] logits, [T, B] actions -> [T, B]."""
     _check_logits("logits", logits)
@@ -60,17 +94,24 @@ def action_log_probs(logits: torch.Tensor, actions: torch.Tensor) -> torch.Tenso
 
 
 def policy_gradient_loss(
-    logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor
+    logits: torch.Tensor,
+    actions: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """sum_{t,b} -log pi(a_t|x_t) * advantage_t; advantages are detached."""
+    """sum_{t,b} -m_t log pi(a_t|x_t) * advantage_t; advantages are detached, m_t = 1 without a mask."""
     _check_logits("logits", logits)
     _check_tb("advantages", advantages, tuple(logits.shape[:2]), "logits")
     log_pi = action_log_probs(logits, actions)
-    return -(log_pi * advantages.detach()).sum()
+    terms = log_pi * advantages.detach()
+    m = _mask_as(mask, terms, "logits")
+    if m is not None:
+        terms = terms * m
+    return -terms.sum()
 
 
-def baseline_loss(vs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """0.5 * sum_{t,b} (vs - values)^2.
+def baseline_loss(vs: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """0.5 * sum_{t,b} m_t (vs - values)^2, m_t = 1 without a mask.
 
     ``vs`` is normally a detached V-trace target; it is not detached here so
     the function stays a plain squared error.
@@ -81,7 +122,11 @@ def baseline_loss(vs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             f"with shape {tuple(values.shape)}"
         )
     _check_tb("vs", vs, tuple(values.shape), "values")
-    return 0.5 * ((vs - values) ** 2).sum()
+    terms = (vs - values) ** 2
+    m = _mask_as(mask, values, "values")
+    if m is not None:
+        terms = terms * m
+    return 0.5 * terms.sum()
 
 
 def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
@@ -94,11 +139,106 @@ def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
     return (log_probs.exp() * log_probs).sum()
 
 
+def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) = sum_a p(a) (log p(a) - log q(a)) per step, p = softmax(p_logits), q = softmax(q_logits).
+
+    [T, B, A], [T, B, A] -> [T, B].  Gradient flows into both arguments; detach
+    the one that is a constant at the call site.
+    """
+    _check_logits("p_logits", p_logits)
+    _check_logits("q_logits", q_logits)
+    if tuple(q_logits.shape) != tuple(p_logits.shape):
+        raise ValueError(
+            f"q_logits has shape {tuple(q_logits.shape)} but p_logits has shape {tuple(p_logits.shape)}"
+        )
+    log_p = F.log_softmax(p_logits, dim=-1)
+    log_q = F.log_softmax(q_logits, dim=-1)
+    return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+
+
+def laser_mask(learner_logits: torch.Tensor, behaviour_logits: torch.Tensor, threshold: float) -> torch.Tensor:
+    """LASER trust-region mask: 1 where KL(pi || mu) <= threshold, 0 where it is larger.
+
+    pi = softmax(learner_logits) (the current policy), mu = softmax(behaviour_logits).
+    [T, B, A], [T, B, A] -> [T, B] float mask of the logits' dtype, detached.
+    """
+    if not threshold >= 0:
+        raise ValueError(f"threshold must be a non-negative number, got {threshold!r}")
+    with torch.no_grad():
+        kl = kl_divergence(learner_logits.detach(), behaviour_logits.detach())
+        return (kl <= threshold).to(kl.dtype)
+
+
+def policy_cloning_loss(
+    learner_logits: torch.Tensor,
+    behaviour_logits: torch.Tensor,
+    direction: str = "mu_pi",
+    mask: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """CLEAR policy cloning: sum_{t,b} m_t KL(mu || pi) (``"mu_pi"``) or m_t KL(pi || mu) (``"pi_mu"``).
+
+    mu (``behaviour_logits``) is a constant; the gradient flows into
+    ``learner_logits`` only.  m_t = 1 without a mask.  Returns a scalar.
+    """
+    if direction not in POLICY_CLONING_DIRECTIONS:
+        raise ValueError(
+            f"direction must be one of {POLICY_CLONING_DIRECTIONS} "
+            f"('mu_pi' = KL(mu || pi), 'pi_mu' = KL(pi || mu)), got {direction!r}"
+        )
+    _check_logits("learner_logits", learner_logits)
+    _check_logits("behaviour_logits", behaviour_logits)
+    behaviour_logits = behaviour_logits.detach()
+    if direction == "mu_pi":
+        kl = kl_divergence(behaviour_logits, learner_logits)
+    else:
+        kl = kl_divergence(learner_logits, behaviour_logits)
+    m = _mask_as(mask, kl, "learner_logits")
+    if m is not None:
+        kl = kl * m
+    return kl.sum()
+
+
+def value_cloning_loss(
+    values: torch.Tensor,
+    behaviour_values: torch.Tensor,
+    form: str = "squared",
+    mask: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """CLEAR value cloning of the learner's V(x_t) towards the replayed V_mu(x_t); returns a scalar.
+
+    ``"squared"``: sum_{t,b} m_t (V - V_mu)^2 (the CLEAR paper; no 0.5 factor).
+    ``"l2_norm"``: sqrt(sum_{t,b} m_t (V - V_mu)^2), the L2 distance between the
+    masked tensors (the reference platform); its gradient is 0, not nan, where
+    the distance is 0.  ``behaviour_values`` get no gradient; m_t is 0/1, 1
+    without a mask.
+    """
+    if form not in VALUE_CLONING_FORMS:
+        raise ValueError(f"form must be one of {VALUE_CLONING_FORMS}, got {form!r}")
+    if values.dim() != 2:
+        raise ValueError(
+            f"values must have rank 2 [T, B], got rank {values.dim()} "
+            f"with shape {tuple(values.shape)}"
+        )
+    _check_tb("behaviour_values", behaviour_values, tuple(values.shape), "values")
+    diff = values - behaviour_values.detach()
+    m = _mask_as(mask, values, "values")
+    if m is not None:
+        diff = diff * m
+    if form == "squared":
+        return (diff**2).sum()
+    # vector_norm's backward is defined as 0 at the origin, where sqrt(sum(diff^2)) would give nan.
+    return torch.linalg.vector_norm(diff, ord=2)
+
+
 class VTraceLoss(NamedTuple):
     """Total loss and its parts (all scalars).
 
-    ``total = pg + baseline_cost * baseline + entropy_cost * entropy``;
-    ``mean_rho`` is the mean unclipped importance weight (a diagnostic, detached).
+    ``total = pg + baseline_cost * baseline + entropy_cost * entropy
+    + clear_policy_weight * policy_cloning + clear_value_weight * value_cloning``;
+    a cloning term whose weight is 0 is returned as a zero and left out of ``total``.
+    ``mean_rho`` is the mean unclipped importance weight and ``masked_fraction``
+    the fraction of the T * B steps the LASER mask dropped (0 when LASER is off);
+    both are detached diagnostics.
     """
 
     total: torch.Tensor
@@ -106,6 +246,9 @@ class VTraceLoss(NamedTuple):
     baseline: torch.Tensor
     entropy: torch.Tensor
     mean_rho: torch.Tensor
+    policy_cloning: torch.Tensor
+    value_cloning: torch.Tensor
+    masked_fraction: torch.Tensor
 
 
 def vtrace_loss(
@@ -120,6 +263,14 @@ def vtrace_loss(
     entropy_cost: float = 0.01,
     clip_rho_threshold: Optional[float] = 1.0,
     clip_pg_rho_threshold: Optional[float] = 1.0,
+    *,
+    behaviour_values: Optional[torch.Tensor] = None,
+    clip_c_threshold: Optional[float] = 1.0,
+    laser_kl_threshold: Optional[float] = None,
+    clear_policy_weight: float = 0.0,
+    clear_value_weight: float = 0.0,
+    clear_policy_kl: str = "mu_pi",
+    clear_value_loss: str = "squared",
 ) -> VTraceLoss:
     """IMPALA actor-critic loss with V-trace off-policy correction.
 
@@ -135,10 +286,21 @@ def vtrace_loss(
         entropy_cost: weight of the entropy loss.
         clip_rho_threshold: V-trace rho_bar for the targets (None: no clipping).
         clip_pg_rho_threshold: rho_bar for the pg advantages (None: no clipping).
+        behaviour_values: [T, B] the actors' value estimates V_mu(x_t), stored
+            with the unroll; needed only when ``clear_value_weight > 0``.
+        clip_c_threshold: V-trace c_bar for the trace coefficients (None: no clipping).
+        laser_kl_threshold: LASER: drop steps with KL(pi || mu) above this from
+            the V-trace targets, the pg, baseline and both cloning terms (not
+            the entropy term).  None or 0 turns LASER off.
+        clear_policy_weight: weight of the CLEAR policy-cloning term.
+        clear_value_weight: weight of the CLEAR value-cloning term.
+        clear_policy_kl: policy-cloning direction, one of ``POLICY_CLONING_DIRECTIONS``.
+        clear_value_loss: value-cloning form, one of ``VALUE_CLONING_FORMS``.
 
     Returns:
-        VTraceLoss(total, pg, baseline, entropy, mean_rho).  Every term is
-        summed over T and B (no division by batch size).
+        VTraceLoss(total, pg, baseline, entropy, mean_rho, policy_cloning,
+        value_cloning, masked_fraction).  Every term is summed over T and B (no
+        division by batch size).
     """
     _check_logits("learner_logits", learner_logits)
     _check_logits("behaviour_logits", behaviour_logits)
@@ -156,12 +318,35 @@ def vtrace_loss(
         raise ValueError(
             f"bootstrap_value must have shape [B] = ({tb[1]},), got {tuple(bootstrap_value.shape)}"
         )
+    if behaviour_values is not None:
+        _check_tb("behaviour_values", behaviour_values, tb, "learner_logits")
+    if clear_policy_kl not in POLICY_CLONING_DIRECTIONS:
+        raise ValueError(f"clear_policy_kl must be one of {POLICY_CLONING_DIRECTIONS}, got {clear_policy_kl!r}")
+    if clear_value_loss not in VALUE_CLONING_FORMS:
+        raise ValueError(f"clear_value_loss must be one of {VALUE_CLONING_FORMS}, got {clear_value_loss!r}")
+    for name, weight in (("clear_policy_weight", clear_policy_weight), ("clear_value_weight", clear_value_weight)):
+        if not weight >= 0:
+            raise ValueError(f"{name} must be non-negative, got {weight!r}")
+    if clear_value_weight > 0 and behaviour_values is None:
+        raise ValueError(
+            "clear_value_weight > 0 needs behaviour_values: CLEAR value cloning regresses "
+            "the learner's values towards the actors' V_mu(x_t)"
+        )
+    if laser_kl_threshold is not None and not laser_kl_threshold >= 0:
+        raise ValueError(f"laser_kl_threshold must be non-negative or None, got {laser_kl_threshold!r}")
 
     with torch.no_grad():
         log_rhos = action_log_probs(learner_logits, actions) - action_log_probs(
             behaviour_logits, actions
         )
         mean_rho = torch.exp(log_rhos).mean()
+
+    if laser_kl_threshold:
+        mask = laser_mask(learner_logits, behaviour_logits, laser_kl_threshold)
+        masked_fraction = (1.0 - mask.mean()).to(values.dtype)
+    else:
+        mask = None
+        masked_fraction = values.new_zeros(())
 
     vt = vtrace.from_importance_weights(
         log_rhos=log_rhos,
@@ -171,10 +356,30 @@ def vtrace_loss(
         bootstrap_value=bootstrap_value,
         clip_rho_threshold=clip_rho_threshold,
         clip_pg_rho_threshold=clip_pg_rho_threshold,
+        clip_c_threshold=clip_c_threshold,
+        mask=mask,
     )
 
-    pg = policy_gradient_loss(learner_logits, actions, vt.pg_advantages)
-    baseline = baseline_loss(vt.vs, values)
+    pg = policy_gradient_loss(learner_logits, actions, vt.pg_advantages, mask=mask)
+    baseline = baseline_loss(vt.vs, values, mask=mask)
     entropy = entropy_loss(learner_logits)
     total = pg + baseline_cost * baseline + entropy_cost * entropy
-    return VTraceLoss(total=total, pg=pg, baseline=baseline, entropy=entropy, mean_rho=mean_rho)
+    # A term whose weight is 0 stays out of total, so it cannot change it (not even a nan through 0 * nan).
+    policy_cloning = values.new_zeros(())
+    if clear_policy_weight > 0:
+        policy_cloning = policy_cloning_loss(learner_logits, behaviour_logits, clear_policy_kl, mask=mask)
+        total = total + clear_policy_weight * policy_cloning
+    value_cloning = values.new_zeros(())
+    if clear_value_weight > 0:
+        value_cloning = value_cloning_loss(values, behaviour_values, clear_value_loss, mask=mask)
+        total = total + clear_value_weight * value_cloning
+    return VTraceLoss(
+        total=total,
+        pg=pg,
+        baseline=baseline,
+        entropy=entropy,
+        mean_rho=mean_rho,
+        policy_cloning=policy_cloning,
+        value_cloning=value_cloning,
+        masked_fraction=masked_fraction,
+    )

@@ -8,9 +8,10 @@ eq. (1):
     delta_t V = rho_t (r_t + gamma V(x_{t+1}) - V(x_t))
     rho_t = min(rho_bar, pi(a_t|x_t) / mu(a_t|x_t)),  c_i = min(c_bar, pi/mu)
 
-with ``c_bar = 1``.  Per-step discounts replace gamma so that episode ends
-inside the unroll (discount 0) cut the sum.  The targets are computed with the
-equivalent backward recursion
+``rho_bar`` (``clip_rho_threshold``) and ``c_bar`` (``clip_c_threshold``) are
+separate knobs; both default to 1, the paper's setting.  Per-step discounts
+replace gamma so that episode ends inside the unroll (discount 0) cut the sum.
+The targets are computed with the equivalent backward recursion
 
     v_s - V(x_s) = delta_s V + gamma_s c_s (v_{s+1} - V(x_{s+1})).
 
@@ -18,8 +19,17 @@ The policy-gradient advantage (paper section 4.2) is
 
     rho_pg_s (r_s + gamma_s v_{s+1} - V(x_s)),  rho_pg_s = min(rho_bar_pg, pi/mu).
 
+An optional 0/1 ``mask`` m_t (the LASER trust-region mask, Schmitt et al. 2020,
+"Off-Policy Actor-Critic with Shared Experience Replay") drops steps: at a step
+with m_t = 0 both rho_t and c_t are 0, so
+
+    delta_t V = 0,   v_t = V(x_t),
+
+and corrections from later steps do not flow back through step t (earlier
+steps still bootstrap from V(x_t)).  The pg advantage is multiplied by m_t.
+
 Shapes (time-major):
-    log_rhos, discounts, rewards, values: [T, B]
+    log_rhos, discounts, rewards, values, mask: [T, B]
     bootstrap_value: [B]   (V(x_T), the value after the last step)
     returned vs, pg_advantages: [T, B], detached from the autograd graph.
 """
@@ -48,6 +58,8 @@ def _check_inputs(
     bootstrap_value: torch.Tensor,
     clip_rho_threshold: Optional[float],
     clip_pg_rho_threshold: Optional[float],
+    clip_c_threshold: Optional[float],
+    mask: Optional[torch.Tensor],
 ) -> None:
     named = {
         "log_rhos": log_rhos,
@@ -86,9 +98,18 @@ def _check_inputs(
             f"bootstrap_value has shape {tuple(bootstrap_value.shape)} but the batch "
             f"size B of log_rhos (shape {expected}) is {expected[1]}"
         )
+    if mask is not None:
+        if not isinstance(mask, torch.Tensor):
+            raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
+        if tuple(mask.shape) != expected:
+            raise ValueError(
+                f"mask has shape {tuple(mask.shape)} but log_rhos has shape {expected}; "
+                "mask must be [T, B]"
+            )
     for name, threshold in (
         ("clip_rho_threshold", clip_rho_threshold),
         ("clip_pg_rho_threshold", clip_pg_rho_threshold),
+        ("clip_c_threshold", clip_c_threshold),
     ):
         if threshold is not None and not threshold > 0:
             raise ValueError(f"{name} must be positive or None, got {threshold!r}")
@@ -102,6 +123,8 @@ def from_importance_weights(
     bootstrap_value: torch.Tensor,
     clip_rho_threshold: Optional[float] = 1.0,
     clip_pg_rho_threshold: Optional[float] = 1.0,
+    clip_c_threshold: Optional[float] = 1.0,
+    mask: Optional[torch.Tensor] = None,
 ) -> VTraceReturns:
     """Compute V-trace targets ``vs`` and policy-gradient advantages.
 
@@ -113,13 +136,17 @@ def from_importance_weights(
         bootstrap_value: [B] value estimate V(x_T).
         clip_rho_threshold: rho_bar for the targets; None disables clipping.
         clip_pg_rho_threshold: rho_bar for the pg advantages; None disables clipping.
+        clip_c_threshold: c_bar for the trace coefficients c_i; None disables clipping.
+        mask: optional [T, B] bool or 0/1 float tensor; 1 keeps a step, 0 cuts it
+            (rho_t = c_t = 0 there and its pg advantage is 0; any non-zero entry
+            counts as 1).  None keeps every step.
 
     Returns:
         VTraceReturns(vs, pg_advantages), both [T, B] and detached.
     """
     _check_inputs(
         log_rhos, discounts, rewards, values, bootstrap_value,
-        clip_rho_threshold, clip_pg_rho_threshold,
+        clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold, mask,
     )
     with torch.no_grad():
         log_rhos = log_rhos.detach()
@@ -133,7 +160,16 @@ def from_importance_weights(
             clipped_rhos = torch.clamp(rhos, max=float(clip_rho_threshold))
         else:
             clipped_rhos = rhos
-        cs = torch.clamp(rhos, max=1.0)
+        if clip_c_threshold is not None:
+            cs = torch.clamp(rhos, max=float(clip_c_threshold))
+        else:
+            cs = rhos
+        if mask is not None:
+            # where, not a product: a masked step may carry rho = inf, and inf * 0 is nan.
+            keep = mask.detach().to(device=values.device) != 0
+            zero = torch.zeros((), dtype=values.dtype, device=values.device)
+            clipped_rhos = torch.where(keep, clipped_rhos, zero)
+            cs = torch.where(keep, cs, zero)
 
         values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
         deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
@@ -153,5 +189,7 @@ def from_importance_weights(
         else:
             clipped_pg_rhos = rhos
         pg_advantages = clipped_pg_rhos * (rewards + discounts * vs_t_plus_1 - values)
+        if mask is not None:
+            pg_advantages = torch.where(keep, pg_advantages, zero)
 
     return VTraceReturns(vs=vs.detach(), pg_advantages=pg_advantages.detach())

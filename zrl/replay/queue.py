@@ -4,22 +4,8 @@ is dropped and counted, so a slow learner trains on the freshest data and memory
 from __future__ import annotations
 
 from collections import deque
-from typing import NamedTuple
 
-import numpy as np
-
-
-class Unit(NamedTuple):
-    """One env's unroll of T steps: where its frames are and what the behaviour policy did."""
-
-    worker_id: int
-    env_index: int
-    first_frame: int
-    policy_version: int
-    actions: np.ndarray  # [T] int32
-    rewards: np.ndarray  # [T] float32
-    discounts: np.ndarray  # [T] float32
-    behaviour_logits: np.ndarray  # [T, A] float32
+from zrl.replay.store import Unit
 
 
 class QueueReplay:

@@ -1,36 +1,55 @@
 """The broker: receives unroll descriptors, keeps the replay index, and sends batches ahead of the
 learner under credit-based flow control: the learner grants ``prefetch_batches`` credits and one more
-per batch it takes, and the broker sends one batch per credit, made at that moment from the replay. So at most ``prefetch_batches`` batches wait for the learner, wherever they wait (ZeroMQ's
-high-water marks count messages, not the bytes in a unix socket's buffer). The broker never touches
-frames, only the rings' generation stamps, to drop units whose frames a ring has already overwritten."""
+per batch it takes, and the broker sends one batch per credit, made at that moment from the replays. So
+at most ``prefetch_batches`` batches wait for the learner, wherever they wait (ZeroMQ's high-water marks
+count messages, not the bytes in a unix socket's buffer).
+
+Every unit goes into every ``[[replay]]``; a batch takes ``batch_size x sample_ratio`` units from each,
+once every replay holds its fill. Elite and attentive replays rank candidates by features that the
+broker recomputes with the latest weights it subscribes to, in batched forward passes over frames read
+straight from the rings (:class:`FeatureScorer`). Otherwise the broker touches no frames, only the rings'
+generation stamps, to drop units whose frames a ring has already overwritten.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from types import SimpleNamespace
+
 import numpy as np
+import torch
 import zmq
 
 from shm.ring import Ring
 
 from zrl import protocol, transport
-from zrl.config import Config
-from zrl.replay.queue import QueueReplay, Unit
-from zrl.roles.common import Every, RunWiring, should_stop, start_role
+from zrl.config import Config, lr_decay_steps, queue_capacity, replay_share
+from zrl.gather import Gatherer, stack_observations
+from zrl.models import build_model, load_flat
+from zrl.replay.queue import QueueReplay
+from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
+from zrl.replay.store import Unit
+from zrl.roles.common import Every, RunWiring, should_stop, start_role, wait_for_weights
+
+SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
 
 def units_of(msg: protocol.Unroll) -> list[Unit]:
     """Split one worker message into its M per-env units."""
     return [
         Unit(msg.worker_id, i, msg.first_frame, msg.policy_version, msg.actions[i], msg.rewards[i],
-             msg.discounts[i], msg.behaviour_logits[i])
+             msg.discounts[i], msg.behaviour_logits[i], msg.behaviour_values[i])
         for i in range(msg.num_envs)
     ]  # fmt: skip
 
 
-def make_batch(batch_id: int, units: list[Unit]) -> protocol.Batch:
+def make_batch(batch_id: int, units: list[Unit], replay_index: list[int] | None = None) -> protocol.Batch:
     """Units sorted by worker, so that the learner gathers each ring's frames into one contiguous block."""
-    units = sorted(units, key=lambda u: u.worker_id)
+    source = np.zeros(len(units), np.int32) if replay_index is None else np.asarray(replay_index, np.int32)
+    order = sorted(range(len(units)), key=lambda i: units[i].worker_id)
+    units = [units[i] for i in order]
     return protocol.Batch(
         batch_id=batch_id,
         length=len(units[0].actions),
@@ -42,21 +61,106 @@ def make_batch(batch_id: int, units: list[Unit]) -> protocol.Batch:
         rewards=np.stack([u.rewards for u in units]),
         discounts=np.stack([u.discounts for u in units]),
         behaviour_logits=np.stack([u.behaviour_logits for u in units]),
+        behaviour_values=np.stack([u.behaviour_values for u in units]),
+        replay_index=source[order],
     )
+
+
+class FeatureScorer:
+    """The current policy's features of stored units, recomputed from their frames in the rings."""
+
+    def __init__(self, cfg: Config, wiring: RunWiring, rings: list[Ring]) -> None:
+        self.stack = cfg.env.frame_stack
+        self.model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, self.stack, wiring.num_actions)
+        self.model.eval()
+        self.gatherer = Gatherer(rings, self.stack, cfg.learner.unroll_length, SCORE_CHUNK, wiring.frame_shape,
+                                 wiring.frame_dtype)  # fmt: skip
+        self.bf16 = cfg.broker.precision == "bf16"
+        self.version = -1
+        self.time_s = 0.0
+
+    def load(self, version: int, flat: np.ndarray) -> None:
+        if version > self.version:
+            load_flat(self.model, flat)
+            self.version = version
+
+    def __call__(self, worker_ids: np.ndarray, env_index: np.ndarray, first_frames: np.ndarray,
+                 at: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:  # fmt: skip
+        t0 = time.perf_counter()
+        n = len(worker_ids)
+        order = np.argsort(worker_ids, kind="stable")  # the gatherer reads one ring block at a time
+        out: list[torch.Tensor] = []
+        ok = np.zeros(n, bool)
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        for lo in range(0, n, SCORE_CHUNK):
+            idx = order[lo : lo + SCORE_CHUNK]
+            where = SimpleNamespace(worker_ids=worker_ids[idx], env_index=env_index[idx], first_frame=first_frames[idx])
+            frames, steps, read_ok = self.gatherer.gather(where)
+            obs = stack_observations(frames, steps, self.stack, at=at)  # [n, K, S, *shape]
+            with torch.no_grad(), autocast:
+                feats = self.model(obs.reshape(-1, *obs.shape[2:]), with_features=True).features
+            out.append(feats.float().view(len(idx), len(at), -1))
+            ok[idx] = read_ok
+        features = torch.empty_like(torch.cat(out))
+        features[torch.from_numpy(order)] = torch.cat(out)
+        self.time_s += time.perf_counter() - t0
+        return features, ok
+
+
+def make_replays(cfg: Config, frames_per_step: int, scorer: Scorer | None, seed: int) -> list:
+    replays: list = []
+    for i, rep in enumerate(cfg.replay):
+        share = replay_share(cfg, rep)
+        rng = np.random.default_rng([seed, 7919, i])
+        min_fill = max(share, int(np.ceil(rep.fill_fraction * rep.capacity)))
+        if rep.type == "queue":
+            replays.append(QueueReplay(queue_capacity(cfg, rep)))
+        elif rep.type == "uniform":
+            replays.append(UniformReplay(rep.capacity, share, min_fill, rng))
+        else:
+            if scorer is None:
+                raise ValueError(f"replay[{i}] is {rep.type} and needs a feature scorer")
+            replays.append(FeatureReplay(
+                rep.type, rep.capacity, share, min_fill, rng, unroll_length=cfg.learner.unroll_length,
+                feature_size=cfg.model.feature_size, scorer=scorer, dist_function=rep.dist_function, p=rep.p,
+                strategy=rep.strategy, lambda_batch_multiplier=rep.lambda_batch_multiplier,
+                alfa_annealing_factor=rep.alfa_annealing_factor, decay_steps=lr_decay_steps(cfg, frames_per_step),
+                feature_steps=rep.feature_steps, elite_insertion=rep.elite_insertion,
+                elite_batch_size=rep.elite_batch_size,
+            ))  # fmt: skip
+    return replays
 
 
 class Broker:
     """The broker's state and rules, separate from its sockets so a test can drive it directly."""
 
-    def __init__(self, cfg: Config, rings: list[Ring]) -> None:
+    def __init__(self, cfg: Config, rings: list[Ring], scorer: Scorer | None = None, frames_per_step: int = 1) -> None:
         self.batch_size = cfg.learner.batch_size
         self.history = cfg.env.frame_stack - 1
-        self.replay = QueueReplay(cfg.replay[0].capacity)
+        self.shares = [replay_share(cfg, rep) for rep in cfg.replay]
+        self.replays = make_replays(cfg, frames_per_step, scorer, cfg.run.seed)
         self.rings = rings
         self.next_seq: dict[int, int] = {}
         self.unrolls_received = 0
         self.dropped_stale = 0
         self.seq_gaps = 0
+        self.prepare_time_s = 0.0
+        self.batches_prepared = 0
+
+    @property
+    def dropped_full(self) -> int:
+        return sum(r.dropped_full for r in self.replays if isinstance(r, QueueReplay))
+
+    @property
+    def stale_total(self) -> int:
+        return self.dropped_stale + sum(getattr(r, "dropped_stale", 0) for r in self.replays)
+
+    def sizes(self) -> np.ndarray:
+        return np.array([len(r) for r in self.replays], np.int64)
+
+    def ready(self) -> bool:
+        """Every replay holds its fill: one batch's share for a queue, fill_fraction x capacity otherwise."""
+        return all(len(r) >= s if isinstance(r, QueueReplay) else r.ready() for r, s in zip(self.replays, self.shares))
 
     def insert(self, msg: protocol.Unroll) -> None:
         expected = self.next_seq.get(msg.worker_id, 0)
@@ -64,35 +168,84 @@ class Broker:
             self.seq_gaps += msg.seq - expected
         self.next_seq[msg.worker_id] = msg.seq + 1
         self.unrolls_received += msg.num_envs
-        for unit in units_of(msg):
-            self.replay.add(unit)
+        units = units_of(msg)
+        features = msg.features if msg.features.size else None
+        for replay in self.replays:
+            if isinstance(replay, QueueReplay):
+                for unit in units:
+                    replay.add(unit)
+            else:
+                replay.add(units, features)
 
-    def _fresh(self, unit: Unit) -> bool:
-        oldest = np.array([max(unit.first_frame - self.history, 0)], np.int64)
-        return bool(self.rings[unit.worker_id].valid(oldest)[0])
+    def is_fresh(self, worker_ids: np.ndarray, first_frames: np.ndarray) -> np.ndarray:
+        """Which units still have every frame they need (their stacks' history included) in their ring."""
+        oldest = np.maximum(np.asarray(first_frames, np.int64) - self.history, 0)
+        ok = np.zeros(len(oldest), bool)
+        for w in np.unique(worker_ids):
+            sel = worker_ids == w
+            ok[sel] = self.rings[int(w)].valid(oldest[sel])
+        return ok
 
-    def next_units(self) -> list[Unit] | None:
-        """B units whose frames are still in their rings, or None if too few are held.
-        Units that cannot be sent go back with ``self.replay.put_back(units)``."""
-        if len(self.replay) < self.batch_size:
-            return None
+    def _from_queue(self, queue: QueueReplay, n: int) -> list[Unit] | None:
         units: list[Unit] = []
-        while len(units) < self.batch_size and len(self.replay):
-            for unit in self.replay.take(self.batch_size - len(units)):
-                if self._fresh(unit):
-                    units.append(unit)
-                else:
-                    self.dropped_stale += 1
-        if len(units) < self.batch_size:
-            self.replay.put_back(units)
+        while len(units) < n and len(queue):
+            taken = queue.take(n - len(units))
+            fresh = self.is_fresh(np.array([u.worker_id for u in taken]), np.array([u.first_frame for u in taken]))
+            units += [u for u, ok in zip(taken, fresh) if ok]
+            self.dropped_stale += int((~fresh).sum())
+        if len(units) < n:
+            queue.put_back(units)
             return None
         return units
+
+    def next_units(self) -> tuple[list[Unit], list[int]] | None:
+        """A batch's units and the replay each came from, or None while a replay cannot give its share.
+        Units that cannot be sent go back with :meth:`put_back`."""
+        if not self.ready():
+            return None
+        t0 = time.perf_counter()
+        taken: list[tuple[int, list[Unit]]] = []
+        for i, (replay, n) in enumerate(zip(self.replays, self.shares)):
+            part = self._from_queue(replay, n) if isinstance(replay, QueueReplay) else replay.sample(self.is_fresh)
+            if part is None:
+                self.put_back(taken)
+                return None
+            taken.append((i, part))
+        self.prepare_time_s += time.perf_counter() - t0
+        self.batches_prepared += 1
+        units = [u for _, part in taken for u in part]
+        return units, [i for i, part in taken for _ in part]
+
+    def put_back(self, taken: list[tuple[int, list[Unit]]] | tuple[list[Unit], list[int]]) -> None:
+        """Give units taken for a batch that was not sent back to their queues (sampled replays keep theirs)."""
+        if isinstance(taken, tuple):
+            units, sources = taken
+            taken = [(i, [u for u, s in zip(units, sources) if s == i]) for i in sorted(set(sources))]
+        for i, part in taken:
+            self.replays[i].put_back(part)
+
+    def elite_stats(self) -> dict[str, float]:
+        """Figures of the first elite or attentive replay's last scored pool (zeros when there is none)."""
+        for replay in self.replays:
+            if isinstance(replay, FeatureReplay):
+                d, c = replay.last_distances, replay.last_chosen
+                if not len(d):
+                    return {"elite_lambda": replay.lam, "elite_distance_pool": 0.0, "elite_distance_chosen": 0.0,
+                            "elite_distance_min": 0.0, "elite_distance_max": 0.0}  # fmt: skip
+                return {"elite_lambda": replay.lam, "elite_distance_pool": float(d.mean()),
+                        "elite_distance_chosen": float(c.mean()), "elite_distance_min": float(d.min()),
+                        "elite_distance_max": float(d.max())}  # fmt: skip
+        return {"elite_lambda": 0.0, "elite_distance_pool": 0.0, "elite_distance_chosen": 0.0,
+                "elite_distance_min": 0.0, "elite_distance_max": 0.0}  # fmt: skip
 
 
 def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
+    torch.set_num_threads(cfg.broker.torch_threads)
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
-    broker = Broker(cfg, rings)
+    wants_features = any(rep.type in ("elite", "attentive") for rep in cfg.replay)
+    scorer = FeatureScorer(cfg, wiring, rings) if wants_features else None
+    broker = Broker(cfg, rings, scorer, wiring.frames_per_step)
     poll_ms = cfg.transport.poll_timeout_ms
     prefetch = cfg.broker.prefetch_batches
     ctx = zmq.Context()
@@ -100,6 +253,7 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     batches = transport.socket(ctx, zmq.PUSH, hwm=prefetch, bind=wiring.endpoints.batches)
     credits_sock = transport.socket(ctx, zmq.PULL, hwm=1000, bind=wiring.endpoints.credits)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
+    weights = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights) if scorer else None
     poller = zmq.Poller()
     poller.register(unrolls, zmq.POLLIN)
     poller.register(credits_sock, zmq.POLLIN)
@@ -117,7 +271,30 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
         decode_errors += 1
         return None
 
+    def latest_weights() -> None:
+        while weights is not None and scorer is not None and weights.poll(0, zmq.POLLIN):
+            try:
+                version, _, flat = protocol.decode_weights(weights.recv())
+            except protocol.ProtocolError:
+                continue
+            scorer.load(version, flat)
+
+    def send_stats() -> None:
+        transport.send_nowait(stats, protocol.BrokerStats(
+            pid=os.getpid(), time=time.time(), unrolls_received=broker.unrolls_received,
+            unrolls_dropped_stale=broker.stale_total, unrolls_dropped_full=broker.dropped_full,
+            seq_gaps=broker.seq_gaps, decode_errors=decode_errors, batches_sent=batches_sent,
+            replay_size=int(broker.sizes().max()), ready_batches=batches_sent - max(0, credits_granted - prefetch),
+            replay_sizes=broker.sizes(), prepare_time_s=broker.prepare_time_s,
+            feature_time_s=scorer.time_s if scorer else 0.0, **broker.elite_stats(),
+        ).encode())  # fmt: skip
+
     try:
+        if scorer is not None:
+            first = wait_for_weights(ctx, wiring, -1, poll_ms, stop_event)
+            if first is None:
+                return
+            scorer.load(*first)
         while not should_stop(stop_event, wiring.launcher_pid):
             poller.poll(poll_ms)
             while (data := transport.recv(credits_sock, 0)) is not None:
@@ -131,26 +308,23 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if (msg := decoded(data, protocol.Unroll)) is not None:
                     broker.insert(msg)
             while credits > 0:
-                units = broker.next_units()
-                if units is None:
+                latest_weights()
+                taken = broker.next_units()
+                if taken is None:
                     break
-                if not transport.send(batches, make_batch(batches_sent + 1, units).encode(), poll_ms):
-                    broker.replay.put_back(units)  # the learner is not connected (yet, or any more)
+                if not transport.send(batches, make_batch(batches_sent + 1, *taken).encode(), poll_ms):
+                    broker.put_back(taken)  # the learner is not connected (yet, or any more)
                     break
                 credits -= 1
                 batches_sent += 1
+                if report.due():  # making elite batches takes a while: keep the heartbeat going
+                    send_stats()
             if report.due():
-                transport.send_nowait(stats, protocol.BrokerStats(
-                    pid=os.getpid(), time=time.time(), unrolls_received=broker.unrolls_received,
-                    unrolls_dropped_stale=broker.dropped_stale,
-                    unrolls_dropped_full=broker.replay.dropped_full,
-                    seq_gaps=broker.seq_gaps, decode_errors=decode_errors, batches_sent=batches_sent,
-                    replay_size=len(broker.replay),
-                    ready_batches=batches_sent - max(0, credits_granted - prefetch),
-                ).encode())  # fmt: skip
+                send_stats()
     finally:
-        for sock in (unrolls, batches, credits_sock, stats):
-            sock.close()
+        for sock in (unrolls, batches, credits_sock, stats, weights):
+            if sock is not None:
+                sock.close()
         ctx.term()
         for ring in rings:
             ring.close()

@@ -9,8 +9,12 @@ import sys
 import time
 from dataclasses import dataclass
 
+import numpy as np
+import zmq
+
 from shm.ring import RingSpec
 
+from zrl import protocol, transport
 from zrl.transport import Endpoints
 
 _PR_SET_PDEATHSIG = 1
@@ -75,3 +79,21 @@ class Every:
             self._next = now + self.seconds
             return True
         return False
+
+
+def wait_for_weights(ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int,
+                     stop_event) -> tuple[int, np.ndarray] | None:  # fmt: skip
+    """Ask the learner for its current weights (version, flat float32); None if the run stops first."""
+    req = transport.socket(ctx, zmq.DEALER, hwm=4, connect=wiring.endpoints.weights_req)
+    try:
+        ask = protocol.WeightsRequest(worker_id=requester_id).encode()
+        while not should_stop(stop_event, wiring.launcher_pid):
+            if not transport.send(req, ask, poll_ms):
+                continue
+            reply = transport.recv(req, 2000)
+            if reply is not None:
+                version, _, flat = protocol.decode_weights(reply)
+                return version, flat
+        return None
+    finally:
+        req.close()

@@ -18,7 +18,7 @@ from shm.ring import Ring
 
 from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.losses import vtrace_loss
-from zrl.config import Config, LearnerConfig, to_dict
+from zrl.config import AlgoConfig, Config, LearnerConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
 from zrl.roles.common import RunWiring, should_stop, start_role
@@ -28,14 +28,6 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
-
-
-def decay_steps(cfg: Config, frames_per_step: int) -> int:
-    """Learner steps over which the learning rate decays (from the frame budget when not given)."""
-    if cfg.learner.lr_decay_steps:
-        return cfg.learner.lr_decay_steps
-    per_step = cfg.learner.batch_size * cfg.learner.unroll_length * frames_per_step
-    return max(1, cfg.run.max_env_frames // per_step)
 
 
 def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int):
@@ -55,17 +47,21 @@ def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int)
 
 
 class Step(NamedTuple):
-    total: float
-    pg: float
-    baseline: float
-    entropy: float
-    mean_rho: float
-    grad_norm: float
+    total: float = 0.0
+    pg: float = 0.0
+    baseline: float = 0.0
+    entropy: float = 0.0
+    mean_rho: float = 0.0
+    policy_cloning: float = 0.0
+    value_cloning: float = 0.0
+    masked_fraction: float = 0.0
+    grad_norm: float = 0.0
 
 
-def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig) -> Step:
-    """One V-trace update on batch-major observations ``[B, T+1, S, *shape]`` and time-major ``[T, B]``
-    batch arrays; returns the loss parts."""
+def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig,
+             algo: AlgoConfig = AlgoConfig()) -> Step:  # fmt: skip
+    """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on batch-major
+    observations ``[B, T+1, S, *shape]`` and time-major ``[T, B]`` batch arrays; returns the loss parts."""
     b, steps = obs.shape[:2]
     autocast = (torch.autocast(obs.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
                 else contextlib.nullcontext())  # fmt: skip
@@ -83,16 +79,24 @@ def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, to
         discounts=batch["discounts"] * cfg.discount,
         baseline_cost=cfg.baseline_cost,
         entropy_cost=cfg.entropy_cost,
-        clip_rho_threshold=cfg.clip_rho_threshold or None,
-        clip_pg_rho_threshold=cfg.clip_pg_rho_threshold or None,
+        clip_rho_threshold=algo.clip_rho or None,
+        clip_c_threshold=algo.clip_c or None,
+        clip_pg_rho_threshold=algo.clip_pg_rho or None,
+        behaviour_values=batch.get("behaviour_values"),
+        laser_kl_threshold=algo.laser_kl_threshold if algo.laser else None,
+        clear_policy_weight=algo.clear_policy_weight,
+        clear_value_weight=algo.clear_value_weight if "behaviour_values" in batch else 0.0,
+        clear_policy_kl=algo.clear_policy_kl,
+        clear_value_loss=algo.clear_value_loss,
     )
     optimizer.zero_grad(set_to_none=True)
     loss.total.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip or math.inf))
     optimizer.step()
     scheduler.step()
-    parts = [float(x.detach()) for x in (loss.total, loss.pg, loss.baseline, loss.entropy, loss.mean_rho)]
-    return Step(*parts, grad_norm)
+    parts = (loss.total, loss.pg, loss.baseline, loss.entropy, loss.mean_rho, loss.policy_cloning, loss.value_cloning,
+             loss.masked_fraction)  # fmt: skip
+    return Step(*(float(x.detach()) for x in parts), grad_norm=grad_norm)
 
 
 def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
@@ -108,7 +112,22 @@ def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -
         "rewards": tm(batch.rewards),
         "discounts": tm(batch.discounts),
         "behaviour_logits": tm(batch.behaviour_logits),
+        "behaviour_values": tm(batch.behaviour_values),
     }
+
+
+class Ages(NamedTuple):
+    """Ages of a batch's units in policy versions: of its fresh (queue) units, mean and max of all."""
+
+    fresh: float = 0.0
+    mean: float = 0.0
+    max: float = 0.0
+
+
+def sample_ages(policy_version: int, batch: protocol.Batch, ok: np.ndarray, queues: np.ndarray) -> Ages:
+    ages = (policy_version - batch.policy_versions[ok]).astype(np.float64)
+    fresh = ages[np.isin(batch.replay_index[ok], queues)] if len(queues) else ages
+    return Ages(float(fresh.mean()) if len(fresh) else 0.0, float(ages.mean()), float(ages.max()))
 
 
 def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
@@ -120,13 +139,14 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
     lcfg = cfg.learner
     stack = cfg.env.frame_stack
     model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, stack, wiring.num_actions).to(device)
-    optimizer, scheduler = make_optimizer(model, lcfg, decay_steps(cfg, wiring.frames_per_step))
+    optimizer, scheduler = make_optimizer(model, lcfg, lr_decay_steps(cfg, wiring.frames_per_step))
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
     gatherer = Gatherer(rings, stack, lcfg.unroll_length, lcfg.batch_size, wiring.frame_shape, wiring.frame_dtype,
                         pin_memory=device.type == "cuda")  # fmt: skip
     ckpt_dir = Path(run_dir) / "checkpoints"
     poll_ms = cfg.transport.poll_timeout_ms
     frames_per_unit = lcfg.unroll_length * wiring.frames_per_step
+    queues = np.array([i for i, rep in enumerate(cfg.replay) if rep.type == "queue"], np.int32)
 
     ctx = zmq.Context()
     batches = transport.socket(ctx, zmq.PULL, hwm=cfg.broker.prefetch_batches, connect=wiring.endpoints.batches)
@@ -160,26 +180,28 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
         checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
         return str(path)
 
-    def report(step: Step | None, lag: float) -> None:
-        step = step or Step(0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    def report(step: Step | None, ages: Ages) -> None:
+        step = step or Step()
         transport.send_nowait(stats, protocol.LearnerStats(
             pid=os.getpid(), time=time.time(), learner_step=learner_step, policy_version=policy_version,
             samples=samples, env_frames_trained=frames_trained, units_dropped_torn=dropped_torn,
             total_loss=step.total, pg_loss=step.pg, baseline_loss=step.baseline, entropy_loss=step.entropy,
             learning_rate=scheduler.get_last_lr()[0], grad_norm=step.grad_norm, mean_rho=step.mean_rho,
-            policy_lag=lag, step_time_s=timing["step"], gather_time_s=timing["gather"], wait_time_s=timing["wait"],
+            policy_cloning_loss=step.policy_cloning, value_cloning_loss=step.value_cloning,
+            laser_masked_fraction=step.masked_fraction, policy_lag=ages.fresh, sample_age_mean=ages.mean,
+            sample_age_max=ages.max, step_time_s=timing["step"], gather_time_s=timing["gather"], wait_time_s=timing["wait"],
             checkpoint_path=last_ckpt,
         ).encode())  # fmt: skip
 
     try:
         weights_pub.send(current)
         transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
-        step, lag = None, 0.0
-        report(step, lag)
+        step, ages = None, Ages()
+        report(step, ages)
         last_report = time.monotonic()
         while not should_stop(stop_event, wiring.launcher_pid):
             if time.monotonic() - last_report >= 1.0:  # stats double as the heartbeat: send them even when idle
-                report(step, lag)
+                report(step, ages)
                 last_report = time.monotonic()
             answer_requests()
             t0 = time.perf_counter()
@@ -202,11 +224,11 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
             t2 = time.perf_counter()
             timing["gather"] += t2 - t1
             model.train()
-            step = sgd_step(model, optimizer, scheduler, obs, tensors, lcfg)
+            step = sgd_step(model, optimizer, scheduler, obs, tensors, lcfg, cfg.algo)
             learner_step += 1
             samples += int(ok.sum()) * lcfg.unroll_length
             frames_trained += int(ok.sum()) * frames_per_unit
-            lag = float(policy_version - batch.policy_versions[ok].mean())
+            ages = sample_ages(policy_version, batch, ok, queues)
             if learner_step % lcfg.publish_every == 0:
                 policy_version += 1
                 current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
@@ -215,7 +237,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
             if cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0:
                 last_ckpt = save()
         last_ckpt = save()
-        report(None, 0.0)
+        report(None, Ages())
     finally:
         for sock in (batches, credits, weights_pub, weights_rep, stats):
             sock.close()

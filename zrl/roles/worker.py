@@ -9,7 +9,6 @@ is the bootstrap observation and the first of the next unroll).
 
 from __future__ import annotations
 
-import math
 import os
 import time
 
@@ -20,41 +19,11 @@ import zmq
 from shm.ring import Ring
 
 from zrl import protocol, transport
-from zrl.config import Config
+from zrl.config import Config, needs_features, unrolls_per_version
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
-from zrl.roles.common import Every, RunWiring, should_stop, start_role
-
-
-def _wait_for_weights(ctx: zmq.Context, wiring: RunWiring, worker_id: int, cfg: Config, stop_event) -> tuple[int, np.ndarray] | None:
-    """Ask the learner for its current weights; None if the run stops first."""
-    req = transport.socket(ctx, zmq.DEALER, hwm=4, connect=wiring.endpoints.weights_req)
-    try:
-        ask = protocol.WeightsRequest(worker_id=worker_id).encode()
-        while not should_stop(stop_event, wiring.launcher_pid):
-            if not transport.send(req, ask, cfg.transport.poll_timeout_ms):
-                continue
-            reply = transport.recv(req, 2000)
-            if reply is not None:
-                version, _, flat = protocol.decode_weights(reply)
-                return version, flat
-        return None
-    finally:
-        req.close()
-
-
-def unrolls_per_version(cfg: Config) -> int:
-    """How many unrolls each worker may send per new weights version (0: no limit).
-
-    All workers together send ``produce_ratio`` batches' worth per version (a version covers
-    ``publish_every`` learner steps), so the learner always has a batch and little is produced only to
-    be dropped. Rounded up: never fewer than the learner needs.
-    """
-    if not cfg.workers.produce_ratio:
-        return 0
-    units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every
-    return math.ceil(units / (cfg.workers.count * cfg.workers.envs_per_worker))
+from zrl.roles.common import Every, RunWiring, should_stop, start_role, wait_for_weights
 
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
@@ -63,7 +32,7 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
     m = cfg.workers.envs_per_worker
     t_len = cfg.learner.unroll_length
     stack_depth = cfg.env.frame_stack
-    send_features = cfg.model.send_features
+    send_features = needs_features(cfg)
     poll_ms = cfg.transport.poll_timeout_ms
 
     env = make_vector_env(cfg.env, m, seed=cfg.run.seed * 100_003 + worker_id * m)
@@ -77,7 +46,7 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
     weights = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights)
     try:
-        first = _wait_for_weights(ctx, wiring, worker_id, cfg, stop_event)
+        first = wait_for_weights(ctx, wiring, worker_id, poll_ms, stop_event)
         if first is None:
             return
         policy_version, flat = first
@@ -96,6 +65,7 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
         rewards = np.zeros((m, t_len), np.float32)
         discounts = np.zeros((m, t_len), np.float32)
         logits_buf = np.zeros((m, t_len, num_actions), np.float32)
+        values_buf = np.zeros((m, t_len), np.float32)
         features_buf = np.zeros((m, t_len, cfg.model.feature_size) if send_features else (0, 0, 0), np.float32)
         no_grad = torch.no_grad()
         frames_per_step = wiring.frames_per_step
@@ -114,6 +84,7 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
                 logits = out.logits.numpy()
                 action = np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
                 logits_buf[:, t] = logits
+                values_buf[:, t] = out.values.numpy()
                 if send_features:
                     features_buf[:, t] = out.features.numpy()
                 t1 = time.perf_counter()
@@ -147,7 +118,8 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
             message = protocol.Unroll(
                 worker_id=worker_id, seq=seq, policy_version=policy_version, first_frame=first_frame,
                 num_envs=m, length=t_len, env_frames=env_steps * frames_per_step, actions=actions,
-                rewards=rewards, discounts=discounts, behaviour_logits=logits_buf, features=features_buf,
+                rewards=rewards, discounts=discounts, behaviour_logits=logits_buf, behaviour_values=values_buf,
+                features=features_buf,
             ).encode()  # fmt: skip
             while not transport.send(unrolls, message, poll_ms):
                 if should_stop(stop_event, wiring.launcher_pid):
@@ -159,10 +131,12 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
             timing["send"] += t6 - t5
 
             # New weights between unrolls; a throttled worker that is max_ahead unrolls ahead waits for them.
+            # Until the first new version arrives the learner has not started (its replays are filling), so
+            # the worker runs free.
             wait_ms = 0
             deadline = t6 + max_wait_s
             while True:
-                if max_ahead and ahead >= max_ahead:
+                if max_ahead and ahead >= max_ahead and weight_updates:
                     wait_ms = max(0, min(poll_ms, int((deadline - time.perf_counter()) * 1000)))
                 if weights.poll(wait_ms, zmq.POLLIN):
                     version, _, flat = protocol.decode_weights(weights.recv())

@@ -1,0 +1,138 @@
+"""Elite and attentive replay inside the broker, with the real feature scorer: frames in real rings, a
+real network, features recomputed from the rings. The behaviour features of some units are exactly what
+the current network computes, so their distance must be 0: that proves the stored steps and the
+recomputed observations line up."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from shm import segment_name
+from shm.ring import Ring, RingSpec
+from zrl import protocol
+from zrl.config import Config, EnvConfig, LearnerConfig, ModelConfig, ReplayConfig, WorkersConfig
+from zrl.gather import Gatherer, stack_observations
+from zrl.replay.elite import feature_distance
+from zrl.roles.broker import Broker, FeatureScorer, make_batch
+
+M, T, A, S, F, SHAPE = 2, 4, 3, 2, 8, (3,)
+MODEL = ModelConfig(kind="mlp", mlp_hidden=(16,), feature_size=F)
+WIRING = SimpleNamespace(frame_shape=SHAPE, frame_dtype="float32", num_actions=A)
+
+
+@pytest.fixture
+def ring():
+    spec = RingSpec(64, {"frame": ((M, *SHAPE), "float32"), "episode_step": ((M,), "int32")})
+    made = Ring.create(segment_name("zrltest", "elite", os.getpid(), "r0"), spec)
+    rng = np.random.default_rng(0)
+    for slot in range(48):
+        made.write(frame=rng.standard_normal((M, *SHAPE)).astype(np.float32), episode_step=np.full(M, slot, np.int32))
+    yield made
+    made.close()
+    made.unlink()
+
+
+def _config(**replay) -> Config:
+    return Config(env=EnvConfig(id="CartPole-v1", frame_stack=S), model=MODEL, workers=WorkersConfig(produce_ratio=0.0),
+                  learner=LearnerConfig(batch_size=4, unroll_length=T), replay=(ReplayConfig(**replay),))  # fmt: skip
+
+
+def _behaviour_features(model, ring, first_frame: int) -> np.ndarray:
+    """What a worker acting with ``model`` would have sent: features of observations 0..T-1, [M, T, F]."""
+    where = SimpleNamespace(worker_ids=np.zeros(M, np.int32), env_index=np.arange(M, dtype=np.int32),
+                            first_frame=np.full(M, first_frame, np.int64))  # fmt: skip
+    frames, steps, ok = Gatherer([ring], S, T, M, SHAPE, "float32").gather(where)
+    assert ok.all()
+    obs = stack_observations(frames, steps, S)[:, :T]
+    with torch.no_grad():
+        return model(obs.reshape(-1, S, *SHAPE), with_features=True).features.view(M, T, F).numpy()
+
+
+def _unroll(seq: int, features: np.ndarray) -> protocol.Unroll:
+    return protocol.Unroll(
+        worker_id=0, seq=seq, policy_version=seq, first_frame=4 + seq * T, num_envs=M, length=T, env_frames=0,
+        actions=np.zeros((M, T), np.int32), rewards=np.zeros((M, T), np.float32),
+        discounts=np.ones((M, T), np.float32), behaviour_logits=np.zeros((M, T, A), np.float32),
+        behaviour_values=np.zeros((M, T), np.float32), features=features.astype(np.float32),
+    )
+
+
+def _filled(ring, cfg: Config, messages: int = 8) -> tuple[Broker, FeatureScorer]:
+    """A broker whose unit from message j has behaviour features off by noise of scale j^2."""
+    scorer = FeatureScorer(cfg, WIRING, [ring])
+    broker = Broker(cfg, [ring], scorer)
+    noise = np.random.default_rng(1)
+    for seq in range(messages):
+        exact = _behaviour_features(scorer.model, ring, 4 + seq * T)
+        broker.insert(_unroll(seq, exact + seq**2 * noise.standard_normal(exact.shape)))
+    return broker, scorer
+
+
+@pytest.mark.parametrize("feature_steps", [0, 2])
+def test_elite_picks_the_units_whose_features_the_current_policy_reproduces(ring, feature_steps):
+    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=1,
+                  lambda_batch_multiplier=4.0, feature_steps=feature_steps)  # fmt: skip
+    broker, _ = _filled(ring, cfg)
+    batch = make_batch(1, *broker.next_units())
+    assert sorted(batch.policy_versions.tolist()) == [0, 0, 1, 1]  # messages 0 and 1: the smallest noise
+    replay = broker.replays[0]
+    assert len(replay.last_distances) == 16  # lambda 4 x n 4: the whole store was the pool
+    assert replay.last_distances.min() < 1e-4  # message 0's stored features are exact
+    assert replay.last_chosen.max() < np.sort(replay.last_distances)[4]
+
+
+def test_elite_counts_samples_and_strategy_3_prefers_the_least_sampled(ring):
+    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=3,
+                  lambda_batch_multiplier=5.0)  # fmt: skip  (the pool stays the whole store while lambda anneals)
+    broker, _ = _filled(ring, cfg)
+    first = make_batch(1, *broker.next_units())
+    second = make_batch(2, *broker.next_units())
+    assert sorted(first.policy_versions.tolist()) == [0, 0, 1, 1]
+    assert sorted(second.policy_versions.tolist()) == [2, 2, 3, 3]  # the next closest, never sampled yet
+    assert broker.replays[0].store.counts.sum() == 8
+
+
+def test_attentive_prefers_units_like_the_newest_state(ring):
+    cfg = _config(type="attentive", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=1,
+                  lambda_batch_multiplier=4.0, feature_steps=0, dist_function="cos_dist")  # fmt: skip
+    broker, scorer = _filled(ring, cfg)
+    store = broker.replays[0].store
+    slots = store.slots()
+    current, ok = scorer(store.worker_id[slots], store.env_index[slots], store.first_frame[slots], np.arange(T))
+    newest = store.newest_slot()
+    now, _ = scorer(store.worker_id[[newest]], store.env_index[[newest]], store.first_frame[[newest]], np.array([T]))
+    expected = slots[np.argsort(feature_distance(current, now, "cos_dist").numpy(), kind="stable")[:4]]
+    batch = make_batch(1, *broker.next_units())
+    got = sorted(zip(batch.first_frame.tolist(), batch.env_index.tolist()))
+    assert got == sorted(zip(store.first_frame[expected].tolist(), store.env_index[expected].tolist()))
+
+
+def test_elite_insertion_replaces_the_farthest_units(ring):
+    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, elite_insertion=True,
+                  elite_batch_size=16)  # fmt: skip
+    broker, scorer = _filled(ring, cfg)
+    store = broker.replays[0].store
+    assert store.full and sorted(store.first_frame.tolist()).count(4 + 7 * T) == 2
+    broker.insert(_unroll(8, _behaviour_features(scorer.model, ring, 4 + 8 * T)))
+    versions = sorted(u.policy_version for u in store.units)
+    assert versions == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 8, 8]  # message 7, the noisiest, is gone
+    plain = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0)
+    broker, scorer = _filled(ring, plain)
+    broker.insert(_unroll(8, _behaviour_features(scorer.model, ring, 4 + 8 * T)))
+    assert sorted(u.policy_version for u in broker.replays[0].store.units)[:2] == [1, 1]  # FIFO: the oldest went
+
+
+def test_lambda_one_is_uniform_and_skips_the_forward_pass(ring):
+    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, lambda_batch_multiplier=1.0)
+    broker, scorer = _filled(ring, cfg)
+    before = scorer.time_s
+    seen = set()
+    for i in range(40):
+        batch = make_batch(i, *broker.next_units())
+        seen |= set(zip(batch.first_frame.tolist(), batch.env_index.tolist()))
+    assert scorer.time_s == before and len(seen) == 16
