@@ -109,6 +109,34 @@ def test_tcp_transport_on_loopback(tmp_path, no_leaks):
     assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0
 
 
+ELITE_MIX = ('[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, {"type": "custom", "capacity": 64, '
+             '"sample_ratio": 0.5, "dist_function": "ln_norm", "sample_strategy": "elite_sampling", '
+             '"lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0, "elite_sampling_strategy": "strategy3"}]')
+
+
+def test_pong_with_queue_and_elite_replay_reports_its_figures(tmp_path, no_leaks):
+    """The reference platform's elite command, brought over with --replay, on real Pong with LASER on."""
+    result = run_command("zrl-launch", "--config", SMOKE, "--replay", ELITE_MIX, "--set", "algo.laser=true",
+                         "--set", "run.max_env_frames=40000", "--quiet", cwd=tmp_path, timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert "[[replay]]\ntype = \"elite\"" in (run_dir / "config.toml").read_text()
+    rows = [r for r in _rows(run_dir / "metrics.csv") if r["learner_step"] and int(r["learner_step"]) > 0]
+    assert rows, "the learner never trained"
+    scored = [r for r in rows if r["elite_distance_pool"] and float(r["elite_lambda"]) > 0]
+    assert scored, "no elite pool was scored"
+    last = scored[-1]
+    assert 1.0 <= float(last["elite_lambda"]) <= 6.0
+    assert float(last["elite_distance_min"]) <= float(last["elite_distance_chosen"]) <= float(last["elite_distance_max"])
+    assert all(0.0 <= float(r["laser_masked_fraction"]) <= 1.0 for r in rows)
+    assert all(float(r["sample_age_max"]) >= float(r["sample_age_mean"]) >= 0.0 for r in rows)
+    timed = [r for r in rows if r["broker_prepare_s"] and r["learner_wait_fraction"]]
+    assert timed and all(float(r["broker_prepare_s"]) > 0 for r in timed)
+    assert all(0.0 <= float(r["learner_wait_fraction"]) <= 1.0 for r in timed)
+    queue_size, elite_size = (int(n) for n in rows[-1]["replay_sizes"].split())
+    assert elite_size == 64  # filled; the queue hands its units out
+
+
 def test_sigterm_stops_in_order_with_exit_143(tmp_path, no_leaks):
     code, _, err = _interrupt(tmp_path, REPO / "config" / "cartpole.toml", signal.SIGTERM)
     assert code == 143, err[-3000:]
@@ -121,7 +149,8 @@ def test_sigterm_stops_in_order_with_exit_143(tmp_path, no_leaks):
     [
         (["--set", "learner.bacth_size=4"], "did you mean 'learner.batch_size'"),
         (["--set", "learner.batch_size=four"], "learner.batch_size"),
-        (["--set", "learner.batch_size=64"], "replay[0].capacity"),
+        (["--replay", '[{"type": "standard", "capacity": 2, "sample_ratio": 1}]'], "replay[0].capacity"),
+        (["--replay", '[{"type": "custom", "capacity": 8, "sample_ratio": 1}]'], "needs sample_strategy"),
         (["--config", "missing.toml"], "missing.toml: no such config file"),
         (["--set", 'env.id="ALE/Pongg-v5"'], "env.id"),
         (["--workers", "0"], "--workers"),
