@@ -82,8 +82,14 @@ def pipeline(config_path: str, workers: int, envs: int, seconds: float, warmup: 
     elapsed = float(last["elapsed_s"]) - float(first["elapsed_s"])
     frames = int(last["env_frames"]) - int(first["env_frames"])
     steps = int(last["learner_step"]) - int(first["learner_step"])
+    def mean(column: str) -> float | None:
+        values = [float(r[column]) for r in rows if r.get(column)]
+        return float(np.mean(values)) if values else None
+
     return {"frames_per_s": frames / elapsed, "learner_steps_per_s": steps / elapsed,
-            "mean_policy_lag": float(np.mean([float(r["policy_lag"]) for r in rows])), "window_s": elapsed}
+            "mean_policy_lag": float(np.mean([float(r["policy_lag"]) for r in rows])), "window_s": elapsed,
+            "learner_wait_fraction": mean("learner_wait_fraction"), "learner_step_s": mean("learner_step_s"),
+            "broker_prepare_s": mean("broker_prepare_s"), "elite_lambda": mean("elite_lambda")}
 
 
 def learner_alone(cfg, seconds: float) -> float:

@@ -24,7 +24,7 @@ def test_defaults_toml_is_the_generated_one_and_documents_every_key():
     assert config.load(REPO / "config" / "defaults.toml") == config.Config()
 
 
-@pytest.mark.parametrize("name", ["pong", "breakout", "cartpole", "smoke", "defaults"])
+@pytest.mark.parametrize("name", ["pong", "breakout", "breakout_elite", "cartpole", "smoke", "defaults"])
 def test_shipped_configs_load(name):
     cfg = config.load(REPO / "config" / f"{name}.toml")
     assert cfg.learner.batch_size > 0

@@ -429,6 +429,13 @@ def replay_share(cfg: Config, rep: ReplayConfig) -> int:
     return round(cfg.learner.batch_size * rep.sample_ratio)
 
 
+def fill_target(cfg: Config, rep: ReplayConfig) -> int:
+    """Units a replay must hold before training starts: one batch's share for a queue, else
+    fill_fraction x capacity (and never less than the share)."""
+    share = replay_share(cfg, rep)
+    return share if rep.type == "queue" else max(share, math.ceil(rep.fill_fraction * rep.capacity - 1e-9))
+
+
 def fresh_share(cfg: Config) -> float:
     """The share of a batch that is fresh (taken from queues); 1 when no queue is configured."""
     return sum(r.sample_ratio for r in cfg.replay if r.type == "queue") or 1.0

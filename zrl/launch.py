@@ -27,7 +27,7 @@ import shm
 from shm.ring import Ring, RingSpec
 
 from zrl import __version__, checkpoint, envs, protocol, transport
-from zrl.config import Config, ConfigError, dumps, queue_capacity
+from zrl.config import Config, ConfigError, dumps, fill_target, queue_capacity
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring
@@ -156,11 +156,15 @@ class Tally:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
 
 
-def _progress(t: Tally, elapsed: float, fps: float) -> str:
+def _progress(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
     ls = t.learner
     h, rem = divmod(int(elapsed), 3600)
+    filling = ""
+    if (not ls or ls.learner_step == 0) and t.broker is not None and len(t.broker.replay_sizes) == len(fill):
+        held = sum(min(int(n), target) for n, target in zip(t.broker.replay_sizes, fill))
+        filling = f" | filling replays {held:,}/{sum(fill):,} units"
     return (
-        f"frames {t.env_frames:,} | {fps:,.0f} f/s | learner {ls.learner_step if ls else 0:,} steps"
+        f"frames {t.env_frames:,} | {fps:,.0f} f/s{filling} | learner {ls.learner_step if ls else 0:,} steps"
         f" | lag {ls.policy_lag if ls else 0:.1f} | return(100) {t.mean_return():.1f} ({t.episodes} eps)"
         f" | {h}:{rem // 60:02d}:{rem % 60:02d}"
     )
@@ -229,6 +233,9 @@ class Launcher:
                     code = EXIT_USAGE
                     return code
             log.info("%d rings of %d slots, %.1f MB each", len(rings), ring_spec.capacity, ring_spec.nbytes / 1e6)
+            log.info("replays: %s; training starts once they hold %s units", ", ".join(
+                f"{r.type} of {queue_capacity(cfg, r) if r.type == 'queue' else r.capacity} x {r.sample_ratio:g}"
+                for r in cfg.replay), " + ".join(str(fill_target(cfg, r)) for r in cfg.replay))  # fmt: skip
             endpoints = transport.plan_endpoints(cfg.transport, private)
             stats_sock = transport.socket(zctx, zmq.PULL, hwm=10_000, bind=endpoints.stats)
             wiring = RunWiring(endpoints, tuple(r.name for r in rings), ring_spec, self.spec.frame_shape,
@@ -313,7 +320,7 @@ class Launcher:
                 sps = (samples - last_samples) / (now - last_time)
                 last_frames, last_time, last_samples = frames, now, samples
                 self._write_metrics(metrics, now - start, fps, sps)
-                line = _progress(self.tally, now - start, fps)
+                line = _progress(self.tally, now - start, fps, [fill_target(cfg, r) for r in cfg.replay])
                 log.info(line)
                 self._say_line(line)
                 next_report = now + cfg.run.log_interval_s

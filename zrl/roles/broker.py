@@ -25,7 +25,7 @@ import zmq
 from shm.ring import Ring
 
 from zrl import protocol, transport
-from zrl.config import Config, lr_decay_steps, queue_capacity, replay_share
+from zrl.config import Config, fill_target, lr_decay_steps, queue_capacity, replay_share
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
@@ -112,7 +112,7 @@ def make_replays(cfg: Config, frames_per_step: int, scorer: Scorer | None, seed:
     for i, rep in enumerate(cfg.replay):
         share = replay_share(cfg, rep)
         rng = np.random.default_rng([seed, 7919, i])
-        min_fill = max(share, int(np.ceil(rep.fill_fraction * rep.capacity)))
+        min_fill = fill_target(cfg, rep)
         if rep.type == "queue":
             replays.append(QueueReplay(queue_capacity(cfg, rep)))
         elif rep.type == "uniform":
