@@ -143,6 +143,11 @@ def test_the_reference_platforms_replay_json_maps_onto_replay_tables(tmp_path):
     ('[{"type": "custom", "capacity": 10, "sample_ratio": 1, "sample_strategy": "elite"}]',
      ["replay[0].sample_strategy", "elite_sampling, attentive_sampling"]),
     ('[{"type": "queue", "capacity": 10, "sample_ratio": 1, "lambda": 2}]', ["option --replay", "replay[0].lambda"]),
+    ('[{"type": "standard", "capacity": 100, "sample_ratio": 1, "sample_strategy": "elite_sampling"}]',
+     ["replay[0].sample_strategy applies only to custom replays; this one is standard"]),
+    ('[{"type": "custom", "capacity": 2, "sample_ratio": 0.0625, "sample_strategy": "elite_sampling", '
+     '"insert_strategy": "elite_insertion"}, {"type": "queue", "capacity": 1, "sample_ratio": 0.9375}]',
+     ["replay[0].capacity", "workers.envs_per_worker 4", "elite insertion"]),
     ('[{"type": "standard", "capacity": 100, "sample_ratio": 0.5}]', ["option --replay", "sum to 0.5"]),
 ])  # fmt: skip
 def test_replay_json_mistakes_are_named(text, expected):
@@ -150,6 +155,21 @@ def test_replay_json_mistakes_are_named(text, expected):
         config.load(None, [], {"replay": text})
     for part in expected:
         assert part in str(err.value), (part, str(err.value))
+
+
+def test_attentive_replay_takes_elite_insertion_too():
+    cfg = config.load(None, [], {"replay": '[{"type": "custom", "capacity": 100, "sample_ratio": 1, '
+                                           '"sample_strategy": "attentive_sampling", "insert_strategy": "elite_insertion"}]'})
+    assert cfg.replay[0].type == "attentive" and cfg.replay[0].elite_insertion
+
+
+def test_learning_rate_decays_over_the_budget_counted_in_fresh_units():
+    queue_only = config.load(None, ["run.max_env_frames=2560000"])
+    mixed = config.load(None, ["run.max_env_frames=2560000"], {"replay": '[{"type": "queue", "capacity": 1, '
+                        '"sample_ratio": 0.5}, {"type": "uniform", "capacity": 100, "sample_ratio": 0.5}]'})  # fmt: skip
+    assert config.lr_decay_steps(queue_only, 4) == 1000  # 2.56M frames / (32 x 20 x 4)
+    assert config.lr_decay_steps(mixed, 4) == 2000  # half of every batch is replayed: twice the steps
+    assert config.lr_decay_steps(config.load(None, ["learner.lr_decay_steps=7"]), 4) == 7
 
 
 def test_a_queue_holds_at_least_what_a_batch_and_a_weights_version_need():

@@ -136,3 +136,15 @@ def test_lambda_one_is_uniform_and_skips_the_forward_pass(ring):
         batch = make_batch(i, *broker.next_units())
         seen |= set(zip(batch.first_frame.tolist(), batch.env_index.tolist()))
     assert scorer.time_s == before and len(seen) == 16
+
+
+def test_stale_candidates_are_replaced_so_a_batch_holds_distinct_fresh_units(ring):
+    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, lambda_batch_multiplier=1.0)
+    broker, _ = _filled(ring, cfg)
+    for _ in range(30):  # a 64-slot ring at frame 78: messages 0-2 (first frames 4, 8, 12) lose their frames
+        ring.write(frame=np.zeros((M, *SHAPE), np.float32), episode_step=np.zeros(M, np.int32))
+    for i in range(10):
+        batch = make_batch(i, *broker.next_units())
+        units = set(zip(batch.first_frame.tolist(), batch.env_index.tolist()))
+        assert len(units) == 4 and min(batch.first_frame) >= 16
+    assert broker.stale_total == 6 and len(broker.replays[0]) == 10

@@ -198,9 +198,9 @@ class ReplayConfig:
     feature_steps: int = 5
     """elite, attentive: time steps of each unit whose features are compared, evenly spaced over the unroll; 0 (or T or more) compares all T (exact, and the costliest)."""
     elite_insertion: bool = False
-    """elite: once full, a new unit replaces the unit with the largest distance among elite_batch_size random ones instead of the oldest."""
+    """elite, attentive: once full, a new unit replaces the unit with the largest distance among elite_batch_size random ones instead of the oldest."""
     elite_batch_size: int = 20
-    """elite: units drawn for each elite insertion."""
+    """elite, attentive: units drawn for each elite insertion (the units of one worker message share a draw)."""
 
 
 @dataclass(frozen=True)
@@ -226,7 +226,7 @@ REPLAY_KEYS = {
     "queue": _REPLAY_COMMON,
     "uniform": _REPLAY_COMMON + ("fill_fraction",),
     "elite": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED + ("elite_insertion", "elite_batch_size"),
-    "attentive": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED,
+    "attentive": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED + ("elite_insertion", "elite_batch_size"),
 }
 MOVED_KEYS = {
     "learner.clip_rho_threshold": "algo.clip_rho",
@@ -417,6 +417,9 @@ def _check_replays(cfg: Config) -> None:
             _fail(f"{key}.alfa_annealing_factor", f"must be > 0, got {rep.alfa_annealing_factor}")
         if rep.feature_steps < 0:
             _fail(f"{key}.feature_steps", f"must be >= 0 (0 compares all steps), got {rep.feature_steps}")
+        if rep.elite_insertion and rep.capacity < cfg.workers.envs_per_worker:
+            _fail(f"{key}.capacity", f"{rep.capacity} units cannot take one worker message of workers.envs_per_worker "
+                  f"{cfg.workers.envs_per_worker} units by elite insertion; raise it, or set elite_insertion = false")
         if rep.elite_batch_size < 1:
             _fail(f"{key}.elite_batch_size", f"must be >= 1 (at most the capacity is drawn), got {rep.elite_batch_size}")
         total += rep.sample_ratio
@@ -471,8 +474,8 @@ def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:
     lambda annealing is measured against it too."""
     if cfg.learner.lr_decay_steps:
         return cfg.learner.lr_decay_steps
-    per_step = cfg.learner.batch_size * cfg.learner.unroll_length * frames_per_step
-    return max(1, cfg.run.max_env_frames // per_step)
+    fresh_per_step = cfg.learner.batch_size * fresh_share(cfg) * cfg.learner.unroll_length * frames_per_step
+    return max(1, int(cfg.run.max_env_frames // fresh_per_step))
 
 
 REFERENCE_TYPES = {"queue": "queue", "standard": "uniform", "uniform": "uniform", "elite": "elite",
@@ -506,6 +509,9 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
         table: dict[str, Any] = {}
         sampler = item.pop("sample_strategy", None)
         insert = item.pop("insert_strategy", None)
+        if kind in ("queue", "uniform") and sampler is not None:
+            raise ConfigError(f"{source}: {key}.sample_strategy applies only to custom replays; this one is "
+                              f"{items[i]['type']}")  # fmt: skip
         if sampler is not None and (not isinstance(sampler, str) or sampler.lower() not in REFERENCE_SAMPLERS):
             raise ConfigError(f"{source}: {key}.sample_strategy = {sampler!r} is not one of elite_sampling, attentive_sampling")
         if insert is not None and (not isinstance(insert, str) or insert.lower() != "elite_insertion"):

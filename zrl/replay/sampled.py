@@ -45,12 +45,15 @@ class UniformReplay:
         self.min_fill = max(1, min_fill)
         self.rng = rng
         self.dropped_stale = 0
+        self._filled = False
 
     def __len__(self) -> int:
         return len(self.store)
 
     def ready(self) -> bool:
-        return len(self.store) >= self.min_fill
+        """Held its fill once (training has started from it) and is not empty."""
+        self._filled = self._filled or len(self.store) >= self.min_fill
+        return self._filled and len(self.store) > 0
 
     def add(self, units: list[Unit], features: np.ndarray | None = None) -> None:
         for unit in units:
@@ -141,14 +144,11 @@ class FeatureReplay(UniformReplay):
         self.sample_calls += 1
         st = self.store
         for _ in range(RETRIES):
-            slots = st.slots()
-            size = elite.pool_size(self.lam, n, len(slots))
-            if size == 0:
+            pool = self._draw_fresh(n, is_fresh)
+            if pool is None:
                 return None
-            pool = self._evict_stale(elite.draw_pool(self.rng, slots, size), is_fresh)
-            if not len(pool):
-                continue
-            if len(pool) == n and size == n:
+            if len(pool) == n == elite.pool_size(self.lam, n, len(st)):
+                self.last_distances = self.last_chosen = np.zeros(0, np.float32)
                 return st.take_units(pool)  # lambda 1: every strategy takes the whole pool, which is uniform
             distances, pool = self._distances(pool)
             if distances is None:
@@ -157,6 +157,18 @@ class FeatureReplay(UniformReplay):
             self.last_distances, self.last_chosen = distances, distances[chosen]
             return st.take_units(pool[chosen])
         return None
+
+    def _draw_fresh(self, n: int, is_fresh: IsFresh) -> np.ndarray | None:
+        """A pool of about lambda x n distinct units whose frames are still in their rings: stale draws are
+        evicted and replaced from the rest of the store (None once the store is empty)."""
+        pool = np.zeros(0, np.int64)
+        for _ in range(RETRIES):
+            rest = np.setdiff1d(self.store.slots(), pool, assume_unique=True)
+            size = elite.pool_size(self.lam, n, len(self.store)) - len(pool)
+            if size <= 0 or not len(rest):
+                break
+            pool = np.concatenate([pool, self._evict_stale(elite.draw_pool(self.rng, rest, size), is_fresh)])
+        return pool if len(pool) else None
 
     def _distances(self, pool: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
         st = self.store
