@@ -69,9 +69,9 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     _assert_loadable(run_dir)
 
 
-def _interrupt(tmp_path: Path, config: Path, signum: int) -> tuple[int, str, str]:
+def _interrupt(tmp_path: Path, config: Path, signum: int, min_steps: int = 2, extra: tuple = ()) -> tuple[int, str, str]:
     """Start an endless run, wait until the learner has stepped, send ``signum``; (exit code, out, err)."""
-    proc = subprocess.Popen(command("zrl-launch", "--config", config, "--set", "run.max_env_frames=100000000"),
+    proc = subprocess.Popen(command("zrl-launch", "--config", config, "--set", "run.max_env_frames=100000000", *extra),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
@@ -79,7 +79,7 @@ def _interrupt(tmp_path: Path, config: Path, signum: int) -> tuple[int, str, str
             time.sleep(0.5)
             runs = list((tmp_path / "results").glob("*/metrics.csv"))
             rows = _rows(runs[0]) if runs else []
-            if rows and rows[-1]["learner_step"] and int(rows[-1]["learner_step"]) > 2:
+            if rows and rows[-1]["learner_step"] and int(rows[-1]["learner_step"]) > min_steps:
                 break
         else:
             pytest.fail("the learner never stepped")
@@ -180,3 +180,76 @@ def test_unbuilt_commands_say_so_and_exit_2(tmp_path, name):
     result = run_command(name, "env", cwd=tmp_path, timeout=60)
     assert result.returncode == 2
     assert "not built yet" in result.stderr
+
+
+CARTPOLE = REPO / "config" / "cartpole.toml"
+
+
+def test_resume_continues_the_same_run(tmp_path, no_leaks):
+    """100 learner steps, Ctrl-C, resume, more steps: counters continue and the CSV files run on without
+    a gap or a duplicate."""
+    code, _, err = _interrupt(tmp_path, CARTPOLE, signal.SIGINT, min_steps=100,
+                              extra=("--set", "run.checkpoint_every_steps=25", "--set", "run.log_interval_s=0.5"))
+    assert code == 130, err[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    stopped = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+    assert stopped["learner_step"] >= 100
+    budget = stopped["env_frames"] + 60_000
+    result = run_command("zrl-launch", "--resume", "auto", "--config", CARTPOLE, "--set",
+                         f"run.max_env_frames={budget}", "--set", "run.log_interval_s=0.5", cwd=tmp_path, timeout=240)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming" in result.stdout and [p.name for p in (tmp_path / "results").iterdir()] == [run_dir.name]
+    final = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+    assert final["learner_step"] > stopped["learner_step"] and final["env_frames"] >= budget - 10_000
+    assert final["policy_version"] > stopped["policy_version"]
+    episodes = [int(r["episode"]) for r in _rows(run_dir / "episodes.csv")]
+    assert episodes == list(range(1, len(episodes) + 1))
+    metrics = _rows(run_dir / "metrics.csv")
+    steps = [int(r["learner_step"]) for r in metrics if r["learner_step"]]
+    assert steps == sorted(steps) and steps[-1] > stopped["learner_step"]
+    frames = [int(r["env_frames"]) for r in metrics]
+    assert min(frames[len(frames) // 2 :]) > 0 and max(frames) >= budget
+    assert sum(1 for line in (run_dir / "metrics.csv").read_text().splitlines() if line.startswith("wall_time")) == 1
+    assert (run_dir / "checkpoints" / "best.pt").is_file()
+    checkpoint.load(run_dir / "checkpoints" / "best.pt")
+
+
+def _damaged(run_dir: Path, how: str) -> Path:
+    path = checkpoint.latest(run_dir / "checkpoints")
+    data = bytearray(path.read_bytes())
+    if how == "bitflip":
+        data[len(data) // 2] ^= 1
+    elif how == "truncate":
+        data = data[: len(data) // 3]
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_path, no_leaks):
+    result = run_command("zrl-launch", "--config", CARTPOLE, "--set", "run.max_env_frames=40000", "--set",
+                         "run.checkpoint_every_steps=10", "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    bad = _damaged(run_dir, "bitflip")
+    unsafe = run_command("zrl-launch", "--resume", run_dir, "--set", "learner.batch_size=8", cwd=tmp_path)
+    assert unsafe.returncode == 2 and "learner.batch_size: cannot change when resuming" in unsafe.stderr
+    assert "Traceback" not in unsafe.stderr and unsafe.stderr.count("\n") <= 2
+    resumed = run_command("zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=60000", "--quiet",
+                          cwd=tmp_path, timeout=180)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"skipped a checkpoint that cannot be used: {bad}: SHA-256 mismatch" in (run_dir / "zrl.log").read_text()
+    bad = bad.with_name(bad.name + ".bad")  # set aside, so that it is never picked again
+    assert bad.is_file() and checkpoint.latest(run_dir / "checkpoints") != bad
+    # --init-from: a new run from the weights; a damaged or foreign checkpoint is refused in one line
+    good = checkpoint.latest(run_dir / "checkpoints")
+    fresh = run_command("zrl-launch", "--config", CARTPOLE, "--init-from", good, "--set", "run.max_env_frames=20000",
+                        "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert len(list((tmp_path / "results").iterdir())) == 2
+    for args, reason in [((bad,), "SHA-256 mismatch"), ((tmp_path / "nope.pt",), "no such checkpoint file")]:
+        refused = run_command("zrl-launch", "--config", SMOKE, "--init-from", *args, cwd=tmp_path)
+        assert refused.returncode == 2 and reason in refused.stderr and refused.stderr.count("\n") <= 2, refused.stderr
+    foreign = run_command("zrl-launch", "--config", SMOKE, "--init-from", good, cwd=tmp_path)
+    assert foreign.returncode == 2 and "trained on CartPole-v1, not ALE/Pong-v5 (wrong game)" in foreign.stderr
+    missing = run_command("zrl-launch", "--resume", tmp_path / "nowhere", cwd=tmp_path)
+    assert missing.returncode == 2 and "not a zrl run folder" in missing.stderr

@@ -40,7 +40,7 @@ def _act(ring: Ring, steps: int, seed: int):
 def _batch(worker_ids, env_index, first_frame) -> protocol.Batch:
     b = len(worker_ids)
     return protocol.Batch(
-        batch_id=1, length=T, worker_ids=np.array(worker_ids, np.int32), env_index=np.array(env_index, np.int32),
+        batch_id=1, length=T, env_frames=0, worker_ids=np.array(worker_ids, np.int32), env_index=np.array(env_index, np.int32),
         first_frame=np.array(first_frame, np.int64), policy_versions=np.zeros(b, np.int64),
         actions=np.zeros((b, T), np.int32), rewards=np.zeros((b, T), np.float32),
         discounts=np.ones((b, T), np.float32), behaviour_logits=np.zeros((b, T, A), np.float32),

@@ -63,6 +63,7 @@ def make_batch(rng, B=4, T=5, A=6) -> Batch:
     return Batch(
         batch_id=int(rng.integers(0, 2**31)),
         length=T,
+        env_frames=int(rng.integers(0, 2**40)),
         worker_ids=rng.integers(0, 64, size=B, dtype=np.int32),
         env_index=rng.integers(0, 8, size=B, dtype=np.int32),
         first_frame=rng.integers(0, 2**40, size=B, dtype=np.int64),

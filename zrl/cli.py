@@ -32,17 +32,36 @@ def _usage_error(prog: str, message: str) -> None:
                    "e.g. '[{\"type\": \"queue\", \"capacity\": 1, \"sample_ratio\": 0.5}, "
                    "{\"type\": \"standard\", \"capacity\": 1000, \"sample_ratio\": 0.5}]'. "
                    "standard means uniform; custom with sample_strategy means elite or attentive.")
+@click.option("--resume", "resume_ref", type=str, default=None, metavar="RUN|auto",
+              help="Continue a run in its own folder from its newest good checkpoint (auto: the newest run of the "
+                   "config's env). Its config is used; only keys such as the budget, worker counts, threads and "
+                   "intervals may change.")
+@click.option("--init-from", "init_from", type=str, default=None, metavar="CHECKPOINT",
+              help="Start a new run from a checkpoint's weights (the same game and network).")
+@click.option("--init-optimizer", is_flag=True, help="With --init-from: take the checkpoint's optimiser state too.")
 @click.option("--quiet", is_flag=True, help="No progress output (the log and CSV files are still written).")
 @click.version_option(__version__, prog_name="zrl")
-def launch_main(config_path, workers, envs_per_worker, sets, replay_json, quiet) -> None:
+def launch_main(config_path, workers, envs_per_worker, sets, replay_json, resume_ref, init_from, init_optimizer,
+                quiet) -> None:  # fmt: skip
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
-    from zrl.launch import launch
+    from zrl.launch import launch, resume
 
     try:
         options = {"workers.count": workers, "workers.envs_per_worker": envs_per_worker, "replay": replay_json}
-        cfg = config_mod.load(config_path, sets, options)
-        code = launch(cfg, quiet=quiet)
+        if resume_ref is not None and init_from is not None:
+            raise ConfigError("--resume continues a run and --init-from starts a new one; give one of them")
+        if init_optimizer and init_from is None:
+            raise ConfigError("--init-optimizer goes with --init-from CHECKPOINT")
+        if resume_ref is not None:
+            if config_path is not None and resume_ref != "auto":
+                raise ConfigError(f"--config: a resumed run uses its own config ({resume_ref}/config.toml); "
+                                  "change safe keys with --set or the options")  # fmt: skip
+            probe_cfg = config_mod.load(config_path, sets, options)
+            code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet)
+        else:
+            cfg = config_mod.load(config_path, sets, options)
+            code = launch(cfg, quiet=quiet, init_from=init_from, init_optimizer=init_optimizer)
     except ConfigError as err:
         _usage_error("zrl-launch", str(err))
     except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: nothing was started

@@ -37,8 +37,10 @@ class RunConfig:
     """Seconds between progress lines and rows of metrics.csv."""
     checkpoint_every_steps: int = 5000
     """Learner steps between checkpoints; a final one is always written at an orderly stop. 0: only the final one."""
+    checkpoint_every_minutes: float = 0.0
+    """Minutes between checkpoints, besides checkpoint_every_steps; 0: by learner steps only."""
     keep_checkpoints: int = 3
-    """How many periodic checkpoints to keep (the newest ones)."""
+    """How many periodic checkpoints to keep (the newest ones); best.pt, the best 100-episode mean, is kept apart."""
     heartbeat_timeout_s: float = 60.0
     """A role that reports nothing for this long is declared hung and the run stops."""
 
@@ -238,6 +240,14 @@ PRECISIONS = ("fp32", "bf16")
 MODEL_KINDS = ("auto", "atari", "mlp")
 TRANSPORT_KINDS = ("ipc", "tcp")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
+# Keys a resumed run may change: how long, how many processes, how often it reports and saves.
+SAFE_ON_RESUME = (
+    "run.max_env_frames", "run.log_interval_s", "run.checkpoint_every_steps", "run.checkpoint_every_minutes",
+    "run.keep_checkpoints", "run.heartbeat_timeout_s", "workers.count", "workers.envs_per_worker",
+    "workers.torch_threads", "workers.stats_interval_s", "workers.max_weights_wait_s", "learner.device",
+    "learner.torch_threads", "broker.torch_threads", "broker.prefetch_batches", "transport.kind",
+    "transport.hwm", "transport.poll_timeout_ms",
+)  # fmt: skip
 OPTION_FLAGS = {"workers.count": "--workers", "workers.envs_per_worker": "--envs-per-worker"}
 
 
@@ -313,6 +323,7 @@ def check(cfg: Config) -> None:
     non_negative = {
         "run.seed": cfg.run.seed,
         "run.checkpoint_every_steps": cfg.run.checkpoint_every_steps,
+        "run.checkpoint_every_minutes": cfg.run.checkpoint_every_minutes,
         "env.noop_max": cfg.env.noop_max,
         "env.max_episode_steps": cfg.env.max_episode_steps,
         "workers.ring_slots": cfg.workers.ring_slots,

@@ -8,6 +8,8 @@ process and no socket file.
 
 from __future__ import annotations
 
+import csv
+import json
 import logging
 import math
 import multiprocessing as mp
@@ -27,10 +29,10 @@ import shm
 from shm.ring import Ring, RingSpec
 
 from zrl import __version__, checkpoint, envs, protocol, transport
-from zrl.config import Config, ConfigError, dumps, fill_target, queue_capacity
+from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, to_dict
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
-from zrl.roles.common import RunWiring
+from zrl.roles.common import RunWiring, StartFrom
 
 SHM_PREFIX = "zrl"
 PRIVATE_PREFIX = "zrl-"
@@ -124,12 +126,15 @@ class Tally:
     learner: protocol.LearnerStats | None = None
     returns: deque = field(default_factory=lambda: deque(maxlen=100))
     episodes: int = 0
+    frames_start: int = 0  # env frames of the run before this launch (resume)
+    best_return: float = float("-inf")
+    last_checkpoint: str = ""
     last_seen: dict[str, float] = field(default_factory=dict)
     _last_interval: dict | None = None
 
     @property
     def env_frames(self) -> int:
-        return sum(w.env_frames for w in self.workers.values())
+        return self.frames_start + sum(w.env_frames for w in self.workers.values())
 
     def interval_figures(self) -> dict[str, float]:
         """Time shares since the last call: the learner's wait for batches as a fraction of its loop time,
@@ -171,13 +176,17 @@ def _progress(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
 
 
 class Launcher:
-    def __init__(self, cfg: Config, spec: envs.EnvSpec, quiet: bool = False) -> None:
+    def __init__(self, cfg: Config, spec: envs.EnvSpec, quiet: bool = False, run_dir: Path | None = None,
+                 start: StartFrom | None = None, env_frames_start: int = 0) -> None:  # fmt: skip
         self.cfg = cfg
         self.spec = spec
         self.quiet = quiet
         self.tty = sys.stdout.isatty()
         self.signals: list[int] = []
-        self.tally = Tally()
+        self.tally = Tally(frames_start=env_frames_start)
+        self.resume_dir = run_dir
+        self.start = start
+        self.notes: list[str] = []  # said and logged once the run's log is open
 
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -190,7 +199,7 @@ class Launcher:
     def run(self) -> int:
         cfg = self.cfg
         segments, folders = sweep_stale()
-        run_dir = make_run_dir(cfg)
+        run_dir = self.resume_dir or make_run_dir(cfg)
         self.run_dir = run_dir
         (run_dir / "config.toml").write_text(dumps(cfg))
         handler = logging.FileHandler(run_dir / "zrl.log")
@@ -198,6 +207,21 @@ class Launcher:
         log.addHandler(handler)
         log.setLevel(logging.INFO)
         log.info("zrl %s run %s, pid %d, config %s", __version__, run_dir, os.getpid(), run_dir / "config.toml")
+        for note in self.notes:
+            log.warning(note)
+            self._say(note)
+        if self.resume_dir is not None:
+            self._seed_tally(run_dir)
+            text = (f"resuming {run_dir} from {self.start.path}: {self.tally.env_frames:,} env frames, "
+                    f"{self.tally.episodes} episodes so far; frames in the replay are not kept across a restart, "
+                    "so the replays refill before learning resumes")  # fmt: skip
+            log.info(text)
+            self._say(text)
+        elif self.start is not None:
+            text = (f"starting from the weights{' and optimiser state' if self.start.optimizer else ''} of "
+                    f"{self.start.path}")  # fmt: skip
+            log.info(text)
+            self._say(text)
         for name in segments + folders:
             log.info("removed %s left by a launcher that is no longer running", name)
         if segments or folders:
@@ -239,10 +263,11 @@ class Launcher:
             endpoints = transport.plan_endpoints(cfg.transport, private)
             stats_sock = transport.socket(zctx, zmq.PULL, hwm=10_000, bind=endpoints.stats)
             wiring = RunWiring(endpoints, tuple(r.name for r in rings), ring_spec, self.spec.frame_shape,
-                               self.spec.frame_dtype, self.spec.num_actions, self.spec.frames_per_step, os.getpid())  # fmt: skip
+                               self.spec.frame_dtype, self.spec.num_actions, self.spec.frames_per_step, os.getpid(),
+                               self.tally.frames_start)  # fmt: skip
             procs["zrl-broker"] = mp_ctx.Process(target=broker.run, args=(cfg, wiring, stop_event), name="zrl-broker")
-            procs["zrl-learner"] = mp_ctx.Process(target=learner.run, args=(cfg, wiring, str(run_dir), stop_event),
-                                                  name="zrl-learner")  # fmt: skip
+            procs["zrl-learner"] = mp_ctx.Process(target=learner.run, name="zrl-learner",
+                                                  args=(cfg, wiring, str(run_dir), stop_event, self.start))  # fmt: skip
             for i in range(cfg.workers.count):
                 procs[f"zrl-worker-{i}"] = mp_ctx.Process(target=worker.run, args=(i, cfg, wiring, stop_event),
                                                           name=f"zrl-worker-{i}")  # fmt: skip
@@ -297,7 +322,7 @@ class Launcher:
     def _supervise(self, procs, stats_sock, episodes: CsvLog, metrics: CsvLog, start: float) -> int:
         cfg = self.cfg
         next_report = start + cfg.run.log_interval_s
-        last_frames, last_time, last_samples = 0, start, 0
+        last_frames, last_time, last_samples = self.tally.frames_start, start, None
         while True:
             self._drain(stats_sock, episodes, cfg.transport.poll_timeout_ms)
             if self.signals:  # after the drain: a process-group SIGTERM may already have stopped children
@@ -315,9 +340,9 @@ class Launcher:
                 return EXIT_OK
             if now >= next_report:
                 frames = self.tally.env_frames
-                samples = self.tally.learner.samples if self.tally.learner else 0
+                samples = self.tally.learner.samples if self.tally.learner else None
                 fps = (frames - last_frames) / (now - last_time)
-                sps = (samples - last_samples) / (now - last_time)
+                sps = (samples - last_samples) / (now - last_time) if None not in (samples, last_samples) else 0.0
                 last_frames, last_time, last_samples = frames, now, samples
                 self._write_metrics(metrics, now - start, fps, sps)
                 line = _progress(self.tally, now - start, fps, [fill_target(cfg, r) for r in cfg.replay])
@@ -365,6 +390,42 @@ class Launcher:
         elif isinstance(msg, protocol.LearnerStats):
             t.learner = msg
             t.last_seen["zrl-learner"] = now
+            if msg.checkpoint_path and msg.checkpoint_path != t.last_checkpoint:
+                t.last_checkpoint = msg.checkpoint_path
+                self._maybe_best(Path(msg.checkpoint_path))
+
+    def _maybe_best(self, path: Path) -> None:
+        """Keep best.pt: the checkpoint written when the 100-episode mean raw score was at its best."""
+        t = self.tally
+        mean = t.mean_return()
+        if not t.returns or not mean > t.best_return:
+            return
+        folder = path.parent
+        try:
+            checkpoint.copy(path, folder / checkpoint.BEST)
+        except OSError as err:  # pruned meanwhile, or the disk is full: the periodic checkpoints stand
+            log.warning("could not update %s: %s", folder / checkpoint.BEST, err)
+            return
+        t.best_return = mean
+        record = {"mean_return_100": mean, "episodes": t.episodes, "checkpoint": path.name,
+                  "env_frames": t.env_frames}  # fmt: skip
+        (folder / "best.json").write_text(json.dumps(record, indent=2) + "\n")
+        log.info("best.pt: %s, mean return(100) %.2f over %d episodes", path.name, mean, len(t.returns))
+
+    def _seed_tally(self, run_dir: Path) -> None:
+        """Continue the counters of a resumed run from its files: episodes, the last 100 returns, best.pt's score."""
+        t = self.tally
+        path = run_dir / "episodes.csv"
+        if path.is_file():
+            with open(path, newline="") as fh:
+                rows = [r for r in csv.DictReader(fh) if r.get("episode", "").isdigit()]
+            t.episodes = max((int(r["episode"]) for r in rows), default=0)
+            t.returns.extend(float(r["raw_return"]) for r in rows[-100:])
+        best = run_dir / "checkpoints" / "best.json"
+        try:
+            t.best_return = float(json.loads(best.read_text())["mean_return_100"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
 
     def _write_metrics(self, metrics: CsvLog, elapsed: float, fps: float, sps: float) -> None:
         t = self.tally
@@ -403,6 +464,8 @@ class Launcher:
         log.info("last checkpoint: %s", ckpt or "none")
         self._say(summary)
         self._say(f"last checkpoint: {ckpt or 'none'}")
+        if ckpt and code != EXIT_OK:
+            self._say(f"continue this run with: zrl-launch --resume {self.run_dir}")
 
     # -- output --------------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -423,7 +486,89 @@ class Launcher:
         print(f"zrl-launch: error: {text}", file=sys.stderr, flush=True)
 
 
-def launch(cfg: Config, quiet: bool = False) -> int:
-    """Check, then run; ConfigError before anything is created if the config cannot work."""
+def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_optimizer: bool = False) -> int:
+    """Check, then run; ConfigError before anything is created if the config cannot work.
+    ``init_from``: a new run that starts from a checkpoint's weights (and optimiser state if asked)."""
     spec = preflight(cfg)
-    return Launcher(cfg, spec, quiet).run()
+    start = None
+    if init_from is not None:
+        state = _usable(Path(init_from), cfg, spec)
+        start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
+        del state
+    return Launcher(cfg, spec, quiet, start=start).run()
+
+
+def _usable(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
+    """A checkpoint that loads, verifies and fits this config's game and network, or ConfigError."""
+    from zrl.models import build_model
+
+    try:
+        state = checkpoint.load(path)
+        model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+        checkpoint.check_compatible(state, path, cfg.env.id, model)
+    except checkpoint.CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    return state
+
+
+def find_run(ref: str, cfg: Config) -> Path:
+    """The run folder ``ref`` names, or with ``auto`` the newest run of cfg's environment under its results_dir."""
+    if ref != "auto":
+        path = Path(ref)
+        if not (path / "config.toml").is_file():
+            raise ConfigError(f"--resume {ref}: not a zrl run folder (no config.toml in it)")
+        return path
+    base = Path(cfg.run.results_dir)
+    runs = []
+    for folder in base.glob(f"{cfg.env.id.replace('/', '-')}_*"):
+        stamp = folder.name.rsplit("_", 1)[-1].split("-")[0]
+        if (folder / "config.toml").is_file() and stamp.isdigit():
+            runs.append((int(stamp), folder.stat().st_mtime, folder))
+    if not runs:
+        raise ConfigError(f"--resume auto: no run of {cfg.env.id} under {base}/ to resume")
+    return max(runs)[2]
+
+
+def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: bool = False) -> int:
+    """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change."""
+    from zrl import config as config_mod
+
+    run_dir = find_run(ref, probe_cfg)
+    stored = run_dir / "config.toml"
+    base = config_mod.load(stored)
+    cfg = config_mod.load(stored, sets, options)
+    old, new = to_dict(base), to_dict(cfg)
+    for section, values in new.items():
+        if section == "replay":
+            if values != old["replay"]:
+                raise ConfigError(f"replay: the replays cannot change on resume; start a new run (--init-from) instead")
+            continue
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            if value != old[section][key] and dotted not in SAFE_ON_RESUME:
+                raise ConfigError(f"{dotted}: cannot change when resuming {run_dir} (it would not be the same run); "
+                                  f"keys that may change: {', '.join(SAFE_ON_RESUME)}")  # fmt: skip
+    spec = preflight(cfg)
+    folder = run_dir / "checkpoints"
+    for partial in folder.glob(".*.tmp-*"):  # a write cut short by a crash: never a checkpoint
+        partial.unlink(missing_ok=True)
+    skipped = []
+    for path, state, err in checkpoint.newest_good(folder):
+        reason = str(err) if err is not None else None
+        if reason is None:
+            try:
+                _usable(path, cfg, spec)
+            except ConfigError as bad:
+                reason = str(bad)
+        if reason is not None:  # set aside, kept for a look, so that it is never picked again
+            skipped.append(reason + f" (set aside as {path.name}.bad)")
+            path.rename(path.with_name(path.name + ".bad"))
+            if checkpoint.hash_path(path).exists():
+                checkpoint.hash_path(path).rename(path.with_name(path.name + ".bad" + checkpoint.HASH_SUFFIX))
+            continue
+        launcher = Launcher(cfg, spec, quiet, run_dir=run_dir, start=StartFrom(str(path)),
+                            env_frames_start=int(state["env_frames"]))  # fmt: skip
+        launcher.notes = [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
+        return launcher.run()
+    reasons = "; ".join(skipped) if skipped else "there is none"
+    raise ConfigError(f"{run_dir / 'checkpoints'}: no usable checkpoint to resume from ({reasons})")

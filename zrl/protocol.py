@@ -302,6 +302,7 @@ class Batch(_Message):
 
     batch_id: int = _int()
     length: int = _int(minimum=0)
+    env_frames: int = _int()  # env frames the workers had produced when the batch was made (the run's, since its start)
     worker_ids: np.ndarray = _array("int32", ("B",))
     env_index: np.ndarray = _array("int32", ("B",))
     first_frame: np.ndarray = _array("int64", ("B",))

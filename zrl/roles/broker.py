@@ -45,7 +45,7 @@ def units_of(msg: protocol.Unroll) -> list[Unit]:
     ]  # fmt: skip
 
 
-def make_batch(batch_id: int, units: list[Unit], replay_index: list[int] | None = None) -> protocol.Batch:
+def make_batch(batch_id: int, units: list[Unit], replay_index: list[int] | None = None, env_frames: int = 0) -> protocol.Batch:
     """Units sorted by worker, so that the learner gathers each ring's frames into one contiguous block."""
     source = np.zeros(len(units), np.int32) if replay_index is None else np.asarray(replay_index, np.int32)
     order = sorted(range(len(units)), key=lambda i: units[i].worker_id)
@@ -53,6 +53,7 @@ def make_batch(batch_id: int, units: list[Unit], replay_index: list[int] | None 
     return protocol.Batch(
         batch_id=batch_id,
         length=len(units[0].actions),
+        env_frames=env_frames,
         worker_ids=np.array([u.worker_id for u in units], np.int32),
         env_index=np.array([u.env_index for u in units], np.int32),
         first_frame=np.array([u.first_frame for u in units], np.int64),
@@ -141,6 +142,7 @@ class Broker:
         self.replays = make_replays(cfg, frames_per_step, scorer, cfg.run.seed)
         self.rings = rings
         self.next_seq: dict[int, int] = {}
+        self.worker_frames: dict[int, int] = {}  # each worker's env frames, from its latest unroll
         self.unrolls_received = 0
         self.dropped_stale = 0
         self.seq_gaps = 0
@@ -167,6 +169,7 @@ class Broker:
         if msg.seq > expected:  # messages lost in flight (libzmq can drop a dying PUSH's last ones)
             self.seq_gaps += msg.seq - expected
         self.next_seq[msg.worker_id] = msg.seq + 1
+        self.worker_frames[msg.worker_id] = msg.env_frames
         self.unrolls_received += msg.num_envs
         units = units_of(msg)
         features = msg.features if msg.features.size else None
@@ -312,7 +315,8 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 taken = broker.next_units()
                 if taken is None:
                     break
-                if not transport.send(batches, make_batch(batches_sent + 1, *taken).encode(), poll_ms):
+                frames = wiring.env_frames_start + sum(broker.worker_frames.values())
+                if not transport.send(batches, make_batch(batches_sent + 1, *taken, env_frames=frames).encode(), poll_ms):
                     broker.put_back(taken)  # the learner is not connected (yet, or any more)
                     break
                 credits -= 1

@@ -32,6 +32,17 @@ class RunWiring:
     num_actions: int
     frames_per_step: int
     launcher_pid: int
+    env_frames_start: int = 0  # env frames of the run before this launch (resume)
+
+
+@dataclass(frozen=True)
+class StartFrom:
+    """A checkpoint the learner starts from: ``resume`` continues its counters, optimiser, schedule and RNG
+    (the same run); otherwise only its weights are taken, and its optimiser state if ``optimizer``."""
+
+    path: str
+    resume: bool = True
+    optimizer: bool = True
 
 
 def start_role(title: str, launcher_pid: int) -> None:

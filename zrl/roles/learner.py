@@ -21,7 +21,7 @@ from zrl.algos.losses import vtrace_loss
 from zrl.config import AlgoConfig, Config, LearnerConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
-from zrl.roles.common import RunWiring, should_stop, start_role
+from zrl.roles.common import RunWiring, StartFrom, should_stop, start_role
 
 
 def resolve_device(name: str) -> torch.device:
@@ -130,7 +130,20 @@ def sample_ages(policy_version: int, batch: protocol.Batch, ok: np.ndarray, queu
     return Ages(float(fresh.mean()) if len(fresh) else 0.0, float(ages.mean()), float(ages.max()))
 
 
-def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
+def rng_state(device: torch.device) -> dict:
+    state = {"torch": torch.get_rng_state()}
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFrom | None = None) -> None:
     start_role("zrl-learner", wiring.launcher_pid)
     if cfg.learner.torch_threads:
         torch.set_num_threads(cfg.learner.torch_threads)
@@ -156,7 +169,19 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
     weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
 
-    learner_step = policy_version = samples = frames_trained = dropped_torn = 0
+    learner_step = policy_version = samples = frames_trained = dropped_torn = env_frames = 0
+    if start is not None:  # the launcher has verified the file and its fit
+        state = checkpoint.load(start.path)
+        model.load_state_dict(state["model"])
+        if start.optimizer:
+            optimizer.load_state_dict(state["optimizer"])
+        if start.resume:
+            scheduler.load_state_dict(state["scheduler"])
+            learner_step, policy_version = state["learner_step"], state["policy_version"]
+            samples, frames_trained = state["samples"], state["env_frames_trained"]
+            env_frames = state["env_frames"]
+            set_rng_state(state["rng"], device)
+        del state
     current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
     last_ckpt = ""
     timing = {"step": 0.0, "gather": 0.0, "wait": 0.0}
@@ -174,8 +199,9 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
         ckpt_dir.mkdir(exist_ok=True)
         path = checkpoint.save(ckpt_dir / checkpoint.PATTERN.format(step=learner_step), {
             "zrl_version": __version__, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "learner_step": learner_step, "env_frames": frames_trained,
-            "policy_version": policy_version, "config": to_dict(cfg), "torch_rng": torch.get_rng_state(),
+            "scheduler": scheduler.state_dict(), "learner_step": learner_step, "env_frames": env_frames,
+            "env_frames_trained": frames_trained, "samples": samples, "policy_version": policy_version,
+            "config": to_dict(cfg), "rng": rng_state(device), "saved_at": time.time(),
         })  # fmt: skip
         checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
         return str(path)
@@ -197,6 +223,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
         weights_pub.send(current)
         transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
         step, ages = None, Ages()
+        every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
         report(step, ages)
         last_report = time.monotonic()
         while not should_stop(stop_event, wiring.launcher_pid):
@@ -212,6 +239,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
                 continue
             transport.send_nowait(credits, one_credit)
             batch = protocol.decode(data)
+            env_frames = max(env_frames, batch.env_frames)
             frames, steps, ok = gatherer.gather(batch)
             dropped_torn += int((~ok).sum())
             if not ok.any():
@@ -234,8 +262,11 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
                 current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
                 weights_pub.send(current)
             timing["step"] += time.perf_counter() - t2
-            if cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0:
+            by_steps = cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0
+            by_time = every_s and time.monotonic() - last_save >= every_s
+            if by_steps or by_time:
                 last_ckpt = save()
+                last_save = time.monotonic()
         last_ckpt = save()
         report(None, Ages())
     finally:

@@ -1,0 +1,164 @@
+"""Checkpoints: atomic writes that survive a kill at any moment, verification by SHA-256, and a one-line
+refusal for every kind of bad file, including one that carries a pickle payload."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from zrl import checkpoint
+from zrl.checkpoint import CheckpointError
+from zrl.config import ModelConfig
+from zrl.models import build_model
+
+SHAPE = (4,)
+
+
+def _model(hidden=(8,)):
+    return build_model(ModelConfig(kind="mlp", mlp_hidden=hidden, feature_size=4), SHAPE, "float32", 1, 2)
+
+
+def _state(env_id="CartPole-v1", hidden=(8,)) -> dict:
+    return {"model": _model(hidden).state_dict(), "learner_step": 7, "config": {"env": {"id": env_id}}}
+
+
+def _rehash(path: Path) -> None:
+    """Record the file's current hash, as a careful attacker (or a bug) would."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    checkpoint.hash_path(path).write_text(f"{digest}  {path.name}\n")
+
+
+def test_round_trip_with_its_hash_beside_it(tmp_path):
+    path = checkpoint.save(tmp_path / checkpoint.PATTERN.format(step=7), _state())
+    assert checkpoint.hash_path(path).read_text().split()[0] == hashlib.sha256(path.read_bytes()).hexdigest()
+    state = checkpoint.load(path)
+    assert state["learner_step"] == 7 and state["format"] == checkpoint.FORMAT
+    checkpoint.check_compatible(state, path, "CartPole-v1", _model())
+    best = checkpoint.copy(path, tmp_path / checkpoint.BEST)
+    assert checkpoint.load(best)["learner_step"] == 7
+    assert checkpoint.periodic(tmp_path) == [path]
+
+
+def _one_line(err: CheckpointError, path: Path, reason: str) -> None:
+    text = str(err)
+    assert "\n" not in text and text.startswith(str(path)) and reason in text, text
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("truncate", "SHA-256 mismatch"),
+    ("empty", "empty"),
+    ("bitflip", "SHA-256 mismatch"),
+    ("nohash", "no SHA-256 recorded"),
+    ("truncate_rehashed", "refused, not a plain zrl checkpoint"),
+    ("newer", "newer zrl"),
+])  # fmt: skip
+def test_every_bad_file_gets_a_one_line_reason(tmp_path, damage, reason):
+    path = checkpoint.save(tmp_path / "ckpt.pt", _state())
+    data = path.read_bytes()
+    if damage.startswith("truncate"):
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "bitflip":
+        flipped = bytearray(data)
+        flipped[len(data) // 3] ^= 0x10
+        path.write_bytes(bytes(flipped))
+    elif damage == "nohash":
+        checkpoint.hash_path(path).unlink()
+    elif damage == "newer":
+        path = checkpoint.save(path, {**_state(), "format": checkpoint.FORMAT + 1})
+    if damage.endswith("rehashed"):
+        _rehash(path)
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.load(path)
+    _one_line(err.value, path, reason)
+
+
+def test_wrong_game_and_wrong_model_are_named(tmp_path):
+    path = checkpoint.save(tmp_path / "ckpt.pt", _state(env_id="Acrobot-v1"))
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.check_compatible(checkpoint.load(path), path, "CartPole-v1", _model())
+    _one_line(err.value, path, "trained on Acrobot-v1, not CartPole-v1 (wrong game)")
+    path = checkpoint.save(tmp_path / "ckpt.pt", _state(hidden=(16,)))
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.check_compatible(checkpoint.load(path), path, "CartPole-v1", _model())
+    _one_line(err.value, path, "wrong model")
+
+
+class _Payload:
+    """Unpickling this creates a marker file: the side effect a malicious checkpoint would have."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("form", ["torch_zip", "raw_pickle"])
+def test_a_checkpoint_carrying_a_pickle_payload_is_refused_and_never_runs(tmp_path, form):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "ckpt.pt"
+    state = {"format": checkpoint.FORMAT, **_state(), "extra": _Payload(marker)}
+    if form == "torch_zip":
+        torch.save(state, path)
+    else:
+        path.write_bytes(pickle.dumps(state))
+    _rehash(path)  # the hash matches: only weights_only stands between the file and the payload
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.load(path)
+    _one_line(err.value, path, "refused")
+    assert not marker.exists()
+
+
+WRITER = """
+import sys, time, torch
+from pathlib import Path
+from zrl import checkpoint
+folder = Path(sys.argv[1])
+state = {"weights": torch.randn(4_000_000), "learner_step": 0}  # 16 MB: a write takes a while
+step = 0
+print("ready", flush=True)
+while True:
+    step += 1
+    state["learner_step"] = step
+    checkpoint.save(folder / checkpoint.PATTERN.format(step=step), state)
+    checkpoint.prune(folder, 2)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, signum):
+    """A real process writes 16 MB checkpoints back to back and is killed at a random moment, 10 times;
+    every time the newest checkpoint that verifies loads, and no temp file passes for a checkpoint."""
+    script = tmp_path / "writer.py"
+    script.write_text(WRITER)
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    rng = __import__("random").Random(0)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    for _ in range(10):
+        proc = subprocess.Popen([sys.executable, str(script), str(folder)], stdout=subprocess.PIPE, env=env)
+        assert proc.stdout.readline().strip() == b"ready"
+        deadline = time.monotonic() + 5
+        while not checkpoint.periodic(folder) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.send_signal(signum)
+        proc.wait(10)
+        proc.stdout.close()
+        assert all(not p.name.startswith(".") for p in checkpoint.periodic(folder))
+        good = next((state for _, state, err in checkpoint.newest_good(folder) if state is not None), None)
+        assert good is not None and good["learner_step"] >= 1
+    leftovers = [p.name for p in folder.iterdir() if ".tmp-" in p.name]
+    if signum == signal.SIGINT:
+        assert not leftovers  # an orderly interrupt removes its temp file
