@@ -1,0 +1,268 @@
+"""zrl-eval: play episodes with a checkpoint's policy under a standard Atari protocol and report the scores.
+
+Protocols (the training preprocessing otherwise: frame skip, 84x84 frames, frame stack, fire reset):
+
+- ``deepmind``: no reward clipping, no episodic life, up to 30 random no-ops at the start, 108k-frame cap.
+- ``machado``: sticky actions (p = 0.25), the full 18-action set, no life signal, no no-ops, 108k-frame cap
+  (Machado et al. 2018).
+- ``saber``: as machado, an episode cap of 100 hours of play, and an episode ends after 5 minutes (18,000
+  frames) without reward. Three scores per episode: truncated at 5 minutes, at 30 minutes, and uncapped
+  (Toromanoff et al. 2019).
+
+Episode i is played with seed S + i, on ``workers`` processes; the same seed gives the same results. A
+policy trained on a game's minimal action set acts in the full set through that set's ALE action ids.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import multiprocessing as mp
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zrl import checkpoint, scores
+from zrl.config import Config, ConfigError, EnvConfig, from_dict
+
+PROTOCOLS = ("deepmind", "machado", "saber")
+FRAMES_5_MIN = 18_000
+FRAMES_30_MIN = 108_000
+FRAMES_100_HOURS = 100 * 60 * 60 * 60
+BOOTSTRAP_RESAMPLES = 10_000
+
+
+def protocol_env(train: EnvConfig, protocol: str) -> tuple[EnvConfig, int]:
+    """The env settings a protocol plays under, and the frames without reward that end an episode (0: none)."""
+    base = dataclasses.replace(train, clip_rewards=False, episodic_life=False)
+    if protocol == "deepmind":
+        return dataclasses.replace(base, noop_max=30, sticky_action_prob=0.0, max_episode_frames=FRAMES_30_MIN), 0
+    if protocol == "machado":
+        return dataclasses.replace(base, noop_max=0, sticky_action_prob=0.25, full_action_space=True,
+                                   max_episode_frames=FRAMES_30_MIN), 0  # fmt: skip
+    if protocol == "saber":
+        return dataclasses.replace(base, noop_max=0, sticky_action_prob=0.25, full_action_space=True,
+                                   max_episode_frames=FRAMES_100_HOURS), FRAMES_5_MIN  # fmt: skip
+    raise ConfigError(f"--protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
+
+
+def minimal_actions(rom: str) -> np.ndarray:
+    """The ALE action ids of a game's minimal action set, in the order a minimal-set policy indexes them."""
+    import ale_py
+
+    ale = ale_py.ALEInterface()
+    ale.setLoggerMode(ale_py.LoggerMode.Error)
+    ale.loadROM(ale_py.roms.get_rom_path(rom))
+    return np.array([a.value for a in ale.getMinimalActionSet()], np.int64)
+
+
+def find_checkpoint(ref: str) -> Path:
+    """A checkpoint file, or a run folder's best.pt (else its newest periodic checkpoint)."""
+    path = Path(ref)
+    if path.is_dir():
+        folder = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+        best = folder / checkpoint.BEST
+        found = best if best.is_file() else checkpoint.latest(folder)
+        if found is None:
+            raise ConfigError(f"{ref}: no checkpoint in {folder}")
+        return found
+    if not path.exists():
+        raise ConfigError(f"{ref}: no such checkpoint file or run folder")
+    return path
+
+
+def run_folder(ckpt: Path) -> Path:
+    """Where eval/ goes: the run folder a checkpoint belongs to, else the checkpoint's own folder."""
+    return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    ckpt: str
+    protocol: str
+    greedy: bool
+    seed: int
+    episodes: tuple[int, ...]
+
+
+def _play(job: Job) -> list[dict[str, Any]]:
+    """Play this worker's episodes; one result dict per episode."""
+    import torch
+
+    from zrl.envs import atari_rom, make_vector_env
+    from zrl.gather import ActingStack
+    from zrl.models import build_model
+
+    torch.set_num_threads(1)
+    state = checkpoint.load(job.ckpt)
+    cfg = from_dict(state["config"], job.ckpt)
+    env_cfg, stuck_frames = protocol_env(cfg.env, job.protocol)
+    rom = atari_rom(cfg.env.id)
+    if rom is None:
+        env_cfg, stuck_frames = cfg.env, 0  # not Atari: the protocols' Atari settings do not apply
+    results = []
+    for episode in job.episodes:
+        seed = job.seed + episode
+        env = make_vector_env(env_cfg, 1, seed)
+        model_actions = env.num_actions if not env_cfg.full_action_space or rom is None else None
+        if model_actions is None:  # full action set in play, the policy's own set from training
+            trained_full = cfg.env.full_action_space
+            mapping = np.arange(18) if trained_full else minimal_actions(rom)
+            model_actions = len(mapping)
+        else:
+            mapping = np.arange(model_actions)
+        model = build_model(cfg.model, env.frame_shape, env.frame_dtype.str, cfg.env.frame_stack, model_actions)
+        model.load_state_dict(state["model"])
+        model.eval()
+        rng = np.random.default_rng(seed)
+        stack = ActingStack(1, cfg.env.frame_stack, env.frame_shape, env.frame_dtype.str)
+        stack.reset(env.reset())
+        obs = torch.from_numpy(stack.array)
+        total = at_5 = at_30 = 0.0
+        frames = since_reward = 0
+        ended_by = "game over"
+        while True:
+            with torch.no_grad():
+                logits = model(obs).logits.numpy()[0]
+            if job.greedy:
+                choice = int(np.argmax(logits))
+            else:
+                choice = int(np.argmax(logits - np.log(-np.log(rng.random(logits.shape)))))
+            step = env.step(np.array([mapping[choice]]))
+            reward = float(step.raw_rewards[0])
+            frames += env.frames_per_step
+            total += reward
+            at_5 += reward if frames <= FRAMES_5_MIN else 0.0
+            at_30 += reward if frames <= FRAMES_30_MIN else 0.0
+            since_reward = 0 if reward != 0.0 else since_reward + env.frames_per_step
+            if step.game_over[0]:
+                if frames >= env_cfg.max_episode_frames - env.frames_per_step:
+                    ended_by = "frame cap"
+                break
+            if stuck_frames and since_reward >= stuck_frames:
+                ended_by = "no reward for 5 minutes"
+                break
+            stack.push(step.frames, step.game_over)
+        env.close()
+        results.append({"episode": episode, "seed": seed, "score": total, "score_5min": at_5, "score_30min": at_30,
+                        "frames": frames, "ended_by": ended_by})  # fmt: skip
+    return results
+
+
+def summary(values: np.ndarray, seed: int) -> dict[str, float]:
+    """Mean, median, min, max, standard deviation and a 95% bootstrap interval of the mean."""
+    rng = np.random.default_rng(seed)
+    means = rng.choice(values, (BOOTSTRAP_RESAMPLES, len(values)), replace=True).mean(axis=1)
+    return {"mean": float(values.mean()), "median": float(np.median(values)), "min": float(values.min()),
+            "max": float(values.max()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+            "ci95_low": float(np.percentile(means, 2.5)), "ci95_high": float(np.percentile(means, 97.5))}  # fmt: skip
+
+
+def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: int = 0, workers: int = 1,
+             greedy: bool = False, out_dir: Path | None = None, progress=print) -> dict[str, Any]:  # fmt: skip
+    """Play, summarise, write eval/<protocol>_<timestamp>.json and .csv; returns the report."""
+    from zrl.envs import atari_rom
+
+    if episodes < 1:
+        raise ConfigError(f"--episodes: must be >= 1, got {episodes}")
+    if workers < 1:
+        raise ConfigError(f"--workers: must be >= 1, got {workers}")
+    ckpt = find_checkpoint(ref)
+    try:
+        state = checkpoint.load(ckpt)
+    except checkpoint.CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    cfg: Config = from_dict(state["config"], str(ckpt))
+    protocol_env(cfg.env, protocol)  # a bad protocol name fails here, before any process starts
+    rom = atari_rom(cfg.env.id)
+    workers = min(workers, episodes)
+    jobs = [Job(str(ckpt), protocol, greedy, seed, tuple(range(k, episodes, workers))) for k in range(workers)]
+    progress(f"zrl-eval: {episodes} episodes of {cfg.env.id} under {protocol} with {ckpt} "
+             f"(learner step {state.get('learner_step', '?')}), {workers} processes, seed {seed}")  # fmt: skip
+    start = time.monotonic()
+    if workers == 1:
+        played = _play(jobs[0])
+    else:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            played = [r for part in pool.map(_play, jobs) for r in part]
+    played.sort(key=lambda r: r["episode"])
+    score = np.array([r["score"] for r in played], np.float64)
+    report: dict[str, Any] = {
+        "checkpoint": str(ckpt), "sha256": checkpoint.hash_path(ckpt).read_text().split()[0],
+        "learner_step": state.get("learner_step"), "env_frames": state.get("env_frames"), "env_id": cfg.env.id,
+        "protocol": protocol, "episodes": episodes, "seed": seed, "workers": workers,
+        "action_rule": "greedy" if greedy else "sample", "seconds": round(time.monotonic() - start, 2),
+        "score": summary(score, seed), "reference_scores": scores.SOURCE,
+    }  # fmt: skip
+    if rom is not None and rom in scores.SCORES:
+        report["human_normalised_mean"] = scores.human_normalised(rom, report["score"]["mean"])
+        report["reference"] = dict(zip(("random", "human", "record"), scores.SCORES[rom]))
+    if protocol == "saber":
+        report["score_5min"] = summary(np.array([r["score_5min"] for r in played]), seed)
+        report["score_30min"] = summary(np.array([r["score_30min"] for r in played]), seed)
+        if rom is not None:
+            report["record_normalised_mean"] = scores.record_normalised(rom, report["score"]["mean"])
+    report["per_episode"] = played
+    folder = (out_dir or run_folder(ckpt)) / "eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    stem = folder / f"{protocol}_{stamp}"
+    for n in range(1, 1000):  # two evaluations in the same second keep both
+        if not stem.with_suffix(".json").exists():
+            break
+        stem = folder / f"{protocol}_{stamp}-{n}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    with open(stem.with_suffix(".csv"), "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(played[0]))
+        writer.writeheader()
+        writer.writerows(played)
+    report["files"] = [str(stem.with_suffix(".json")), str(stem.with_suffix(".csv"))]
+    return report
+
+
+def table(report: dict[str, Any]) -> str:
+    """The report as a few aligned lines."""
+    rows = [("score", report["score"])]
+    if "score_5min" in report:
+        rows += [("score at 5 min", report["score_5min"]), ("score at 30 min", report["score_30min"])]
+    lines = [f"{'':16} {'mean':>10} {'95% CI':>23} {'median':>10} {'min':>10} {'max':>10} {'std':>10}"]
+    for name, s in rows:
+        ci = f"[{s['ci95_low']:.1f}, {s['ci95_high']:.1f}]"
+        lines.append(f"{name:16} {s['mean']:>10.1f} {ci:>23} {s['median']:>10.1f} {s['min']:>10.1f} "
+                     f"{s['max']:>10.1f} {s['std']:>10.1f}")  # fmt: skip
+    if report.get("human_normalised_mean") is not None:
+        lines.append(f"human-normalised mean: {report['human_normalised_mean']:.3f}")
+    if report.get("record_normalised_mean") is not None:
+        lines.append(f"world-record-normalised mean (SABER): {report['record_normalised_mean']:.4f}")
+    ended = {}
+    for r in report["per_episode"]:
+        ended[r["ended_by"]] = ended.get(r["ended_by"], 0) + 1
+    lines.append("episodes ended by: " + ", ".join(f"{k} {v}" for k, v in sorted(ended.items())))
+    return "\n".join(lines)
+
+
+def newest_eval(run: str, protocol: str) -> dict[str, Any]:
+    found = sorted((Path(run) / "eval").glob(f"{protocol}_*.json"))
+    if not found:
+        raise ConfigError(f"{run}: no {protocol} evaluation in {Path(run) / 'eval'}; run zrl-eval {run} first")
+    return json.loads(found[-1].read_text())
+
+
+def compare(run_a: str, run_b: str, protocol: str, seed: int = 0) -> dict[str, Any]:
+    """Two runs' newest evaluations under a protocol, side by side, with the difference of means (B - A) and
+    its 95% bootstrap interval (episodes resampled independently in each run)."""
+    a, b = newest_eval(run_a, protocol), newest_eval(run_b, protocol)
+    sa = np.array([r["score"] for r in a["per_episode"]])
+    sb = np.array([r["score"] for r in b["per_episode"]])
+    rng = np.random.default_rng(seed)
+    diffs = (rng.choice(sb, (BOOTSTRAP_RESAMPLES, len(sb))).mean(axis=1)
+             - rng.choice(sa, (BOOTSTRAP_RESAMPLES, len(sa))).mean(axis=1))  # fmt: skip
+    return {"protocol": protocol, "a": {"run": run_a, **a["score"], "episodes": len(sa)},
+            "b": {"run": run_b, **b["score"], "episodes": len(sb)},
+            "difference_of_means": float(sb.mean() - sa.mean()),
+            "ci95_low": float(np.percentile(diffs, 2.5)), "ci95_high": float(np.percentile(diffs, 97.5)),
+            "significant": bool(np.percentile(diffs, 2.5) > 0 or np.percentile(diffs, 97.5) < 0)}  # fmt: skip
+
