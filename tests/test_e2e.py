@@ -253,3 +253,58 @@ def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_
     assert foreign.returncode == 2 and "trained on CartPole-v1, not ALE/Pong-v5 (wrong game)" in foreign.stderr
     missing = run_command("zrl-launch", "--resume", tmp_path / "nowhere", cwd=tmp_path)
     assert missing.returncode == 2 and "not a zrl run folder" in missing.stderr
+
+
+def _wait_for_step(run_dir_glob: Path, above: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.2)
+        runs = list(run_dir_glob.glob("*/metrics.csv"))
+        rows = _rows(runs[0]) if runs else []
+        steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
+        if steps and steps[-1] > above:
+            return
+    pytest.fail("the learner never stepped")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
+def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint(tmp_path, no_leaks, signum):
+    """A checkpoint after every learner step, so a kill lands during or next to a write; 10 kills of the
+    launcher, each followed by --resume: a loadable checkpoint always exists and no temp file is taken."""
+    import random
+
+    rng = random.Random(int(signum))
+    args = ["--set", "run.checkpoint_every_steps=1", "--set", "run.log_interval_s=0.2", "--set",
+            "run.max_env_frames=100000000", "--quiet"]  # fmt: skip
+    results = tmp_path / "results"
+    last_step = 0
+    for i in range(10):
+        first = command("zrl-launch", "--config", CARTPOLE, *args)
+        again = command("zrl-launch", "--resume", "auto", "--config", CARTPOLE, *args)
+        proc = subprocess.Popen(first if i == 0 else again, cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            _wait_for_step(results, last_step)
+            time.sleep(rng.uniform(0.0, 1.0))
+            proc.send_signal(signum)
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        deadline = time.monotonic() + 30  # after a SIGKILL the roles stop on their own (parent-death signal)
+        from conftest import zrl_processes
+
+        while zrl_processes() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        (run_dir,) = results.iterdir()
+        folder = run_dir / "checkpoints"
+        assert all(".tmp-" not in p.name for p in checkpoint.periodic(folder))
+        good = next(state for _, state, _ in checkpoint.newest_good(folder) if state is not None)
+        assert good["learner_step"] >= last_step
+        last_step = good["learner_step"]
+    # the last resume runs to a budget and cleans up after all the kills
+    done = run_command("zrl-launch", "--resume", "auto", "--config", CARTPOLE, "--set",
+                       f"run.max_env_frames={good['env_frames'] + 20_000}", "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list((run_dir / "checkpoints").glob(".*.tmp-*"))
