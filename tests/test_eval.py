@@ -122,3 +122,28 @@ def test_zrl_eval_cli_and_compare(pong, tmp_path):
                          ([run, "--protocol", "atari"], "Invalid value for '--protocol'")]:  # fmt: skip
         bad = run_command("zrl-eval", *args, cwd=tmp_path)
         assert bad.returncode == 2 and reason in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".gif"])
+def test_video_records_the_first_episode(pong, tmp_path, suffix):
+    import imageio.v2 as imageio
+
+    out = tmp_path / f"first{suffix}"
+    report = evaluate.evaluate(str(pong), episodes=1, protocol="deepmind", seed=2, video=str(out), progress=lambda _: None)
+    frames = imageio.mimread(out, memtest=False)
+    steps = report["per_episode"][0]["frames"] // 4
+    assert frames[0].shape[:2] == (84 * evaluate.VIDEO_SCALE, 84 * evaluate.VIDEO_SCALE)
+    if suffix == ".mp4":
+        assert len(frames) == steps + 1
+    else:  # a GIF writer merges identical consecutive frames into one longer frame
+        assert steps // 2 < len(frames) <= steps + 1
+    assert report["video"] == str(out.resolve())
+
+
+def test_render_without_a_display_says_so(pong, tmp_path, monkeypatch):
+    monkeypatch.delenv("DISPLAY", raising=False)
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    with pytest.raises(evaluate.ConfigError, match="no display"):
+        evaluate.evaluate(str(pong), episodes=1, render=True, progress=lambda _: None)
+    with pytest.raises(evaluate.ConfigError, match="give a .mp4 or .gif file"):
+        evaluate.evaluate(str(pong), episodes=1, video=str(tmp_path / "x.avi"), progress=lambda _: None)

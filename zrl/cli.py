@@ -90,8 +90,11 @@ def bench_main(mode) -> None:
 @click.option("--greedy/--sample", default=False, help="Act on the most likely action, or sample the policy (default).")
 @click.option("--compare", "compare_runs", nargs=2, default=None, metavar="RUN_A RUN_B",
               help="Put two runs' newest evaluations under --protocol side by side, with the difference of means.")
+@click.option("--video", type=str, default=None, metavar="OUT.mp4|OUT.gif",
+              help="Record the first episode as the agent sees it (84x84 frames, scaled up, real time).")
+@click.option("--render", is_flag=True, help="Show the first episode in a window (needs a display).")
 @click.option("--quiet", is_flag=True, help="Only the table.")
-def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, compare_runs, quiet) -> None:
+def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, compare_runs, video, render, quiet) -> None:
     """Score a checkpoint (or a run folder's best.pt) under a standard Atari protocol:
     zrl-eval results/ALE-Pong-v5_1795270480 --episodes 100 --protocol saber --workers 2"""
     from zrl import evaluate
@@ -109,7 +112,8 @@ def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, comp
         if checkpoint_or_run is None:
             raise ConfigError("give a checkpoint or a run folder (or --compare RUN_A RUN_B)")
         report = evaluate.evaluate(checkpoint_or_run, episodes, protocol, seed, workers, greedy,
-                                   progress=(lambda _: None) if quiet else click.echo)  # fmt: skip
+                                   progress=(lambda _: None) if quiet else click.echo, video=video,
+                                   render=render)  # fmt: skip
     except ConfigError as err:
         _usage_error("zrl-eval", str(err))
     except KeyboardInterrupt:

@@ -86,6 +86,67 @@ class Job:
     greedy: bool
     seed: int
     episodes: tuple[int, ...]
+    video: str | None = None  # record episode 0 here
+    render: bool = False  # show episode 0 in a window
+
+
+VIDEO_SCALE = 4  # the agent's 84x84 view, 336x336 on screen
+VIDEO_FPS = 15  # 60 emulator frames per second at frame skip 4: real time
+
+
+def check_video_path(path: str) -> None:
+    if Path(path).suffix.lower() not in (".mp4", ".gif"):
+        raise ConfigError(f"--video {path}: give a .mp4 or .gif file")
+    if not Path(path).resolve().parent.is_dir():
+        raise ConfigError(f"--video {path}: the folder {Path(path).resolve().parent} does not exist")
+
+
+def check_display() -> None:
+    """--render needs a display; say clearly when there is none."""
+    import os
+
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise ConfigError("--render: this machine has no display (DISPLAY and WAYLAND_DISPLAY are unset); "
+                          "record the first episode with --video out.mp4 instead")  # fmt: skip
+
+
+def _view(frame: np.ndarray) -> np.ndarray:
+    """One preprocessed frame as an RGB image, scaled up."""
+    big = np.repeat(np.repeat(frame, VIDEO_SCALE, axis=0), VIDEO_SCALE, axis=1)
+    return np.stack([big] * 3, axis=-1) if big.ndim == 2 else big
+
+
+def write_video(path: str, frames: list[np.ndarray]) -> None:
+    import imageio.v2 as imageio
+
+    images = [_view(f) for f in frames]
+    if path.lower().endswith(".gif"):
+        imageio.mimsave(path, images, duration=1000 / VIDEO_FPS, loop=0)
+    else:
+        imageio.mimsave(path, images, fps=VIDEO_FPS, macro_block_size=16)
+
+
+class _Window:
+    """A plain Tk window that shows frames as they are played (standard library only)."""
+
+    def __init__(self, title: str) -> None:
+        import tkinter
+
+        self.root = tkinter.Tk()
+        self.root.title(title)
+        self.label = tkinter.Label(self.root)
+        self.label.pack()
+        self._tk = tkinter
+
+    def show(self, frame: np.ndarray) -> None:
+        image = _view(frame)
+        header = f"P6 {image.shape[1]} {image.shape[0]} 255 ".encode()
+        self.photo = self._tk.PhotoImage(data=header + image.astype(np.uint8).tobytes(), format="PPM")
+        self.label.configure(image=self.photo)
+        self.root.update()
+
+    def close(self) -> None:
+        self.root.destroy()
 
 
 def _play(job: Job) -> list[dict[str, Any]]:
@@ -119,8 +180,12 @@ def _play(job: Job) -> list[dict[str, Any]]:
         model.eval()
         rng = np.random.default_rng(seed)
         stack = ActingStack(1, cfg.env.frame_stack, env.frame_shape, env.frame_dtype.str)
-        stack.reset(env.reset())
+        first = env.reset()
+        stack.reset(first)
         obs = torch.from_numpy(stack.array)
+        watched = episode == 0 and (job.video or job.render) and len(env.frame_shape) == 2
+        recorded = [first[0].copy()] if watched and job.video else []
+        window = _Window(f"zrl-eval {cfg.env.id} ({job.protocol})") if watched and job.render else None
         total = at_5 = at_30 = 0.0
         frames = since_reward = 0
         ended_by = "game over"
@@ -132,6 +197,10 @@ def _play(job: Job) -> list[dict[str, Any]]:
             else:
                 choice = int(np.argmax(logits - np.log(-np.log(rng.random(logits.shape)))))
             step = env.step(np.array([mapping[choice]]))
+            if recorded:
+                recorded.append(step.frames[0].copy())
+            if window is not None:
+                window.show(step.frames[0])
             reward = float(step.raw_rewards[0])
             frames += env.frames_per_step
             total += reward
@@ -147,6 +216,10 @@ def _play(job: Job) -> list[dict[str, Any]]:
                 break
             stack.push(step.frames, step.game_over)
         env.close()
+        if window is not None:
+            window.close()
+        if recorded:
+            write_video(job.video, recorded)
         results.append({"episode": episode, "seed": seed, "score": total, "score_5min": at_5, "score_30min": at_30,
                         "frames": frames, "ended_by": ended_by})  # fmt: skip
     return results
@@ -162,7 +235,8 @@ def summary(values: np.ndarray, seed: int) -> dict[str, float]:
 
 
 def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: int = 0, workers: int = 1,
-             greedy: bool = False, out_dir: Path | None = None, progress=print) -> dict[str, Any]:  # fmt: skip
+             greedy: bool = False, out_dir: Path | None = None, progress=print, video: str | None = None,
+             render: bool = False) -> dict[str, Any]:  # fmt: skip
     """Play, summarise, write eval/<protocol>_<timestamp>.json and .csv; returns the report."""
     from zrl.envs import atari_rom
 
@@ -170,6 +244,10 @@ def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: in
         raise ConfigError(f"--episodes: must be >= 1, got {episodes}")
     if workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {workers}")
+    if video is not None:
+        check_video_path(video)
+    if render:
+        check_display()
     ckpt = find_checkpoint(ref)
     try:
         state = checkpoint.load(ckpt)
@@ -179,7 +257,8 @@ def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: in
     protocol_env(cfg.env, protocol)  # a bad protocol name fails here, before any process starts
     rom = atari_rom(cfg.env.id)
     workers = min(workers, episodes)
-    jobs = [Job(str(ckpt), protocol, greedy, seed, tuple(range(k, episodes, workers))) for k in range(workers)]
+    jobs = [Job(str(ckpt), protocol, greedy, seed, tuple(range(k, episodes, workers)), video if k == 0 else None,
+                render and k == 0) for k in range(workers)]  # fmt: skip
     progress(f"zrl-eval: {episodes} episodes of {cfg.env.id} under {protocol} with {ckpt} "
              f"(learner step {state.get('learner_step', '?')}), {workers} processes, seed {seed}")  # fmt: skip
     start = time.monotonic()
@@ -206,6 +285,8 @@ def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: in
         if rom is not None:
             report["record_normalised_mean"] = scores.record_normalised(rom, report["score"]["mean"])
     report["per_episode"] = played
+    if video is not None:
+        report["video"] = str(Path(video).resolve())
     folder = (out_dir or run_folder(ckpt)) / "eval"
     folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
