@@ -162,3 +162,35 @@ def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, sig
     leftovers = [p.name for p in folder.iterdir() if ".tmp-" in p.name]
     if signum == signal.SIGINT:
         assert not leftovers  # an orderly interrupt removes its temp file
+
+
+@pytest.mark.parametrize("fail_at, expected_step", [(1, 1), (2, 1), (3, 2)])
+def test_overwriting_a_name_never_leaves_a_file_that_fails_its_hash(tmp_path, monkeypatch, fail_at, expected_step):
+    """best.pt and a final checkpoint at a periodic one's step are overwritten in place: a write that fails
+    (a full disk) or stops at any point leaves the old file or the new one, verifying either way."""
+    path = checkpoint.save(tmp_path / checkpoint.BEST, {**_state(), "learner_step": 1})
+    real, calls = checkpoint.write_atomic, []
+
+    def failing(target, data):
+        calls.append(target)
+        if len(calls) == fail_at:  # 1: the hash file with both hashes; 2: the data; 3: the final hash
+            raise OSError(28, "No space left on device")
+        real(target, data)
+
+    monkeypatch.setattr(checkpoint, "write_atomic", failing)
+    with pytest.raises(OSError):
+        checkpoint.save(path, {**_state(), "learner_step": 2})
+    monkeypatch.setattr(checkpoint, "write_atomic", real)
+    assert checkpoint.load(path)["learner_step"] == expected_step
+
+
+def test_a_damaged_hash_file_is_a_one_line_refusal_and_orphan_hashes_are_pruned(tmp_path):
+    path = checkpoint.save(tmp_path / checkpoint.PATTERN.format(step=1), _state())
+    checkpoint.hash_path(path).write_bytes(b"\xff\xfe not a hash")
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.load(path)
+    _one_line(err.value, path, "SHA-256 mismatch")
+    orphan = checkpoint.hash_path(tmp_path / checkpoint.PATTERN.format(step=2))
+    orphan.write_text("0" * 64 + "\n")
+    checkpoint.prune(tmp_path, 3)
+    assert not orphan.exists() and path.exists()

@@ -1,9 +1,11 @@
 """Checkpoints: written atomically and verified when read, so that a crash at any moment, a truncated or
 bit-flipped file, or a tampered one never passes for a good checkpoint.
 
-Writing: the SHA-256 goes first into ``<name>.sha256`` beside the checkpoint, then the checkpoint itself:
-each as a temp file in the same folder, fsync, rename, fsync the folder. A crash in between leaves a hash
-without its file (ignored) or the previous checkpoint; never half a file under a checkpoint's name.
+Writing: the SHA-256 goes into ``<name>.sha256`` beside the checkpoint, each file written as a temp file in
+the same folder, fsync, rename, fsync the folder. While a name is overwritten (best.pt, or a final checkpoint
+at the step of a periodic one) the hash file lists the new hash and the old one, so whichever file the name
+holds after a crash still verifies; once the new file is in place the old hash is dropped. Never half a
+file under a checkpoint's name, and never a good file that fails its hash.
 
 Reading: the hash is checked before anything is unpickled, and ``torch.load(weights_only=True)`` is the only
 unpickler, so a checkpoint can never run code. Every problem is a :class:`CheckpointError` whose message is
@@ -32,7 +34,8 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message names the file and the reason."""
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a whole file or nothing: temp file in the same folder, fsync, rename, fsync the folder."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
@@ -55,25 +58,36 @@ def hash_path(path: str | Path) -> Path:
     return path.with_name(path.name + HASH_SUFFIX)
 
 
+def _recorded(path: Path) -> list[str]:
+    """The hashes recorded for ``path`` (one, or two while it is being replaced); [] if none or unreadable."""
+    try:
+        text = hash_path(path).read_bytes().decode("ascii")
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [line.split()[0] for line in text.splitlines() if line.split()]
+
+
+def _install(path: Path, data: bytes) -> Path:
+    new = hashlib.sha256(data).hexdigest()
+    old = [hashlib.sha256(path.read_bytes()).hexdigest()] if path.exists() else []  # what the name holds now
+    write_atomic(hash_path(path), "".join(f"{h}  {path.name}\n" for h in [new, *old]).encode())
+    write_atomic(path, data)
+    if old:
+        write_atomic(hash_path(path), f"{new}  {path.name}\n".encode())
+    return path
+
+
 def save(path: str | Path, state: dict[str, Any]) -> Path:
-    """Write ``state`` to ``path`` (and its SHA-256 beside it) so that a crash at any moment leaves either the
-    old checkpoint or the new one, whole."""
-    path = Path(path)
+    """Write ``state`` to ``path`` (and its SHA-256 beside it) so that a crash or a failed write at any moment
+    leaves either the old checkpoint or the new one, whole and verifiable."""
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, **state}, buffer)
-    data = buffer.getvalue()
-    _write_atomic(hash_path(path), f"{hashlib.sha256(data).hexdigest()}  {path.name}\n".encode())
-    _write_atomic(path, data)
-    return path
+    return _install(Path(path), buffer.getvalue())
 
 
 def copy(source: str | Path, target: str | Path) -> Path:
     """Copy a checkpoint and its hash atomically (e.g. to best.pt)."""
-    source, target = Path(source), Path(target)
-    data = source.read_bytes()
-    _write_atomic(hash_path(target), f"{hashlib.sha256(data).hexdigest()}  {target.name}\n".encode())
-    _write_atomic(target, data)
-    return target
+    return _install(Path(target), Path(source).read_bytes())
 
 
 def load(path: str | Path) -> dict[str, Any]:
@@ -87,8 +101,7 @@ def load(path: str | Path) -> dict[str, Any]:
     recorded = hash_path(path)
     if not recorded.is_file():
         raise CheckpointError(f"{path}: no SHA-256 recorded beside it ({recorded.name}); it cannot be verified")
-    expected = recorded.read_text().split()[0] if recorded.read_text().strip() else ""
-    if hashlib.sha256(data).hexdigest() != expected:
+    if hashlib.sha256(data).hexdigest() not in _recorded(path):
         raise CheckpointError(f"{path}: SHA-256 mismatch with {recorded.name} (the file is truncated, corrupt or altered)")
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
@@ -122,11 +135,23 @@ def periodic(folder: str | Path) -> list[Path]:
 
 
 def prune(folder: str | Path, keep: int) -> None:
-    """Delete all but the newest ``keep`` periodic checkpoints in ``folder``, with their hashes."""
+    """Delete all but the newest ``keep`` periodic checkpoints in ``folder``, with their hashes, and hashes
+    whose checkpoint was never written (a write that failed)."""
     found = periodic(folder)
     for old in found[:-keep] if keep > 0 else found:
         old.unlink(missing_ok=True)
         hash_path(old).unlink(missing_ok=True)
+    for orphan in Path(folder).glob(f"ckpt_*.pt{HASH_SUFFIX}"):
+        if not orphan.with_name(orphan.name[: -len(HASH_SUFFIX)]).exists():
+            orphan.unlink(missing_ok=True)
+
+
+CORRUPT = ("SHA-256 mismatch", "the file is empty", "no SHA-256 recorded", "refused, not a plain")
+
+
+def is_corrupt(err: CheckpointError) -> bool:
+    """A damaged file (as opposed to one from another zrl version, game or network)."""
+    return any(mark in str(err) for mark in CORRUPT)
 
 
 def latest(folder: str | Path) -> Path | None:

@@ -326,7 +326,7 @@ def table(report: dict[str, Any]) -> str:
 
 
 def newest_eval(run: str, protocol: str) -> dict[str, Any]:
-    found = sorted((Path(run) / "eval").glob(f"{protocol}_*.json"))
+    found = sorted((Path(run) / "eval").glob(f"{protocol}_*.json"), key=lambda p: p.stat().st_mtime_ns)
     if not found:
         raise ConfigError(f"{run}: no {protocol} evaluation in {Path(run) / 'eval'}; run zrl-eval {run} first")
     return json.loads(found[-1].read_text())

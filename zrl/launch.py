@@ -398,7 +398,7 @@ class Launcher:
         """Keep best.pt: the checkpoint written when the 100-episode mean raw score was at its best."""
         t = self.tally
         mean = t.mean_return()
-        if not t.returns or not mean > t.best_return:
+        if len(t.returns) < t.returns.maxlen or not mean > t.best_return:  # a mean over the full last 100 episodes
             return
         folder = path.parent
         try:
@@ -409,7 +409,7 @@ class Launcher:
         t.best_return = mean
         record = {"mean_return_100": mean, "episodes": t.episodes, "checkpoint": path.name,
                   "env_frames": t.env_frames}  # fmt: skip
-        (folder / "best.json").write_text(json.dumps(record, indent=2) + "\n")
+        checkpoint.write_atomic(folder / "best.json", (json.dumps(record, indent=2) + "\n").encode())
         log.info("best.pt: %s, mean return(100) %.2f over %d episodes", path.name, mean, len(t.returns))
 
     def _seed_tally(self, run_dir: Path) -> None:
@@ -421,6 +421,12 @@ class Launcher:
                 rows = [r for r in csv.DictReader(fh) if r.get("episode", "").isdigit()]
             t.episodes = max((int(r["episode"]) for r in rows), default=0)
             t.returns.extend(float(r["raw_return"]) for r in rows[-100:])
+        # frames the workers made after the checkpoint's last batch were counted too: never count backwards
+        for name in ("metrics.csv", "episodes.csv"):
+            if (run_dir / name).is_file():
+                with open(run_dir / name, newline="") as fh:
+                    frames = [int(r["env_frames"]) for r in csv.DictReader(fh) if r.get("env_frames", "").isdigit()]
+                t.frames_start = max([t.frames_start, *frames[-1:]])
         best = run_dir / "checkpoints" / "best.json"
         try:
             t.best_return = float(json.loads(best.read_text())["mean_return_100"])
@@ -493,6 +499,10 @@ def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_
     start = None
     if init_from is not None:
         state = _usable(Path(init_from), cfg, spec)
+        theirs = state.get("config", {}).get("learner", {}).get("optimizer")
+        if init_optimizer and theirs != cfg.learner.optimizer:
+            raise ConfigError(f"--init-optimizer: {init_from} holds {theirs} state and this run uses "
+                              f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}")  # fmt: skip
         start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
         del state
     return Launcher(cfg, spec, quiet, start=start).run()
@@ -522,10 +532,10 @@ def find_run(ref: str, cfg: Config) -> Path:
     runs = []
     for folder in base.glob(f"{cfg.env.id.replace('/', '-')}_*"):
         stamp = folder.name.rsplit("_", 1)[-1].split("-")[0]
-        if (folder / "config.toml").is_file() and stamp.isdigit():
+        if (folder / "config.toml").is_file() and stamp.isdigit() and checkpoint.periodic(folder / "checkpoints"):
             runs.append((int(stamp), folder.stat().st_mtime, folder))
     if not runs:
-        raise ConfigError(f"--resume auto: no run of {cfg.env.id} under {base}/ to resume")
+        raise ConfigError(f"--resume auto: no run of {cfg.env.id} with a checkpoint under {base}/ to resume")
     return max(runs)[2]
 
 
@@ -560,11 +570,15 @@ def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: b
                 _usable(path, cfg, spec)
             except ConfigError as bad:
                 reason = str(bad)
-        if reason is not None:  # set aside, kept for a look, so that it is never picked again
+        if reason is not None and err is not None and checkpoint.is_corrupt(err):
+            # damaged: set aside, kept for a look, so that it is never picked again
             skipped.append(reason + f" (set aside as {path.name}.bad)")
             path.rename(path.with_name(path.name + ".bad"))
             if checkpoint.hash_path(path).exists():
                 checkpoint.hash_path(path).rename(path.with_name(path.name + ".bad" + checkpoint.HASH_SUFFIX))
+            continue
+        if reason is not None:
+            skipped.append(reason)
             continue
         launcher = Launcher(cfg, spec, quiet, run_dir=run_dir, start=StartFrom(str(path)),
                             env_frames_start=int(state["env_frames"]))  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -174,7 +175,11 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
         state = checkpoint.load(start.path)
         model.load_state_dict(state["model"])
         if start.optimizer:
+            configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
             optimizer.load_state_dict(state["optimizer"])
+            if not start.resume:  # a new run keeps the moments, with this config's hyperparameters
+                for group, mine in zip(optimizer.param_groups, configured):
+                    group.update(mine)
         if start.resume:
             scheduler.load_state_dict(state["scheduler"])
             learner_step, policy_version = state["learner_step"], state["policy_version"]
@@ -195,7 +200,24 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
                 continue
             weights_rep.send_multipart([frames[0], current])
 
+    saved_step = -1
+
     def save() -> str:
+        """Write a checkpoint (not twice for one step); a failed write (a full disk) is reported on stderr and
+        leaves the previous checkpoints as they were, and training goes on."""
+        nonlocal saved_step
+        if learner_step == saved_step:
+            return last_ckpt
+        try:
+            path = write_checkpoint()
+        except OSError as err:
+            print(f"zrl-learner: checkpoint at learner step {learner_step} failed ({err.strerror or err}); the "
+                  "previous checkpoints are untouched, training goes on", file=sys.stderr, flush=True)  # fmt: skip
+            return last_ckpt
+        saved_step = learner_step
+        return path
+
+    def write_checkpoint() -> str:
         ckpt_dir.mkdir(exist_ok=True)
         path = checkpoint.save(ckpt_dir / checkpoint.PATTERN.format(step=learner_step), {
             "zrl_version": __version__, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
