@@ -102,8 +102,9 @@ class FeatureScorer:
                 feats = self.model(obs.reshape(-1, *obs.shape[2:]), with_features=True).features
             out.append(feats.float().view(len(idx), len(at), -1))
             ok[idx] = read_ok
-        features = torch.empty_like(torch.cat(out))
-        features[torch.from_numpy(order)] = torch.cat(out)
+        in_order = torch.cat(out)
+        features = torch.empty_like(in_order)
+        features[torch.from_numpy(order)] = in_order  # back to the callers' order
         self.time_s += time.perf_counter() - t0
         return features, ok
 
