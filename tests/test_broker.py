@@ -150,6 +150,8 @@ def test_a_batch_takes_each_replays_share(rings):
     assert np.bincount(batch.replay_index, minlength=2).tolist() == [16, 16]
     assert broker.sizes().tolist() == [0, 16]  # the queue hands its units out, the uniform replay keeps them
     assert _next_batch(broker) is None  # the queue has nothing fresh left
+    index = broker.index()
+    assert index.replay.tolist() == [1] * 16 and index.counts.sum() == 16 and index.features.size == 0
 
 
 def test_training_waits_until_every_replay_holds_its_fill(rings):

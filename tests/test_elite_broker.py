@@ -148,3 +148,17 @@ def test_stale_candidates_are_replaced_so_a_batch_holds_distinct_fresh_units(rin
         units = set(zip(batch.first_frame.tolist(), batch.env_index.tolist()))
         assert len(units) == 4 and min(batch.first_frame) >= 16
     assert broker.stale_total == 6 and len(broker.replays[0]) == 10
+
+
+def test_the_replay_index_holds_units_counts_and_stored_features(ring):
+    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=1,
+                  lambda_batch_multiplier=5.0, feature_steps=2)  # fmt: skip
+    broker, _ = _filled(ring, cfg)
+    broker.next_units()
+    index = protocol.decode(broker.index().encode())
+    store = broker.replays[0].store
+    assert len(index.worker_ids) == 16 and index.counts.sum() == 4 and (index.replay == 0).all()
+    assert index.features.shape == (16, 2, F) and index.feature_rows.tolist() == list(range(16))
+    slots = store.slots()
+    assert np.array_equal(index.features, store.features[slots])
+    assert index.first_frame.tolist() == store.first_frame[slots].tolist()

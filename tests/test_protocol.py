@@ -24,6 +24,8 @@ from zrl.protocol import (
     Unroll,
     WeightsRequest,
     Credit,
+    IndexRequest,
+    ReplayIndex,
     WorkerStats,
     decode,
     decode_weights,
@@ -168,6 +170,19 @@ def make_credit(rng) -> Credit:
     return Credit(batches=int(rng.integers(1, 8)))
 
 
+def make_index_request(rng) -> IndexRequest:
+    return IndexRequest(learner_step=int(rng.integers(0, 10**6)))
+
+
+def make_replay_index(rng, N=6, G=3, K=5, F=8) -> ReplayIndex:
+    return ReplayIndex(
+        replay=rng.integers(0, 2, size=N, dtype=np.int32), worker_ids=rng.integers(0, 4, size=N, dtype=np.int32),
+        env_index=rng.integers(0, 4, size=N, dtype=np.int32), first_frame=rng.integers(0, 2**40, size=N, dtype=np.int64),
+        policy_versions=rng.integers(0, 100, size=N, dtype=np.int64), counts=rng.integers(0, 9, size=N, dtype=np.int64),
+        feature_rows=np.arange(G, dtype=np.int32), features=rng.standard_normal((G, K, F)).astype(np.float32),
+    )
+
+
 FACTORIES = {
     "Unroll": make_unroll,
     "Unroll-nofeat": lambda rng: make_unroll(rng, F=0),
@@ -180,6 +195,9 @@ FACTORIES = {
     "LearnerStats-nopath": lambda rng: make_learner_stats(rng, path=""),
     "WeightsRequest": make_weights_request,
     "Credit": make_credit,
+    "IndexRequest": make_index_request,
+    "ReplayIndex": make_replay_index,
+    "ReplayIndex-nofeat": lambda rng: make_replay_index(rng, G=0, K=0, F=0),
 }
 
 
@@ -222,7 +240,8 @@ def expect_error(data, *fragments):
 
 def test_message_types_tuple():
     assert set(MESSAGE_TYPES) == {
-        Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit
+        Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest,
+        ReplayIndex,
     }
     assert len({cls.TAG for cls in MESSAGE_TYPES}) == len(MESSAGE_TYPES)
     assert FORMAT_VERSION == 1

@@ -418,6 +418,30 @@ class Credit(_Message):
     batches: int = _int()
 
 
+@_message("index_request")
+@dataclass(frozen=True, slots=True)
+class IndexRequest(_Message):
+    """learner -> broker (on the credits channel): send me your replay index, for the next checkpoint."""
+
+    learner_step: int = _int()
+
+
+@_message("replay_index")
+@dataclass(frozen=True, slots=True, eq=False)
+class ReplayIndex(_Message):
+    """broker -> learner (on the batches channel): which units every replay holds, how often each was
+    sampled, and the stored behaviour features of the units of elite and attentive replays."""
+
+    replay: np.ndarray = _array("int32", ("N",))  # the [[replay]] table each unit belongs to
+    worker_ids: np.ndarray = _array("int32", ("N",))
+    env_index: np.ndarray = _array("int32", ("N",))
+    first_frame: np.ndarray = _array("int64", ("N",))
+    policy_versions: np.ndarray = _array("int64", ("N",))
+    counts: np.ndarray = _array("int64", ("N",))
+    feature_rows: np.ndarray = _array("int32", ("G",))  # the units (rows of the arrays above) with features
+    features: np.ndarray = _array("float32", ("G", "K", "F"), allow_empty=True)  # at the compared steps
+
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Unroll,
     Batch,
@@ -427,11 +451,13 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     LearnerStats,
     WeightsRequest,
     Credit,
+    IndexRequest,
+    ReplayIndex,
 )
 assert set(MESSAGE_TYPES) == set(_REGISTRY.values())
 
 Message = Union[
-    Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit
+    Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest, ReplayIndex
 ]
 
 

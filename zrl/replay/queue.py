@@ -25,6 +25,10 @@ class QueueReplay:
             self.dropped_full += 1
         self._units.append(unit)
 
+    def units(self) -> list[Unit]:
+        """The units held, oldest first (a copy)."""
+        return list(self._units)
+
     def take(self, n: int) -> list[Unit]:
         """The n oldest units, removed; fewer if fewer are held."""
         return [self._units.popleft() for _ in range(min(n, len(self._units)))]

@@ -228,6 +228,38 @@ class Broker:
         for i, part in taken:
             self.replays[i].put_back(part)
 
+    def index(self) -> protocol.ReplayIndex:
+        """What every replay holds, for the learner's checkpoint: units, sample counts, stored features
+        (padded with NaN to the longest compared-steps count when feature replays differ)."""
+        rows: list[tuple[int, Unit, int]] = []
+        features: list[np.ndarray] = []
+        feature_rows: list[int] = []
+        for i, replay in enumerate(self.replays):
+            if isinstance(replay, QueueReplay):
+                rows += [(i, u, 0) for u in replay.units()]
+                continue
+            st = replay.store
+            for slot in st.slots():
+                if isinstance(replay, FeatureReplay):
+                    feature_rows.append(len(rows))
+                    features.append(st.features[slot])
+                rows.append((i, st.units[slot], int(st.counts[slot])))
+        if features:
+            k = max(f.shape[0] for f in features)
+            stacked = np.full((len(features), k, features[0].shape[1]), np.nan, np.float32)
+            for j, f in enumerate(features):
+                stacked[j, : f.shape[0]] = f
+        else:
+            stacked = np.zeros((0, 0, 0), np.float32)
+        column = lambda values, dtype: np.array(values, dtype)  # noqa: E731
+        return protocol.ReplayIndex(
+            replay=column([r[0] for r in rows], np.int32), worker_ids=column([r[1].worker_id for r in rows], np.int32),
+            env_index=column([r[1].env_index for r in rows], np.int32),
+            first_frame=column([r[1].first_frame for r in rows], np.int64),
+            policy_versions=column([r[1].policy_version for r in rows], np.int64),
+            counts=column([r[2] for r in rows], np.int64), feature_rows=column(feature_rows, np.int32), features=stacked,
+        )  # fmt: skip
+
     def elite_stats(self) -> dict[str, float]:
         """Figures of the first elite or attentive replay's last scored pool (zeros when there is none)."""
         for replay in self.replays:
@@ -302,9 +334,12 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
         while not should_stop(stop_event, wiring.launcher_pid):
             poller.poll(poll_ms)
             while (data := transport.recv(credits_sock, 0)) is not None:
-                if (credit := decoded(data, protocol.Credit)) is not None and credit.batches > 0:
-                    credits += credit.batches
-                    credits_granted += credit.batches
+                msg = decoded(data, (protocol.Credit, protocol.IndexRequest))
+                if isinstance(msg, protocol.IndexRequest):  # for the learner's next checkpoint
+                    transport.send(batches, broker.index().encode(), poll_ms)
+                elif msg is not None and msg.batches > 0:
+                    credits += msg.batches
+                    credits_granted += msg.batches
             for _ in range(1024):
                 data = transport.recv(unrolls, 0)
                 if data is None:

@@ -117,6 +117,16 @@ def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -
     }
 
 
+INDEX_EVERY_S = 10.0  # how often the learner asks the broker for its replay index (for checkpoints)
+
+
+def index_tensors(index: protocol.ReplayIndex | None) -> dict[str, torch.Tensor] | None:
+    """The replay index as tensors, which a weights_only checkpoint can hold."""
+    if index is None:
+        return None
+    return {name: torch.from_numpy(np.array(getattr(index, name))) for name in index.__dataclass_fields__}
+
+
 class Ages(NamedTuple):
     """Ages of a batch's units in policy versions: of its fresh (queue) units, mean and max of all."""
 
@@ -189,6 +199,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
         del state
     current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
     last_ckpt = ""
+    replay_index: protocol.ReplayIndex | None = None  # the broker's, as of its last answer
     timing = {"step": 0.0, "gather": 0.0, "wait": 0.0}
 
     def answer_requests() -> None:
@@ -224,6 +235,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
             "scheduler": scheduler.state_dict(), "learner_step": learner_step, "env_frames": env_frames,
             "env_frames_trained": frames_trained, "samples": samples, "policy_version": policy_version,
             "config": to_dict(cfg), "rng": rng_state(device), "saved_at": time.time(),
+            "replay_index": index_tensors(replay_index),
         })  # fmt: skip
         checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
         return str(path)
@@ -246,12 +258,16 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
         transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
         step, ages = None, Ages()
         every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
+        last_index_request = -math.inf
         report(step, ages)
         last_report = time.monotonic()
         while not should_stop(stop_event, wiring.launcher_pid):
             if time.monotonic() - last_report >= 1.0:  # stats double as the heartbeat: send them even when idle
                 report(step, ages)
                 last_report = time.monotonic()
+            if time.monotonic() - last_index_request >= INDEX_EVERY_S:
+                transport.send_nowait(credits, protocol.IndexRequest(learner_step=learner_step).encode())
+                last_index_request = time.monotonic()
             answer_requests()
             t0 = time.perf_counter()
             data = transport.recv(batches, poll_ms)
@@ -259,8 +275,15 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
             timing["wait"] += t1 - t0
             if data is None:
                 continue
+            try:
+                message = protocol.decode(data)
+            except protocol.ProtocolError:
+                continue
+            if isinstance(message, protocol.ReplayIndex):
+                replay_index = message
+                continue
             transport.send_nowait(credits, one_credit)
-            batch = protocol.decode(data)
+            batch = message
             env_frames = max(env_frames, batch.env_frames)
             frames, steps, ok = gatherer.gather(batch)
             dropped_torn += int((~ok).sum())
