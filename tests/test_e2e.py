@@ -204,7 +204,7 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming" in result.stdout and [p.name for p in (tmp_path / "results").iterdir()] == [run_dir.name]
     final = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
-    assert final["learner_step"] > stopped["learner_step"] and final["env_frames"] >= budget - 10_000
+    assert final["learner_step"] > stopped["learner_step"] and final["env_frames"] > stopped["env_frames"]
     assert final["policy_version"] > stopped["policy_version"]
     episodes = [int(r["episode"]) for r in _rows(run_dir / "episodes.csv")]
     assert episodes == list(range(1, len(episodes) + 1))

@@ -158,6 +158,7 @@ def test_the_replay_index_holds_units_counts_and_stored_features(ring):
     index = protocol.decode(broker.index().encode())
     store = broker.replays[0].store
     assert len(index.worker_ids) == 16 and index.counts.sum() == 4 and (index.replay == 0).all()
+    assert index.sample_calls.tolist() == [1]  # restored on resume, so lambda anneals on
     assert index.features.shape == (16, 2, F) and index.feature_rows.tolist() == list(range(16))
     slots = store.slots()
     assert np.array_equal(index.features, store.features[slots])

@@ -179,6 +179,7 @@ def make_replay_index(rng, N=6, G=3, K=5, F=8) -> ReplayIndex:
         replay=rng.integers(0, 2, size=N, dtype=np.int32), worker_ids=rng.integers(0, 4, size=N, dtype=np.int32),
         env_index=rng.integers(0, 4, size=N, dtype=np.int32), first_frame=rng.integers(0, 2**40, size=N, dtype=np.int64),
         policy_versions=rng.integers(0, 100, size=N, dtype=np.int64), counts=rng.integers(0, 9, size=N, dtype=np.int64),
+        sample_calls=np.array([0, 17], np.int64),
         feature_rows=np.arange(G, dtype=np.int32), features=rng.standard_normal((G, K, F)).astype(np.float32),
     )
 

@@ -177,7 +177,8 @@ def _progress(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
 
 class Launcher:
     def __init__(self, cfg: Config, spec: envs.EnvSpec, quiet: bool = False, run_dir: Path | None = None,
-                 start: StartFrom | None = None, env_frames_start: int = 0) -> None:  # fmt: skip
+                 start: StartFrom | None = None, env_frames_start: int = 0,
+                 sample_calls: tuple[int, ...] = ()) -> None:  # fmt: skip
         self.cfg = cfg
         self.spec = spec
         self.quiet = quiet
@@ -187,6 +188,7 @@ class Launcher:
         self.resume_dir = run_dir
         self.start = start
         self.notes: list[str] = []  # said and logged once the run's log is open
+        self.sample_calls = sample_calls
 
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -264,7 +266,7 @@ class Launcher:
             stats_sock = transport.socket(zctx, zmq.PULL, hwm=10_000, bind=endpoints.stats)
             wiring = RunWiring(endpoints, tuple(r.name for r in rings), ring_spec, self.spec.frame_shape,
                                self.spec.frame_dtype, self.spec.num_actions, self.spec.frames_per_step, os.getpid(),
-                               self.tally.frames_start)  # fmt: skip
+                               self.tally.frames_start, self.sample_calls)  # fmt: skip
             procs["zrl-broker"] = mp_ctx.Process(target=broker.run, args=(cfg, wiring, stop_event), name="zrl-broker")
             procs["zrl-learner"] = mp_ctx.Process(target=learner.run, name="zrl-learner",
                                                   args=(cfg, wiring, str(run_dir), stop_event, self.start))  # fmt: skip
@@ -580,8 +582,10 @@ def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: b
         if reason is not None:
             skipped.append(reason)
             continue
+        index = state.get("replay_index") or {}
+        calls = tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
         launcher = Launcher(cfg, spec, quiet, run_dir=run_dir, start=StartFrom(str(path)),
-                            env_frames_start=int(state["env_frames"]))  # fmt: skip
+                            env_frames_start=int(state["env_frames"]), sample_calls=calls)  # fmt: skip
         launcher.notes = [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
         return launcher.run()
     reasons = "; ".join(skipped) if skipped else "there is none"

@@ -438,6 +438,7 @@ class ReplayIndex(_Message):
     first_frame: np.ndarray = _array("int64", ("N",))
     policy_versions: np.ndarray = _array("int64", ("N",))
     counts: np.ndarray = _array("int64", ("N",))
+    sample_calls: np.ndarray = _array("int64", ("R",))  # each replay's sample calls so far (elite lambda annealing)
     feature_rows: np.ndarray = _array("int32", ("G",))  # the units (rows of the arrays above) with features
     features: np.ndarray = _array("float32", ("G", "K", "F"), allow_empty=True)  # at the compared steps
 

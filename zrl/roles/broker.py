@@ -258,6 +258,7 @@ class Broker:
             first_frame=column([r[1].first_frame for r in rows], np.int64),
             policy_versions=column([r[1].policy_version for r in rows], np.int64),
             counts=column([r[2] for r in rows], np.int64), feature_rows=column(feature_rows, np.int32), features=stacked,
+            sample_calls=column([getattr(r, "sample_calls", 0) for r in self.replays], np.int64),
         )  # fmt: skip
 
     def elite_stats(self) -> dict[str, float]:
@@ -282,6 +283,9 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     wants_features = any(rep.type in ("elite", "attentive") for rep in cfg.replay)
     scorer = FeatureScorer(cfg, wiring, rings) if wants_features else None
     broker = Broker(cfg, rings, scorer, wiring.frames_per_step)
+    for replay, calls in zip(broker.replays, wiring.sample_calls):  # a resumed run anneals on from where it was
+        if isinstance(replay, FeatureReplay):
+            replay.sample_calls = int(calls)
     poll_ms = cfg.transport.poll_timeout_ms
     prefetch = cfg.broker.prefetch_batches
     ctx = zmq.Context()

@@ -33,6 +33,7 @@ class RunWiring:
     frames_per_step: int
     launcher_pid: int
     env_frames_start: int = 0  # env frames of the run before this launch (resume)
+    sample_calls: tuple[int, ...] = ()  # each replay's sample calls before this launch (elite lambda annealing)
 
 
 @dataclass(frozen=True)

@@ -35,11 +35,12 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
     send_features = needs_features(cfg)
     poll_ms = cfg.transport.poll_timeout_ms
 
-    env = make_vector_env(cfg.env, m, seed=cfg.run.seed * 100_003 + worker_id * m)
+    # A resumed run (env_frames_start > 0) plays new episodes, not the first run's again.
+    env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + wiring.env_frames_start) % 2**31)
     ring = Ring.attach(wiring.ring_names[worker_id], wiring.ring_spec)
     model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, stack_depth, wiring.num_actions)
     model.eval()
-    rng = np.random.default_rng([cfg.run.seed, worker_id])
+    rng = np.random.default_rng([cfg.run.seed, worker_id, wiring.env_frames_start])
 
     ctx = zmq.Context()
     unrolls = transport.socket(ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
