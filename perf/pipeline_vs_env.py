@@ -106,7 +106,8 @@ def learner_alone(cfg, seconds: float) -> float:
     opt, sched = make_optimizer(model, lcfg, 10**9)
     obs = torch.randint(0, 256, (b, t + 1, s, *spec.frame_shape), dtype=torch.uint8)
     batch = {"actions": torch.randint(0, spec.num_actions, (t, b)), "rewards": torch.zeros(t, b),
-             "discounts": torch.ones(t, b), "behaviour_logits": torch.zeros(t, b, spec.num_actions)}  # fmt: skip
+             "discounts": torch.ones(t, b), "behaviour_logits": torch.zeros(t, b, spec.num_actions),
+             "behaviour_values": torch.zeros(t, b)}  # fmt: skip
     sgd_step(model, opt, sched, obs, batch, lcfg)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:

@@ -19,6 +19,7 @@ def _batch():
         "rewards": torch.randn(T, B, generator=g),
         "discounts": torch.ones(T, B),
         "behaviour_logits": torch.randn(T, B, A, generator=g),
+        "behaviour_values": torch.randn(T, B, generator=g),
     }
 
 

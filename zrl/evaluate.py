@@ -165,19 +165,18 @@ def _play(job: Job) -> list[dict[str, Any]]:
     if rom is None:
         env_cfg, stuck_frames = cfg.env, 0  # not Atari: the protocols' Atari settings do not apply
     results = []
+    model = mapping = None
     for episode in job.episodes:
         seed = job.seed + episode
         env = make_vector_env(env_cfg, 1, seed)
-        model_actions = env.num_actions if not env_cfg.full_action_space or rom is None else None
-        if model_actions is None:  # full action set in play, the policy's own set from training
-            trained_full = cfg.env.full_action_space
-            mapping = np.arange(18) if trained_full else minimal_actions(rom)
-            model_actions = len(mapping)
-        else:
-            mapping = np.arange(model_actions)
-        model = build_model(cfg.model, env.frame_shape, env.frame_dtype.str, cfg.env.frame_stack, model_actions)
-        model.load_state_dict(state["model"])
-        model.eval()
+        if model is None:  # the policy's own action set from training, mapped onto the set in play
+            if env_cfg.full_action_space and rom is not None and not cfg.env.full_action_space:
+                mapping = minimal_actions(rom)
+            else:
+                mapping = np.arange(env.num_actions)
+            model = build_model(cfg.model, env.frame_shape, env.frame_dtype.str, cfg.env.frame_stack, len(mapping))
+            model.load_state_dict(state["model"])
+            model.eval()
         rng = np.random.default_rng(seed)
         stack = ActingStack(1, cfg.env.frame_stack, env.frame_shape, env.frame_dtype.str)
         first = env.reset()

@@ -12,7 +12,6 @@ in one batched forward pass; ``ok`` is False for units whose frames were overwri
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import numpy as np
@@ -35,8 +34,6 @@ def compared_steps(unroll_length: int, feature_steps: int) -> np.ndarray:
 
 class UniformReplay:
     """A ring of units sampled uniformly (without replacement while it holds at least ``share``)."""
-
-    kind = "uniform"
 
     def __init__(self, capacity: int, share: int, min_fill: int, rng: np.random.Generator,
                  feature_shape: tuple[int, int] | None = None) -> None:  # fmt: skip
@@ -104,7 +101,6 @@ class FeatureReplay(UniformReplay):
         self.lam = lambda_batch_multiplier
         self.last_distances = np.zeros(0, np.float32)  # the last scored pool's distances
         self.last_chosen = np.zeros(0, np.float32)
-        self.insert_time_s = 0.0
 
     # -- insertion ----------------------------------------------------------------------------
     def add(self, units: list[Unit], features: np.ndarray | None = None) -> None:
@@ -119,23 +115,26 @@ class FeatureReplay(UniformReplay):
             else:
                 self.store.add(unit, feats)
         if pending:
-            t0 = time.perf_counter()
-            victims = self._victims(len(pending))
-            for (unit, feats), slot in zip(pending, victims):
+            for (unit, feats), slot in zip(pending, self._victims(len(pending))):
                 self.store.add(unit, feats, slot=int(slot))
-            self.insert_time_s += time.perf_counter() - t0
 
     def _victims(self, k: int) -> np.ndarray:
         """Elite insertion: the k units farthest from the current policy among elite_batch_size random ones
         (the units of one message share one draw). Units whose frames are gone count as infinitely far."""
         group = elite.draw_pool(self.rng, self.store.slots(), max(self.elite_batch_size, k))
-        st = self.store
-        current, ok = self.scorer(st.worker_id[group], st.env_index[group], st.first_frame[group], self.steps)
-        distances = np.full(len(group), np.inf, np.float32)
-        if ok.any():
-            stored = torch.from_numpy(st.features[group[ok]])
-            distances[ok] = elite.feature_distance(stored, current[torch.from_numpy(ok)], self.dist_function, self.p).numpy()
+        distances, _ = self._behaviour_distances(group)
         return group[elite.insertion_victims(distances, k)]
+
+    def _behaviour_distances(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Elite distances between the stored behaviour features of ``slots`` and the current policy's, and
+        which units could be read; a unit whose frames were overwritten while read is infinitely far."""
+        st = self.store
+        current, ok = self.scorer(st.worker_id[slots], st.env_index[slots], st.first_frame[slots], self.steps)
+        distances = np.full(len(slots), np.inf, np.float32)
+        if ok.any():
+            stored = torch.from_numpy(st.features[slots[ok]])
+            distances[ok] = elite.feature_distance(stored, current[torch.from_numpy(ok)], self.dist_function, self.p).numpy()
+        return distances, ok
 
     # -- sampling -----------------------------------------------------------------------------
     def sample(self, is_fresh: IsFresh) -> list[Unit] | None:
@@ -171,21 +170,24 @@ class FeatureReplay(UniformReplay):
         return pool if len(pool) else None
 
     def _distances(self, pool: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+        """The pool's distances and the pool itself, less units overwritten while the scorer read them."""
         st = self.store
-        current, ok = self.scorer(st.worker_id[pool], st.env_index[pool], st.first_frame[pool], self.steps)
-        if not ok.all():  # overwritten while the scorer read them
+        if self.kind == "elite":
+            distances, ok = self._behaviour_distances(pool)
+        else:
+            current, ok = self.scorer(st.worker_id[pool], st.env_index[pool], st.first_frame[pool], self.steps)
+        if not ok.all():
             st.remove(pool[~ok])
             self.dropped_stale += int((~ok).sum())
-            current, pool = current[torch.from_numpy(ok)], pool[ok]
+            pool = pool[ok]
             if not len(pool):
                 return None, pool
         if self.kind == "elite":
-            d = elite.feature_distance(torch.from_numpy(st.features[pool]), current, self.dist_function, self.p)
-        else:  # attentive: distance to the current feature of the newest stored state (its unit's last observation)
-            newest = np.array([st.newest_slot()])
-            now, now_ok = self.scorer(st.worker_id[newest], st.env_index[newest], st.first_frame[newest],
-                                      np.array([self.unroll_length]))  # fmt: skip
-            if not now_ok[0]:
-                return None, pool
-            d = elite.feature_distance(current, now, self.dist_function, self.p)
-        return d.numpy(), pool
+            return distances[ok], pool
+        # attentive: distance to the current feature of the newest stored state (its unit's last observation)
+        newest = np.array([st.newest_slot()])
+        now, now_ok = self.scorer(st.worker_id[newest], st.env_index[newest], st.first_frame[newest],
+                                  np.array([self.unroll_length]))  # fmt: skip
+        if not now_ok[0]:
+            return None, pool
+        return elite.feature_distance(current[torch.from_numpy(ok)], now, self.dist_function, self.p).numpy(), pool

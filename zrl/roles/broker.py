@@ -25,7 +25,7 @@ import zmq
 from shm.ring import Ring
 
 from zrl import protocol, transport
-from zrl.config import Config, fill_target, lr_decay_steps, queue_capacity, replay_share
+from zrl.config import Config, fill_target, lr_decay_steps, needs_features, queue_capacity, replay_share
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
@@ -263,25 +263,22 @@ class Broker:
 
     def elite_stats(self) -> dict[str, float]:
         """Figures of the first elite or attentive replay's last scored pool (zeros when there is none)."""
-        for replay in self.replays:
-            if isinstance(replay, FeatureReplay):
-                d, c = replay.last_distances, replay.last_chosen
-                if not len(d):
-                    return {"elite_lambda": replay.lam, "elite_distance_pool": 0.0, "elite_distance_chosen": 0.0,
-                            "elite_distance_min": 0.0, "elite_distance_max": 0.0}  # fmt: skip
-                return {"elite_lambda": replay.lam, "elite_distance_pool": float(d.mean()),
-                        "elite_distance_chosen": float(c.mean()), "elite_distance_min": float(d.min()),
-                        "elite_distance_max": float(d.max())}  # fmt: skip
-        return {"elite_lambda": 0.0, "elite_distance_pool": 0.0, "elite_distance_chosen": 0.0,
-                "elite_distance_min": 0.0, "elite_distance_max": 0.0}  # fmt: skip
-
+        stats = dict.fromkeys(("elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min",
+                               "elite_distance_max"), 0.0)  # fmt: skip
+        replay = next((r for r in self.replays if isinstance(r, FeatureReplay)), None)
+        if replay is not None:
+            stats["elite_lambda"] = replay.lam
+            d, c = replay.last_distances, replay.last_chosen
+            if len(d):
+                stats.update(elite_distance_pool=float(d.mean()), elite_distance_chosen=float(c.mean()),
+                             elite_distance_min=float(d.min()), elite_distance_max=float(d.max()))  # fmt: skip
+        return stats
 
 def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
     torch.set_num_threads(cfg.broker.torch_threads)
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
-    wants_features = any(rep.type in ("elite", "attentive") for rep in cfg.replay)
-    scorer = FeatureScorer(cfg, wiring, rings) if wants_features else None
+    scorer = FeatureScorer(cfg, wiring, rings) if needs_features(cfg) else None
     broker = Broker(cfg, rings, scorer, wiring.frames_per_step)
     for replay, calls in zip(broker.replays, wiring.sample_calls):  # a resumed run anneals on from where it was
         if isinstance(replay, FeatureReplay):

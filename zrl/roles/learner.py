@@ -83,10 +83,10 @@ def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, to
         clip_rho_threshold=algo.clip_rho or None,
         clip_c_threshold=algo.clip_c or None,
         clip_pg_rho_threshold=algo.clip_pg_rho or None,
-        behaviour_values=batch.get("behaviour_values"),
+        behaviour_values=batch["behaviour_values"],
         laser_kl_threshold=algo.laser_kl_threshold if algo.laser else None,
         clear_policy_weight=algo.clear_policy_weight,
-        clear_value_weight=algo.clear_value_weight if "behaviour_values" in batch else 0.0,
+        clear_value_weight=algo.clear_value_weight,
         clear_policy_kl=algo.clear_policy_kl,
         clear_value_loss=algo.clear_value_loss,
     )
