@@ -177,3 +177,17 @@ def test_a_queue_holds_at_least_what_a_batch_and_a_weights_version_need():
     assert config.queue_capacity(cfg, cfg.replay[0]) >= cfg.learner.batch_size * cfg.workers.produce_ratio
     big = config.load(None, ['replay=[{"type": "queue", "capacity": 500, "sample_ratio": 1}]'])
     assert config.queue_capacity(big, big.replay[0]) == 500
+
+
+def test_deterministic_mode_needs_one_worker_one_queue_and_whole_unrolls_per_version():
+    det = ["run.deterministic=true", "workers.count=1", "workers.envs_per_worker=4", "learner.batch_size=8",
+           "learner.publish_every=1"]  # fmt: skip
+    cfg = config.load(None, det)
+    assert config.unrolls_per_version(cfg) == 2  # exactly what one version trains on: 8 units / 4 envs
+    with pytest.raises(ConfigError, match=r"workers.count: 2: run.deterministic needs a single worker"):
+        config.load(None, det + ["workers.count=2"])
+    with pytest.raises(ConfigError, match=r"workers.envs_per_worker: 3: .* learner.publish_every \(8\) to be a multiple"):
+        config.load(None, det + ["workers.envs_per_worker=3"])
+    elite = 'replay=[{"type": "queue", "capacity": 8, "sample_ratio": 0.5}, {"type": "elite", "capacity": 64, "sample_ratio": 0.5}]'
+    with pytest.raises(ConfigError, match=r"replay: run.deterministic needs a single queue replay"):
+        config.load(None, det + [elite])

@@ -218,6 +218,53 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     checkpoint.load(run_dir / "checkpoints" / "best.pt")
 
 
+# One worker of 2 envs in lockstep with the learner; a learner step trains B x T x frame skip = 2 x 5 x 4 frames.
+DETERMINISTIC = ("--set", "run.deterministic=true", "--set", "workers.count=1", "--set", "learner.batch_size=2",
+                 "--set", "learner.unroll_length=5", "--set", "learner.lr_decay_steps=1000", "--set",
+                 "run.log_interval_s=0.5", "--quiet")  # fmt: skip
+FRAMES_PER_LEARNER_STEP = 2 * 5 * 4
+
+
+def _final_state(cwd: Path) -> dict:
+    (run_dir,) = (cwd / "results").iterdir()
+    return checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+
+
+def test_deterministic_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path, no_leaks):
+    """Deterministic single-worker Pong: 200 straight learner steps; 100 steps to a budget, then resumed for
+    100 more; Ctrl-C at some step, then resumed to 200. All three end with the same weights, bit for bit."""
+    budget = lambda steps: ("--set", f"run.max_env_frames={steps * FRAMES_PER_LEARNER_STEP}")  # noqa: E731
+    straight, stopped, interrupted = (tmp_path / name for name in ("straight", "stopped", "interrupted"))
+    for cwd in (straight, stopped, interrupted):
+        cwd.mkdir()
+    done = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(200), cwd=straight, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(100), cwd=stopped, timeout=240)
+    assert first.returncode == 0, first.stderr[-3000:]
+    halfway = _final_state(stopped)
+    assert halfway["learner_step"] == 100
+    code, _, err = _interrupt(interrupted, SMOKE, signal.SIGINT, min_steps=30, extra=DETERMINISTIC)
+    assert code == 130, err[-3000:]
+    cut = _final_state(interrupted)["learner_step"]
+    for cwd in (stopped, interrupted):
+        again = run_command("zrl-launch", "--resume", "auto", "--config", SMOKE, *budget(200), "--quiet", cwd=cwd,
+                            timeout=240)  # fmt: skip
+        assert again.returncode == 0, again.stderr[-3000:]
+    want = _final_state(straight)
+    assert want["learner_step"] == 200
+    for cwd, note in ((stopped, "stopped at 100"), (interrupted, f"interrupted at {cut}")):
+        got = _final_state(cwd)
+        assert got["learner_step"] == 200 and got["policy_version"] == want["policy_version"], note
+        assert torch.equal(got["trained_actions"], want["trained_actions"]), note
+        for name, tensor in want["model"].items():
+            assert torch.equal(got["model"][name], tensor), f"{name} differs ({note})"
+        for (_, mine), (_, theirs) in zip(sorted(got["optimizer"]["state"].items()),
+                                          sorted(want["optimizer"]["state"].items())):  # fmt: skip
+            assert all(torch.equal(mine[k], theirs[k]) for k in theirs), note
+    # and the second hundred steps did train: the weights moved after step 100
+    assert any(not torch.equal(halfway["model"][n], t) for n, t in want["model"].items())
+
+
 def _damaged(run_dir: Path, how: str) -> Path:
     path = checkpoint.latest(run_dir / "checkpoints")
     data = bytearray(path.read_bytes())

@@ -43,6 +43,8 @@ class RunConfig:
     """How many periodic checkpoints to keep (the newest ones); best.pt, the best 100-episode mean, is kept apart."""
     heartbeat_timeout_s: float = 60.0
     """A role that reports nothing for this long is declared hung and the run stops."""
+    deterministic: bool = False
+    """One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay, and batch_size x publish_every a multiple of envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."""
 
 
 @dataclass(frozen=True)
@@ -375,6 +377,7 @@ def check(cfg: Config) -> None:
             "CurveZMQ keys, which this release does not support yet. Use 127.0.0.1.",
         )
     _check_replays(cfg)
+    _check_deterministic(cfg)
     if 0 < cfg.workers.produce_ratio < 1:
         _fail("workers.produce_ratio", f"{cfg.workers.produce_ratio} would send less than one batch per weights "
               "version and starve the learner; give 1 or more (1.25 leaves a margin), or 0 to run free")
@@ -382,6 +385,21 @@ def check(cfg: Config) -> None:
     if cfg.workers.ring_slots and cfg.workers.ring_slots < 2 * window:
         _fail("workers.ring_slots", f"{cfg.workers.ring_slots} slots cannot keep one unroll's frames while the next is "
               f"written; give at least 2 x (learner.unroll_length + env.frame_stack) = {2 * window}, or 0 for auto")
+
+
+def _check_deterministic(cfg: Config) -> None:
+    if not cfg.run.deterministic:
+        return
+    why = "run.deterministic needs"
+    if cfg.workers.count != 1:
+        _fail("workers.count", f"{cfg.workers.count}: {why} a single worker (workers.count = 1)")
+    if len(cfg.replay) != 1 or cfg.replay[0].type != "queue":
+        _fail("replay", f"{why} a single queue replay (sampled replays draw at random, in time with the workers)")
+    per_version = cfg.learner.batch_size * cfg.learner.publish_every
+    if per_version % cfg.workers.envs_per_worker:
+        _fail("workers.envs_per_worker", f"{cfg.workers.envs_per_worker}: {why} learner.batch_size x "
+              f"learner.publish_every ({per_version}) to be a multiple of it, so every weights version trains on "
+              "whole unrolls of the worker")  # fmt: skip
 
 
 def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -465,8 +483,11 @@ def unrolls_per_version(cfg: Config) -> int:
 
     All workers together send ``produce_ratio`` times the fresh share of a batch per version (a version
     covers ``publish_every`` learner steps), so the learner always has fresh data and little is produced
-    only to be dropped. Rounded up: never fewer than the learner needs.
+    only to be dropped. Rounded up: never fewer than the learner needs. A deterministic run's single worker
+    sends exactly what one version trains on.
     """
+    if cfg.run.deterministic:
+        return cfg.learner.batch_size * cfg.learner.publish_every // cfg.workers.envs_per_worker
     if not cfg.workers.produce_ratio:
         return 0
     units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every * fresh_share(cfg)

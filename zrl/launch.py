@@ -266,7 +266,8 @@ class Launcher:
             stats_sock = transport.socket(zctx, zmq.PULL, hwm=10_000, bind=endpoints.stats)
             wiring = RunWiring(endpoints, tuple(r.name for r in rings), ring_spec, self.spec.frame_shape,
                                self.spec.frame_dtype, self.spec.num_actions, self.spec.frames_per_step, os.getpid(),
-                               self.tally.frames_start, self.sample_calls)  # fmt: skip
+                               self.tally.frames_start, self.sample_calls,
+                               self.start.path if self.resume_dir and cfg.run.deterministic else "")  # fmt: skip
             procs["zrl-broker"] = mp_ctx.Process(target=broker.run, args=(cfg, wiring, stop_event), name="zrl-broker")
             procs["zrl-learner"] = mp_ctx.Process(target=learner.run, name="zrl-learner",
                                                   args=(cfg, wiring, str(run_dir), stop_event, self.start))  # fmt: skip
@@ -337,7 +338,7 @@ class Launcher:
                 if now - self.tally.last_seen[name] > cfg.run.heartbeat_timeout_s:
                     self._error(f"{name} sent nothing for {cfg.run.heartbeat_timeout_s:g} s (hung?)")
                     return EXIT_FAILED
-            if self.tally.env_frames >= cfg.run.max_env_frames:
+            if self._budget_reached():
                 self._write_metrics(metrics, now - start, 0.0, 0.0)
                 return EXIT_OK
             if now >= next_report:
@@ -351,6 +352,12 @@ class Launcher:
                 log.info(line)
                 self._say_line(line)
                 next_report = now + cfg.run.log_interval_s
+
+    def _budget_reached(self) -> bool:
+        """Frames played reach run.max_env_frames; in a deterministic run, frames trained do."""
+        if not self.cfg.run.deterministic:
+            return self.tally.env_frames >= self.cfg.run.max_env_frames
+        return self.tally.learner is not None and self.tally.learner.env_frames_trained >= self.cfg.run.max_env_frames
 
     def _drain(self, sock, episodes: CsvLog, timeout_ms: int) -> None:
         data = transport.recv(sock, timeout_ms)
@@ -523,6 +530,12 @@ def _usable(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
     return state
 
 
+# Keys safe on resume that a deterministic run still cannot change: the worker's env count (the replayed
+# actions are per env), and the thread counts and device (floating-point sums are split by them).
+FIXED_WHEN_DETERMINISTIC = ("workers.envs_per_worker", "workers.torch_threads", "learner.torch_threads",
+                            "learner.device", "broker.torch_threads")  # fmt: skip
+
+
 def find_run(ref: str, cfg: Config) -> Path:
     """The run folder ``ref`` names, or with ``auto`` the newest run of cfg's environment under its results_dir."""
     if ref != "auto":
@@ -560,6 +573,9 @@ def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: b
             if value != old[section][key] and dotted not in SAFE_ON_RESUME:
                 raise ConfigError(f"{dotted}: cannot change when resuming {run_dir} (it would not be the same run); "
                                   f"keys that may change: {', '.join(SAFE_ON_RESUME)}")  # fmt: skip
+            if value != old[section][key] and cfg.run.deterministic and dotted in FIXED_WHEN_DETERMINISTIC:
+                raise ConfigError(f"{dotted}: cannot change when resuming the deterministic run {run_dir}; it would "
+                                  f"change the results (keys fixed: {', '.join(FIXED_WHEN_DETERMINISTIC)})")  # fmt: skip
     spec = preflight(cfg)
     folder = run_dir / "checkpoints"
     for partial in folder.glob(".*.tmp-*"):  # a write cut short by a crash: never a checkpoint

@@ -34,6 +34,7 @@ class RunWiring:
     launcher_pid: int
     env_frames_start: int = 0  # env frames of the run before this launch (resume)
     sample_calls: tuple[int, ...] = ()  # each replay's sample calls before this launch (elite lambda annealing)
+    replay_from: str = ""  # deterministic resume: the checkpoint whose trained actions the worker plays again first
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,26 @@ def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -
     }
 
 
+class ActionLog:
+    """A deterministic run's trained actions per env, in the order trained, for its checkpoints: a resumed
+    run's worker plays them again to bring its environments to where they were."""
+
+    def __init__(self, envs: int) -> None:
+        self._parts: list[list[np.ndarray]] = [[] for _ in range(envs)]
+
+    def add(self, actions: np.ndarray) -> None:
+        for parts, row in zip(self._parts, actions):
+            parts.append(row.astype(np.int16))
+
+    def append(self, env_index: np.ndarray, actions: np.ndarray) -> None:
+        for e, row in zip(env_index, actions):
+            self._parts[int(e)].append(row.astype(np.int16))
+
+    def array(self) -> np.ndarray:
+        """``[envs, steps]``; every env has trained the same number of steps, since batches hold whole unrolls."""
+        return np.stack([np.concatenate(p) if p else np.zeros(0, np.int16) for p in self._parts])
+
+
 INDEX_EVERY_S = 10.0  # how often the learner asks the broker for its replay index (for checkpoints)
 
 
@@ -158,6 +178,10 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
     start_role("zrl-learner", wiring.launcher_pid)
     if cfg.learner.torch_threads:
         torch.set_num_threads(cfg.learner.torch_threads)
+    deterministic = cfg.run.deterministic
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's condition for repeatable results
+        torch.use_deterministic_algorithms(True)
     torch.manual_seed(cfg.run.seed)
     device = resolve_device(cfg.learner.device)
     lcfg = cfg.learner
@@ -181,6 +205,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
 
     learner_step = policy_version = samples = frames_trained = dropped_torn = env_frames = 0
+    trained_actions = ActionLog(cfg.workers.envs_per_worker)
     if start is not None:  # the launcher has verified the file and its fit
         state = checkpoint.load(start.path)
         model.load_state_dict(state["model"])
@@ -196,6 +221,8 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
             samples, frames_trained = state["samples"], state["env_frames_trained"]
             env_frames = state["env_frames"]
             set_rng_state(state["rng"], device)
+            if deterministic:
+                trained_actions.add(state["trained_actions"].numpy())
         del state
     current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
     last_ckpt = ""
@@ -236,6 +263,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
             "env_frames_trained": frames_trained, "samples": samples, "policy_version": policy_version,
             "config": to_dict(cfg), "rng": rng_state(device), "saved_at": time.time(),
             "replay_index": index_tensors(replay_index),
+            "trained_actions": torch.from_numpy(trained_actions.array()) if deterministic else None,
         })  # fmt: skip
         checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
         return str(path)
@@ -284,9 +312,16 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
                 continue
             transport.send_nowait(credits, one_credit)
             batch = message
+            if deterministic and frames_trained >= cfg.run.max_env_frames:
+                continue  # the budget counts frames trained: not one step more
             env_frames = max(env_frames, batch.env_frames)
             frames, steps, ok = gatherer.gather(batch)
             dropped_torn += int((~ok).sum())
+            if deterministic:
+                if not ok.all():
+                    raise RuntimeError(f"run.deterministic: {int((~ok).sum())} units of batch {batch.batch_id} were "
+                                       "overwritten in their ring before the learner read them")  # fmt: skip
+                trained_actions.append(batch.env_index, batch.actions)
             if not ok.any():
                 continue
             if not ok.all():

@@ -35,12 +35,16 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
     send_features = needs_features(cfg)
     poll_ms = cfg.transport.poll_timeout_ms
 
-    # A resumed run (env_frames_start > 0) plays new episodes, not the first run's again.
-    env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + wiring.env_frames_start) % 2**31)
+    # A resumed run (env_frames_start > 0) plays new episodes, not the first run's again; a deterministic
+    # one plays the first run's again, up to where the checkpoint left off (replay_from).
+    deterministic = cfg.run.deterministic
+    offset = 0 if deterministic else wiring.env_frames_start
+    env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + offset) % 2**31)
     ring = Ring.attach(wiring.ring_names[worker_id], wiring.ring_spec)
     model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, stack_depth, wiring.num_actions)
     model.eval()
-    rng = np.random.default_rng([cfg.run.seed, worker_id, wiring.env_frames_start])
+    rng = np.random.default_rng([cfg.run.seed, worker_id, offset])
+    trained = _trained_actions(wiring.replay_from, m, t_len) if wiring.replay_from else None
 
     ctx = zmq.Context()
     unrolls = transport.socket(ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
@@ -75,9 +79,69 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
         max_ahead = unrolls_per_version(cfg)
         max_wait_s = cfg.workers.max_weights_wait_s
         ahead = 0  # unrolls sent since the last new weights
+        played = 0  # unrolls played since the run began (a deterministic resume counts the replayed ones)
         report = Every(cfg.workers.stats_interval_s)
 
+        def advance(action: np.ndarray, episodes: bool = True):
+            """Step the envs, keep the episode tallies (sending finished games if ``episodes``), and write the
+            new frames into the ring; the step and the new frames' slot."""
+            nonlocal env_steps
+            t1 = time.perf_counter()
+            step = env.step(action)
+            t2 = time.perf_counter()
+            episode_return[:] += step.raw_rewards
+            episode_steps[:] += 1
+            if episodes:
+                env_steps += m
+            if step.game_over.any():
+                for i in np.flatnonzero(step.game_over) if episodes else ():
+                    transport.send_nowait(stats, protocol.Episode(
+                        worker_id=worker_id, env_index=int(i), raw_return=float(episode_return[i]),
+                        length_frames=int(episode_steps[i]) * frames_per_step,
+                        length_env_steps=int(episode_steps[i]), env_frames=env_steps * frames_per_step,
+                        wall_time=time.time(),
+                    ).encode())  # fmt: skip
+                episode_return[step.game_over] = 0.0
+                episode_steps[step.game_over] = 0
+            stack.push(step.frames, step.game_over)
+            t3 = time.perf_counter()
+            slot = ring.write(frame=step.frames, episode_step=stack.episode_step)
+            timing["step"] += t2 - t1
+            timing["ring_write"] += time.perf_counter() - t3
+            return step, slot
+
+        def send_stats() -> None:
+            transport.send_nowait(stats, protocol.WorkerStats(
+                worker_id=worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * frames_per_step,
+                env_steps=env_steps, unrolls_sent=seq * m, policy_version=policy_version,
+                weight_updates=weight_updates, step_time_s=timing["step"], inference_time_s=timing["inference"],
+                ring_write_time_s=timing["ring_write"], send_time_s=timing["send"],
+                weights_wait_time_s=timing["weights_wait"],
+            ).encode())  # fmt: skip
+
+        def take_weights(wait_ms: int) -> None:
+            nonlocal policy_version, weight_updates, ahead
+            if weights.poll(wait_ms, zmq.POLLIN):
+                version, _, flat = protocol.decode_weights(weights.recv())
+                if version > policy_version:  # a broadcast queued before the start request may be older
+                    policy_version = version
+                    load_flat(model, flat)
+                    weight_updates += 1
+                    ahead = 0
+
+        if trained is not None:
+            # A deterministic resume: the same envs, seeded as before, play every trained action again (the
+            # games they finish were counted by the first launch), so the next unroll starts where the
+            # uninterrupted run's would.
+            for k in range(trained.shape[1]):
+                _, first_frame = advance(trained[:, k], episodes=False)
+                if k % 1000 == 0 and report.due():
+                    send_stats()  # the heartbeat, through a long replay
+            played = trained.shape[1] // t_len
+
         while not should_stop(stop_event, wiring.launcher_pid):
+            if deterministic:  # the actions of unroll n depend on nothing but the seed and n
+                rng = np.random.default_rng([cfg.run.seed, worker_id, played])
             for t in range(t_len):
                 t0 = time.perf_counter()
                 with no_grad:
@@ -88,32 +152,11 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
                 values_buf[:, t] = out.values.numpy()
                 if send_features:
                     features_buf[:, t] = out.features.numpy()
-                t1 = time.perf_counter()
-                step = env.step(action)
-                t2 = time.perf_counter()
+                timing["inference"] += time.perf_counter() - t0
+                step, last_frame = advance(action)
                 actions[:, t] = action
                 rewards[:, t] = step.rewards
                 discounts[:, t] = ~step.done
-                episode_return += step.raw_rewards
-                episode_steps += 1
-                env_steps += m
-                if step.game_over.any():
-                    for i in np.flatnonzero(step.game_over):
-                        transport.send_nowait(stats, protocol.Episode(
-                            worker_id=worker_id, env_index=int(i), raw_return=float(episode_return[i]),
-                            length_frames=int(episode_steps[i]) * frames_per_step,
-                            length_env_steps=int(episode_steps[i]), env_frames=env_steps * frames_per_step,
-                            wall_time=time.time(),
-                        ).encode())  # fmt: skip
-                    episode_return[step.game_over] = 0.0
-                    episode_steps[step.game_over] = 0
-                stack.push(step.frames, step.game_over)
-                t3 = time.perf_counter()
-                last_frame = ring.write(frame=step.frames, episode_step=stack.episode_step)
-                t4 = time.perf_counter()
-                timing["inference"] += t1 - t0
-                timing["step"] += t2 - t1
-                timing["ring_write"] += t4 - t3
 
             t5 = time.perf_counter()
             message = protocol.Unroll(
@@ -126,40 +169,36 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if should_stop(stop_event, wiring.launcher_pid):
                     return
             seq += 1
+            played += 1
             ahead += 1
             first_frame = last_frame
             t6 = time.perf_counter()
             timing["send"] += t6 - t5
 
-            # New weights between unrolls; a throttled worker that is max_ahead unrolls ahead waits for them.
-            # Until the first new version arrives the learner has not started (its replays are filling), so
-            # the worker runs free.
-            wait_ms = 0
-            deadline = t6 + max_wait_s
-            while True:
-                if max_ahead and ahead >= max_ahead and weight_updates:
-                    wait_ms = max(0, min(poll_ms, int((deadline - time.perf_counter()) * 1000)))
-                if weights.poll(wait_ms, zmq.POLLIN):
-                    version, _, flat = protocol.decode_weights(weights.recv())
-                    if version > policy_version:  # a broadcast queued before the start request may be older
-                        policy_version = version
-                        load_flat(model, flat)
-                        weight_updates += 1
-                        ahead = 0
-                if wait_ms == 0 or ahead == 0 or should_stop(stop_event, wiring.launcher_pid):
-                    break
-                if time.perf_counter() >= deadline:
-                    ahead = max_ahead - 1  # waited long enough: one more unroll, then wait again
-                    break
+            if deterministic:
+                # Lockstep: unroll n is played with weights version n // max_ahead, no sooner and no later.
+                while policy_version < played // max_ahead and not should_stop(stop_event, wiring.launcher_pid):
+                    take_weights(poll_ms)
+                    if report.due():
+                        send_stats()  # the heartbeat, while the learner trains
+            else:
+                # New weights between unrolls; a throttled worker that is max_ahead unrolls ahead waits for them.
+                # Until the first new version arrives the learner has not started (its replays are filling),
+                # so the worker runs free.
+                wait_ms = 0
+                deadline = t6 + max_wait_s
+                while True:
+                    if max_ahead and ahead >= max_ahead and weight_updates:
+                        wait_ms = max(0, min(poll_ms, int((deadline - time.perf_counter()) * 1000)))
+                    take_weights(wait_ms)
+                    if wait_ms == 0 or ahead == 0 or should_stop(stop_event, wiring.launcher_pid):
+                        break
+                    if time.perf_counter() >= deadline:
+                        ahead = max_ahead - 1  # waited long enough: one more unroll, then wait again
+                        break
             timing["weights_wait"] += time.perf_counter() - t6
             if report.due():
-                transport.send_nowait(stats, protocol.WorkerStats(
-                    worker_id=worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * frames_per_step,
-                    env_steps=env_steps, unrolls_sent=seq * m, policy_version=policy_version,
-                    weight_updates=weight_updates, step_time_s=timing["step"], inference_time_s=timing["inference"],
-                    ring_write_time_s=timing["ring_write"], send_time_s=timing["send"],
-                    weights_wait_time_s=timing["weights_wait"],
-                ).encode())  # fmt: skip
+                send_stats()
     finally:
         unrolls.close()
         stats.close()
@@ -167,3 +206,16 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
         ctx.term()
         ring.close()
         env.close()
+
+
+def _trained_actions(path: str, envs: int, unroll_length: int) -> np.ndarray:
+    """The actions a deterministic run's checkpoint trained on, ``[envs, steps]``, to play again on resume."""
+    from zrl import checkpoint
+
+    state = checkpoint.load(path)
+    actions = state.get("trained_actions")
+    if actions is None or actions.shape[0] != envs or actions.shape[1] % unroll_length:
+        shape = None if actions is None else tuple(actions.shape)
+        raise RuntimeError(f"{path}: its trained actions ({shape}) do not fit {envs} envs of unrolls of "
+                           f"{unroll_length} steps; it was not written by this deterministic run")  # fmt: skip
+    return actions.numpy().astype(np.int64)
