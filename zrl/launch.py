@@ -9,6 +9,7 @@ process and no socket file.
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import logging
 import math
@@ -102,6 +103,41 @@ def sweep_stale() -> tuple[list[str], list[str]]:
     return segments, folders
 
 
+LOCK_NAME = ".zrl-launch.lock"
+
+
+class RunLock:
+    """One launcher's exclusive hold on a run folder: an flock on ``<run>/.zrl-launch.lock``, which holds the
+    pid. The kernel drops the hold when the process dies, however it dies, so a stale file never blocks."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_NAME
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise ConfigError(f"{run_dir}: in use by another zrl-launch (pid {holder}); stop that one first, "
+                                  "or resume another run") from None  # fmt: skip
+            try:  # the holder before us may have unlinked the file between our open and our lock
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+
 def make_run_dir(cfg: Config) -> Path:
     name = cfg.env.id.replace("/", "-")
     stamp = int(time.time())
@@ -178,7 +214,7 @@ def _progress(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
 class Launcher:
     def __init__(self, cfg: Config, spec: envs.EnvSpec, quiet: bool = False, run_dir: Path | None = None,
                  start: StartFrom | None = None, env_frames_start: int = 0,
-                 sample_calls: tuple[int, ...] = ()) -> None:  # fmt: skip
+                 sample_calls: tuple[int, ...] = (), lock: RunLock | None = None) -> None:  # fmt: skip
         self.cfg = cfg
         self.spec = spec
         self.quiet = quiet
@@ -189,6 +225,7 @@ class Launcher:
         self.start = start
         self.notes: list[str] = []  # said and logged once the run's log is open
         self.sample_calls = sample_calls
+        self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
 
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -203,6 +240,14 @@ class Launcher:
         segments, folders = sweep_stale()
         run_dir = self.resume_dir or make_run_dir(cfg)
         self.run_dir = run_dir
+        lock = self.lock or RunLock(run_dir)
+        try:
+            return self._run(run_dir, segments, folders)
+        finally:
+            lock.release()
+
+    def _run(self, run_dir: Path, segments: list[str], folders: list[str]) -> int:
+        cfg = self.cfg
         (run_dir / "config.toml").write_text(dumps(cfg))
         handler = logging.FileHandler(run_dir / "zrl.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -555,10 +600,19 @@ def find_run(ref: str, cfg: Config) -> Path:
 
 
 def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: bool = False) -> int:
-    """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change."""
+    """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change.
+    The folder is locked first: a second launcher into it is refused, naming the one that holds it."""
+    run_dir = find_run(ref, probe_cfg)
+    lock = RunLock(run_dir)
+    try:
+        return _resume(run_dir, probe_cfg, sets, options, quiet, lock)
+    finally:
+        lock.release()
+
+
+def _resume(run_dir: Path, probe_cfg: Config, sets: list[str], options: dict, quiet: bool, lock: RunLock) -> int:
     from zrl import config as config_mod
 
-    run_dir = find_run(ref, probe_cfg)
     stored = run_dir / "config.toml"
     base = config_mod.load(stored)
     cfg = config_mod.load(stored, sets, options)
@@ -601,7 +655,7 @@ def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: b
         index = state.get("replay_index") or {}
         calls = tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
         launcher = Launcher(cfg, spec, quiet, run_dir=run_dir, start=StartFrom(str(path)),
-                            env_frames_start=int(state["env_frames"]), sample_calls=calls)  # fmt: skip
+                            env_frames_start=int(state["env_frames"]), sample_calls=calls, lock=lock)  # fmt: skip
         launcher.notes = [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
         return launcher.run()
     reasons = "; ".join(skipped) if skipped else "there is none"

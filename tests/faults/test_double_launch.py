@@ -1,0 +1,50 @@
+"""Two launchers into one run folder: the second is refused, names the first one's pid, and touches nothing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+from conftest import REPO, command, run_command
+from zrl import checkpoint
+
+CARTPOLE = REPO / "config" / "cartpole.toml"
+
+
+def test_a_second_launch_into_a_running_run_is_refused(tmp_path, no_leaks):
+    first = subprocess.Popen(command("zrl-launch", "--config", CARTPOLE, "--set", "run.max_env_frames=100000000",
+                                     "--set", "run.checkpoint_every_steps=5", "--quiet"),
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            folders = list((tmp_path / "results").glob("*/checkpoints"))
+            if folders and checkpoint.periodic(folders[0]):
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError("the first launch never wrote a checkpoint")
+        run_dir = folders[0].parent
+        before = sorted(p.name for p in folders[0].iterdir())
+        for args in (("--resume", run_dir), ("--resume", "auto", "--config", CARTPOLE)):
+            second = run_command("zrl-launch", *args, cwd=tmp_path, timeout=60)
+            assert second.returncode == 2, second.stderr
+            assert f"{run_dir.name}: in use by another zrl-launch (pid {first.pid})" in second.stderr, second.stderr
+            assert "Traceback" not in second.stderr and second.stderr.count("\n") == 1
+        assert first.poll() is None, "the first launch was disturbed"
+        assert (run_dir / "config.toml").is_file()
+        after = {p.name for p in folders[0].iterdir()}
+        assert not {name for name in before if name.endswith(".bad")} ^ {n for n in after if n.endswith(".bad")}
+        first.send_signal(signal.SIGINT)
+        assert first.wait(60) == 130, first.stderr.read()[-2000:]
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+    # the hold ends with the launcher: the run resumes now
+    state = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+    again = run_command("zrl-launch", "--resume", run_dir, "--set", f"run.max_env_frames={state['env_frames'] + 5000}",
+                        "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert not (run_dir / ".zrl-launch.lock").exists()
