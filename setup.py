@@ -10,7 +10,12 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["zrl", "zrl.*", "shm", "shm.*"]),
     install_requires=requirements,
-    extras_require={"test": ["pytest==9.2.0", "pytest-timeout==2.4.0"]},
+    extras_require={
+        "test": ["pytest==9.2.0", "pytest-timeout==2.4.0"],
+        # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
+        # need OpenCV), and matplotlib for perf/plot.py
+        "peers": ["envpool==1.2.5", "opencv-python-headless==5.0.0.93", "matplotlib==3.11.2"],
+    },
     entry_points={
         "console_scripts": [
             "zrl-launch=zrl.cli:launch_main",

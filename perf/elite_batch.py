@@ -36,110 +36,15 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "perf"))
 
-from pipeline_vs_env import pipeline  # noqa: E402
-
-from shm import segment_name  # noqa: E402
-from shm.ring import Ring, RingSpec  # noqa: E402
-from zrl import config as config_mod, protocol  # noqa: E402
-from zrl.envs import make_vector_env, probe  # noqa: E402
-from zrl.gather import ActingStack, Gatherer, stack_observations  # noqa: E402
+from zrl import config as config_mod  # noqa: E402
+from zrl.bench.elite import M, behaviour_outputs, drifted, fill_ring, time_learner_step  # noqa: E402
+from zrl.bench.modes import pipeline  # noqa: E402
+from zrl.envs import probe  # noqa: E402
 from zrl.models import build_model, flat_parameters  # noqa: E402
 from zrl.replay.elite import draw_pool, feature_distance, select  # noqa: E402
 from zrl.replay.sampled import compared_steps  # noqa: E402
-from zrl.roles.broker import Broker, FeatureScorer, make_batch  # noqa: E402
-from zrl.roles.learner import batch_tensors, make_optimizer, sgd_step  # noqa: E402
-
-M = 8  # envs in the one ring that holds the replay's frames
-
-
-def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
-    """Play Pong with random actions into a ring; one Unroll (without features yet) per T steps."""
-    t_len = cfg.learner.unroll_length
-    messages = -(-units // M)
-    ring_spec = RingSpec(messages * t_len + cfg.env.frame_stack + 8, {
-        "frame": ((M, *spec.frame_shape), spec.frame_dtype), "episode_step": ((M,), "int32")})  # fmt: skip
-    ring = Ring.create(segment_name("zrlperf", "elite", os.getpid(), "r0"), ring_spec)
-    env = make_vector_env(cfg.env, M, seed=0)
-    rng = np.random.default_rng(0)
-    stack = ActingStack(M, cfg.env.frame_stack, spec.frame_shape, spec.frame_dtype)
-    frames = env.reset()
-    stack.reset(frames)
-    first = ring.write(frame=frames, episode_step=stack.episode_step)
-    out = []
-    for seq in range(messages):
-        actions = rng.integers(0, spec.num_actions, (M, t_len)).astype(np.int32)
-        rewards = np.zeros((M, t_len), np.float32)
-        discounts = np.ones((M, t_len), np.float32)
-        for t in range(t_len):
-            step = env.step(actions[:, t])
-            rewards[:, t], discounts[:, t] = step.rewards, ~step.done
-            stack.push(step.frames, step.game_over)
-            last = ring.write(frame=step.frames, episode_step=stack.episode_step)
-        out.append(protocol.Unroll(
-            worker_id=0, seq=seq, policy_version=0, first_frame=first, num_envs=M, length=t_len, env_frames=0,
-            actions=actions, rewards=rewards, discounts=discounts,
-            behaviour_logits=np.zeros((M, t_len, spec.num_actions), np.float32),
-            behaviour_values=np.zeros((M, t_len), np.float32), features=np.zeros((0, 0, 0), np.float32)))  # fmt: skip
-        first = last
-    env.close()
-    return ring, out
-
-
-def behaviour_outputs(model, ring, cfg, spec, msg: protocol.Unroll) -> protocol.Unroll:
-    """The message as a worker acting with ``model`` would have sent it: logits, values, features."""
-    t_len, s = cfg.learner.unroll_length, cfg.env.frame_stack
-    where = SimpleNamespace(worker_ids=np.zeros(M, np.int32), env_index=np.arange(M, dtype=np.int32),
-                            first_frame=np.full(M, msg.first_frame, np.int64))  # fmt: skip
-    frames, steps, ok = Gatherer([ring], s, t_len, M, spec.frame_shape, spec.frame_dtype).gather(where)
-    assert ok.all()
-    obs = stack_observations(frames, steps, s)[:, :t_len]
-    with torch.no_grad():
-        out = model(obs.reshape(-1, *obs.shape[2:]), with_features=True)
-    return protocol.Unroll(**{**{f: getattr(msg, f) for f in msg.__dataclass_fields__},
-        "behaviour_logits": out.logits.view(M, t_len, -1).numpy(), "behaviour_values": out.values.view(M, t_len).numpy(),
-        "features": out.features.view(M, t_len, -1).numpy()})  # fmt: skip
-
-
-def drifted(model, cfg, spec, ring, messages, steps: int):
-    """The behaviour network after ``steps`` V-trace updates on uniform batches of the replay."""
-    lcfg = cfg.learner
-    opt, sched = make_optimizer(model, lcfg, 10**6)
-    gatherer = Gatherer([ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape,
-                        spec.frame_dtype)  # fmt: skip
-    rng = np.random.default_rng(1)
-    units = [(m, i) for m in messages for i in range(M)]
-    for _ in range(steps):
-        pick = [units[k] for k in rng.choice(len(units), lcfg.batch_size, replace=False)]
-        batch = make_batch(0, [_unit(m, i) for m, i in pick])
-        frames, steps_, ok = gatherer.gather(batch)
-        obs = stack_observations(frames, steps_, cfg.env.frame_stack)
-        sgd_step(model, opt, sched, obs, batch_tensors(batch, ok, torch.device("cpu")), lcfg, cfg.algo)
-    return model
-
-
-def _unit(msg, i):
-    from zrl.roles.broker import units_of
-
-    return units_of(msg)[i]
-
-
-def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
-    lcfg = cfg.learner
-    opt, sched = make_optimizer(model, lcfg, 10**6)
-    gatherer = Gatherer([ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape,
-                        spec.frame_dtype)  # fmt: skip
-    batch = make_batch(0, [_unit(messages[k // M], k % M) for k in range(lcfg.batch_size)])
-    frames, steps, ok = gatherer.gather(batch)
-    obs = stack_observations(frames, steps, cfg.env.frame_stack)
-    tensors = batch_tensors(batch, ok, torch.device("cpu"))
-    times = []
-    for _ in range(repeats + 1):
-        t0 = time.perf_counter()
-        sgd_step(model, opt, sched, obs, tensors, lcfg, cfg.algo)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times[1:]))
+from zrl.roles.broker import Broker, FeatureScorer  # noqa: E402
 
 
 def main() -> None:

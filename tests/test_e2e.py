@@ -179,13 +179,6 @@ def test_bad_config_file_names_the_file(tmp_path, no_leaks):
     assert not (tmp_path / "results").exists()
 
 
-@pytest.mark.parametrize("name", ["zrl-bench"])
-def test_unbuilt_commands_say_so_and_exit_2(tmp_path, name):
-    result = run_command(name, "env", cwd=tmp_path, timeout=60)
-    assert result.returncode == 2
-    assert "not built yet" in result.stderr
-
-
 CARTPOLE = REPO / "config" / "cartpole.toml"
 
 

@@ -123,6 +123,7 @@ def make_broker_stats(rng) -> BrokerStats:
         ready_batches=4,
         replay_sizes=np.array([16, 0], np.int64),
         prepare_time_s=1.5,
+        insert_time_s=0.25,
         feature_time_s=1.0,
         elite_lambda=5.5,
         elite_distance_pool=3.0,
@@ -158,6 +159,7 @@ def make_learner_stats(rng, path="/tmp/ckpt/step_100.npz") -> LearnerStats:
         step_time_s=0.05,
         gather_time_s=0.01,
         wait_time_s=0.002,
+        publish_time_s=0.004,
         checkpoint_path=path,
     )
 
@@ -761,3 +763,39 @@ def test_zmq_receiver_survives_garbage():
         push.close(linger=0)
         pull.close(linger=0)
         ctx.term()
+
+
+def test_the_fast_decode_path_accepts_exactly_what_the_general_path_accepts():
+    """Decoding builds well-formed messages in one pass and leaves everything else to the general checks; on
+    bit-flipped real messages the one-pass build must never accept what the general path refuses, and must
+    give the same message when both accept."""
+    from zrl import protocol
+
+    rng = np.random.default_rng(11)
+    seeds = [make_unroll(rng, M=2, T=3, A=4, F=2).encode(), make_unroll(rng, M=2, T=3, A=4, F=0).encode(),
+             make_batch(rng, B=2, T=3, A=4).encode(), make_learner_stats(rng).encode(),
+             make_replay_index(rng).encode()]  # fmt: skip
+    fast_only = both = 0
+    for i in range(6000):
+        buf = bytearray(seeds[i % len(seeds)])
+        for _ in range(int(rng.integers(0, 3))):
+            buf[int(rng.integers(0, len(buf)))] ^= 1 << int(rng.integers(0, 8))
+        try:
+            obj = msgpack.unpackb(bytes(buf), raw=False)
+        except Exception:
+            continue
+        cls = protocol._REGISTRY.get(obj.get("t")) if isinstance(obj, dict) and isinstance(obj.get("t"), str) else None
+        if cls is None:
+            continue
+        fast = protocol._well_formed(cls, obj)
+        if fast is None:
+            continue
+        fast_only += 1
+        general = {}
+        for name, spec in cls._SPECS:  # what the general path builds, through its own checks
+            value = obj[name]
+            general[name] = (protocol._array_from_wire(cls.__name__, name, spec, value)
+                             if isinstance(spec, protocol._ArraySpec) else value)  # fmt: skip
+        assert_msg_equal(fast, cls(**general))
+        both += 1
+    assert fast_only == both and both > 1000

@@ -70,13 +70,78 @@ def launch_main(config_path, workers, envs_per_worker, sets, replay_json, resume
     sys.exit(code)
 
 
+def _counts(text: str | None, flag: str) -> list[int]:
+    """--workers 2 or --workers 1,2,4: positive integers."""
+    if text is None:
+        return []
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"{flag} {text!r}: expected a positive integer or a comma list such as 1,2,4") from None
+    if any(v < 1 for v in values):
+        raise ConfigError(f"{flag} {text!r}: every value must be at least 1")
+    return values
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("mode", required=False)
-def bench_main(mode) -> None:
-    """Profile throughput. The benchmark modes (env, sampling, transport, learner, elite, pipeline) are not
-    built yet; perf/pipeline_vs_env.py measures the pipeline against bare env stepping meanwhile."""
-    _usage_error("zrl-bench", f"mode {mode!r} is not built yet in zrl {__version__}; "
-                 "use `python perf/pipeline_vs_env.py` for the pipeline-vs-env figure")  # fmt: skip
+@click.argument("mode", required=False, type=click.Choice(["env", "sampling", "transport", "learner", "elite", "pipeline"]))
+@click.option("--config", "config_path", type=str, default=None, help="TOML run file whose env, network and batch shape are measured.")
+@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="Override one config key; repeatable.")
+@click.option("--workers", type=str, default=None, metavar="N[,N...]", help="Worker processes; sampling takes a list (a grid).")
+@click.option("--envs-per-worker", type=str, default=None, metavar="M[,M...]", help="Envs per worker; sampling takes a list.")
+@click.option("--seconds", type=float, default=5.0, show_default=True, help="Measured seconds of each step of the mode.")
+@click.option("--warmup", type=float, default=None, help="Seconds before measuring (sampling 2, pipeline 15).")
+@click.option("--json", "json_path", type=str, default=None, metavar="PATH", help="Write the figures and the machine's facts.")
+@click.option("--policy", type=click.Choice(["uniform", "network"]), default="uniform", show_default=True,
+              help="sampling: act uniformly at random (the data path alone) or with the fixed initial network.")
+@click.option("--no-ceiling", is_flag=True, help="sampling: do not measure the env ceiling (no ratio_to_ceiling).")
+@click.option("--no-peers", is_flag=True, help="env: only zrl's ceiling, not ale-py's vector env, Gymnasium, EnvPool.")
+@click.option("--capacity", type=int, default=1000, show_default=True, help="learner, elite: replay capacity in units.")
+@click.option("--lambda", "lam", type=float, default=6.0, show_default=True, help="elite: lambda, the pool is lambda x B.")
+@click.option("--feature-steps", type=int, default=None, help="elite: steps compared per unit (default: the config's, 5).")
+@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
+              help="elite: the broker's feature passes.")
+@click.option("--repeats", type=int, default=5, show_default=True, help="elite: batches timed (the median is reported).")
+@click.option("--suggest", is_flag=True, help="Short pipeline runs over a grid (the --workers and --envs-per-worker "
+              "lists; by default half, all and twice the cores x 2, 4, 8 envs); prints the best for this machine, the "
+              "one whose learner trains the most per second.")
+def bench_main(mode, config_path, sets, workers, envs_per_worker, seconds, warmup, json_path, policy, no_ceiling,
+               no_peers, capacity, lam, feature_steps, precision, repeats, suggest) -> None:  # fmt: skip
+    """Measure a hop of the pipeline against the machine's own ceiling, in the same run:
+    zrl-bench sampling --workers 2 --envs-per-worker 4 --json perf/results/sampling.json"""
+    import json
+    from pathlib import Path
+
+    from zrl import bench
+    from zrl.bench.facts import machine
+
+    try:
+        if suggest == (mode is not None):
+            raise ConfigError(f"give one of MODE ({', '.join(bench.MODES)}) or --suggest")
+        if seconds <= 0 or (warmup is not None and warmup < 0) or capacity < 1 or repeats < 1 or lam < 1:
+            raise ConfigError("--seconds must be > 0, --warmup >= 0, --capacity and --repeats >= 1, --lambda >= 1")
+        opt = bench.Options(config_path=config_path, sets=list(sets), workers=_counts(workers, "--workers"),
+                            envs_per_worker=_counts(envs_per_worker, "--envs-per-worker"), seconds=seconds,
+                            warmup=warmup, policy=policy, ceiling=not no_ceiling, peers=not no_peers,
+                            capacity=capacity, lam=lam, feature_steps=feature_steps, precision=precision,
+                            repeats=repeats)  # fmt: skip
+        name = "suggest" if suggest else mode
+        result = bench.run(name, opt, progress=lambda text: click.echo(f"zrl-bench: {text} ...", err=True))
+    except ConfigError as err:
+        _usage_error("zrl-bench", str(err))
+    except KeyboardInterrupt:
+        click.echo("zrl-bench: interrupted; nothing was written", err=True)
+        sys.exit(130)
+    except RuntimeError as err:
+        click.echo(f"zrl-bench: error: {err}", err=True)
+        sys.exit(1)
+    click.echo(bench.render(name, result))
+    if json_path:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"mode": name, "seconds": seconds, "machine": machine(), "result": result}
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        click.echo(f"wrote {path}")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -41,6 +41,8 @@ class RunConfig:
     """Minutes between checkpoints, besides checkpoint_every_steps; 0: by learner steps only."""
     keep_checkpoints: int = 3
     """How many periodic checkpoints to keep (the newest ones); best.pt, the best 100-episode mean, is kept apart."""
+    max_seconds: float = 0.0
+    """Wall-clock budget: the run stops in order (exit code 0) after this many seconds; 0: no limit."""
     heartbeat_timeout_s: float = 60.0
     """A role that reports nothing for this long is declared hung and the run stops."""
     deterministic: bool = False
@@ -89,6 +91,8 @@ class WorkersConfig:
     """Actor/learner balance: per weights version all workers send about this many batches' worth of unrolls (rounded up to whole unrolls per worker), then wait for new weights; 0 runs free."""
     max_weights_wait_s: float = 2.0
     """The longest a throttled worker waits for new weights before it sends another unroll anyway."""
+    policy: str = "network"
+    """How workers act: network (the learner's policy) or uniform (uniformly random actions without running the network; what zrl-bench sampling uses to measure the data path alone)."""
 
 
 @dataclass(frozen=True)
@@ -220,6 +224,7 @@ class TransportConfig:
 
 
 REPLAY_TYPES = ("queue", "uniform", "elite", "attentive")
+WORKER_POLICIES = ("network", "uniform")
 FEATURE_REPLAYS = ("elite", "attentive")
 DISTANCES = ("ln_norm", "cos_dist", "kl_div")
 CLONING_KL = ("mu_pi", "pi_mu")
@@ -245,7 +250,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 # Keys a resumed run may change: how long, how many processes, how often it reports and saves.
 SAFE_ON_RESUME = (
     "run.max_env_frames", "run.log_interval_s", "run.checkpoint_every_steps", "run.checkpoint_every_minutes",
-    "run.keep_checkpoints", "run.heartbeat_timeout_s", "workers.count", "workers.envs_per_worker",
+    "run.keep_checkpoints", "run.heartbeat_timeout_s", "run.max_seconds", "workers.count", "workers.envs_per_worker",
     "workers.torch_threads", "workers.stats_interval_s", "workers.max_weights_wait_s", "learner.device",
     "learner.torch_threads", "broker.torch_threads", "broker.prefetch_batches", "transport.kind",
     "transport.hwm", "transport.poll_timeout_ms",
@@ -363,6 +368,9 @@ def check(cfg: Config) -> None:
     _choice("algo.clear_value_loss", cfg.algo.clear_value_loss, CLONING_VALUE)
     _choice("model.kind", cfg.model.kind, MODEL_KINDS)
     _choice("transport.kind", cfg.transport.kind, TRANSPORT_KINDS)
+    _choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
+    if cfg.run.max_seconds < 0:
+        _fail("run.max_seconds", f"must be >= 0 (0: no limit), got {cfg.run.max_seconds}")
     if not cfg.env.id:
         _fail("env.id", "must name an environment, e.g. ALE/Pong-v5 or CartPole-v1")
     device = cfg.learner.device

@@ -60,6 +60,25 @@ def ring_slots(cfg: Config) -> int:
     return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
 
 
+def make_ring_spec(cfg: Config, spec: envs.EnvSpec) -> RingSpec:
+    """A worker's ring: per slot one frame of each of its envs and each env's step within its episode."""
+    m = cfg.workers.envs_per_worker
+    return RingSpec(ring_slots(cfg), {"frame": ((m, *spec.frame_shape), spec.frame_dtype), "episode_step": ((m,), "int32")})
+
+
+def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring]) -> None:
+    """Create every worker's ring into ``rings`` (named for this process, so that a later launch can sweep them
+    if it dies); an OSError that says what they need when /dev/shm has no room. The caller unlinks them."""
+    for i in range(cfg.workers.count):
+        name = shm.segment_name(SHM_PREFIX, run_id, os.getpid(), f"ring{i}")
+        try:
+            rings.append(Ring.create(name, ring_spec))
+        except OSError as err:
+            raise OSError(f"cannot create shared memory for ring {i}: {err.strerror or err}; the rings need "
+                          f"{cfg.workers.count * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
+                          "workers.ring_slots or workers.count, or give /dev/shm more room)") from None
+
+
 def preflight(cfg: Config) -> envs.EnvSpec:
     """Every check that needs no process: environment, model shape, device, results folder."""
     spec = envs.probe(cfg.env)
@@ -177,7 +196,8 @@ class Tally:
         its seconds per step, and the broker's seconds per batch made (feature passes included)."""
         ls, b = self.learner, self.broker
         now = {
-            "wait": ls.wait_time_s if ls else 0.0, "busy": (ls.step_time_s + ls.gather_time_s) if ls else 0.0,
+            "wait": ls.wait_time_s if ls else 0.0,
+            "busy": (ls.step_time_s + ls.gather_time_s + ls.publish_time_s) if ls else 0.0,
             "steps": ls.learner_step if ls else 0, "prepare": b.prepare_time_s if b else 0.0,
             "features": b.feature_time_s if b else 0.0, "batches": b.batches_sent if b else 0,
         }  # fmt: skip
@@ -191,6 +211,25 @@ class Tally:
         if d["batches"] > 0:
             out["broker_prepare_s"] = d["prepare"] / d["batches"]
             out["broker_feature_s"] = d["features"] / d["batches"]
+        return out
+
+    def section_times(self) -> dict[str, float]:
+        """Cumulative seconds of every named section of every role (the time_* columns of metrics.csv)."""
+        out: dict[str, float] = {}
+        if self.workers:
+            w = list(self.workers.values())
+            for section, name in (("env_step", "step_time_s"), ("inference", "inference_time_s"),
+                                  ("ring_write", "ring_write_time_s"), ("send", "send_time_s"),
+                                  ("weights_wait", "weights_wait_time_s")):  # fmt: skip
+                out[f"time_{section}_s"] = sum(getattr(x, name) for x in w)
+        if self.broker:
+            b = self.broker
+            out.update(time_broker_insert_s=b.insert_time_s, time_broker_sample_s=b.prepare_time_s,
+                       time_broker_features_s=b.feature_time_s)  # fmt: skip
+        if self.learner:
+            ls = self.learner
+            out.update(time_learner_wait_s=ls.wait_time_s, time_learner_gather_s=ls.gather_time_s,
+                       time_learner_step_s=ls.step_time_s, time_learner_publish_s=ls.publish_time_s)  # fmt: skip
         return out
 
     def mean_return(self) -> float:
@@ -226,6 +265,7 @@ class Launcher:
         self.notes: list[str] = []  # said and logged once the run's log is open
         self.sample_calls = sample_calls
         self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
+        self.stop_reason = "budget reached"
 
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -288,21 +328,13 @@ class Launcher:
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         code = EXIT_OK
         try:
-            m = cfg.workers.envs_per_worker
-            ring_spec = RingSpec(ring_slots(cfg), {
-                "frame": ((m, *self.spec.frame_shape), self.spec.frame_dtype),
-                "episode_step": ((m,), "int32"),
-            })  # fmt: skip
-            for i in range(cfg.workers.count):
-                name = shm.segment_name(SHM_PREFIX, run_id, os.getpid(), f"ring{i}")
-                try:
-                    rings.append(Ring.create(name, ring_spec))
-                except OSError as err:
-                    self._error(f"cannot create shared memory for ring {i}: {err.strerror or err}; the rings need "
-                                f"{cfg.workers.count * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
-                                "workers.ring_slots or workers.count, or give /dev/shm more room)")
-                    code = EXIT_USAGE
-                    return code
+            ring_spec = make_ring_spec(cfg, self.spec)
+            try:
+                create_rings(cfg, ring_spec, run_id, rings)
+            except OSError as err:
+                self._error(str(err))
+                code = EXIT_USAGE
+                return code
             log.info("%d rings of %d slots, %.1f MB each", len(rings), ring_spec.capacity, ring_spec.nbytes / 1e6)
             log.info("replays: %s; training starts once they hold %s units", ", ".join(
                 f"{r.type} of {queue_capacity(cfg, r) if r.type == 'queue' else r.capacity} x {r.sample_ratio:g}"
@@ -331,7 +363,8 @@ class Launcher:
                 log.info("started %s, pid %d", name, proc.pid)
             code = self._supervise(procs, stats_sock, episodes, metrics, start)
             self._say_line("")
-            self._say(f"stopping ({'budget reached' if code == EXIT_OK else 'interrupted' if code in (EXIT_SIGINT, EXIT_SIGTERM) else 'error'}); waiting for the final checkpoint")
+            reason = self.stop_reason if code == EXIT_OK else "interrupted" if code in (EXIT_SIGINT, EXIT_SIGTERM) else "error"
+            self._say(f"stopping ({reason}); waiting for the final checkpoint")
             stop_event.set()
             self._drain_until_exit(procs, stats_sock, episodes, STOP_GRACE_S)
         except KeyboardInterrupt:
@@ -383,7 +416,8 @@ class Launcher:
                 if now - self.tally.last_seen[name] > cfg.run.heartbeat_timeout_s:
                     self._error(f"{name} sent nothing for {cfg.run.heartbeat_timeout_s:g} s (hung?)")
                     return EXIT_FAILED
-            if self._budget_reached():
+            if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
+                self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
                 self._write_metrics(metrics, now - start, 0.0, 0.0)
                 return EXIT_OK
             if now >= next_report:
@@ -510,6 +544,7 @@ class Launcher:
                         "elite_distance_max")})  # fmt: skip
             row["replay_sizes"] = " ".join(str(int(n)) for n in b.replay_sizes)
         row.update(t.interval_figures())
+        row.update(t.section_times())
         metrics.write(row)
 
     def _final_report(self, code: int) -> None:

@@ -18,7 +18,14 @@ METRIC_COLUMNS = (
     "elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min", "elite_distance_max",
     "unrolls_received", "unrolls_dropped_stale", "unrolls_dropped_full", "seq_gaps", "decode_errors",
     "replay_size", "replay_sizes", "ready_batches", "episodes", "mean_return_100",
-)  # fmt: skip
+) + tuple(f"time_{section}_s" for section in (
+    "env_step", "inference", "ring_write", "send", "weights_wait", "broker_insert", "broker_sample",
+    "broker_features", "learner_wait", "learner_gather", "learner_step", "learner_publish",
+))  # fmt: skip
+"""The time_* columns: seconds each named section has taken since this launch began, summed over the
+workers (env step, policy inference, ring write, unroll send, waiting for weights), the broker (decoding
+and inserting unrolls, making batches; its feature passes, which sampling and insertion include) and the
+learner (waiting for a batch, gathering frames, forward/backward/optimiser, publishing weights)."""
 
 
 class CsvLog:

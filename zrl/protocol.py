@@ -31,6 +31,7 @@ learner_step i64, count u64) followed by ``count`` float32 values.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import numbers
 import struct
@@ -97,9 +98,13 @@ class _ArraySpec:
     shape: tuple[str, ...]
     allow_empty: bool = False  # an all-zero shape means "not sent"
 
-    @property
+    @functools.cached_property
     def wire_dtype(self) -> str:
         return self.dtype.str
+
+    @functools.cached_property
+    def ndim(self) -> int:
+        return len(self.shape)
 
 
 def _int(*, minimum: int | None = None) -> Any:
@@ -134,26 +139,45 @@ class _Message:
     TAG: ClassVar[str]
     _SPECS: ClassVar[tuple[tuple[str, Any], ...]]
     _DIMS: ClassVar[Mapping[str, str]]
+    _SCALARS: ClassVar[tuple[tuple[str, Any], ...]]
+    _ARRAYS: ClassVar[tuple[tuple[str, Any], ...]]
+    _KEYS: ClassVar[frozenset[str]]
+    _FAST_SCALARS: ClassVar[tuple]
+    _FAST_ARRAYS: ClassVar[tuple]
 
     # -- validation (runs on construction, hence also on decode) ----------
     def __post_init__(self) -> None:
         cls = type(self)
         tname = cls.__name__
-        for name, spec in cls._SPECS:
-            if isinstance(spec, _ScalarSpec):
-                value = getattr(self, name)
-                checked = _check_scalar(tname, name, spec, value)
-                if checked is not value:
-                    object.__setattr__(self, name, checked)
+        for name, spec in cls._SCALARS:
+            value = getattr(self, name)
+            kind = spec.kind
+            if type(value) is kind and (  # the fast path, always taken for decoded input
+                kind is not int or (_INT_MIN <= value <= _INT_MAX and (spec.minimum is None or value >= spec.minimum))
+            ):
+                continue
+            checked = _check_scalar(tname, name, spec, value)
+            if checked is not value:
+                object.__setattr__(self, name, checked)
 
         bound: dict[str, tuple[int, str]] = {}
         for sym, int_field in cls._DIMS.items():
             bound[sym] = (getattr(self, int_field), int_field)
 
-        for name, spec in cls._SPECS:
-            if not isinstance(spec, _ArraySpec):
-                continue
+        for name, spec in cls._ARRAYS:
             arr = getattr(self, name)
+            if isinstance(arr, np.ndarray) and arr.dtype == spec.dtype and arr.ndim == spec.ndim:  # the fast path
+                shape = arr.shape
+                if spec.allow_empty and not any(shape):
+                    continue  # explicitly "not sent"
+                for sym, dim in zip(spec.shape, shape):
+                    seen = bound.get(sym)
+                    if seen is None:
+                        bound[sym] = (dim, name)
+                    elif seen[0] != dim:
+                        break
+                else:
+                    continue
             where = f"{tname}.{name}"
             if not isinstance(arr, np.ndarray):
                 raise ProtocolError(
@@ -259,6 +283,11 @@ def _message(tag: str, *, dims: Mapping[str, str] | None = None):
             raise TypeError(f"duplicate message tag {tag!r}")
         cls.TAG = tag
         cls._SPECS = tuple(specs)
+        cls._SCALARS = tuple((n, sp) for n, sp in specs if isinstance(sp, _ScalarSpec))
+        cls._ARRAYS = tuple((n, sp) for n, sp in specs if isinstance(sp, _ArraySpec))
+        cls._KEYS = frozenset(names | {"v", "t"})
+        cls._FAST_SCALARS = tuple((n, sp.kind, sp.minimum) for n, sp in cls._SCALARS)
+        cls._FAST_ARRAYS = tuple((n, sp.wire_dtype, sp.dtype, sp.ndim, sp.shape, sp.allow_empty) for n, sp in cls._ARRAYS)
         cls._DIMS = dim_map
         _REGISTRY[tag] = cls
         return cls
@@ -365,6 +394,7 @@ class BrokerStats(_Message):
     replay_sizes: np.ndarray = _array("int64", ("R",))  # units held by each [[replay]] table
     prepare_time_s: float = _float()  # cumulative time spent making batches, feature recomputation included
     feature_time_s: float = _float()  # cumulative time in the feature forward passes
+    insert_time_s: float = _float()  # cumulative time decoding unroll messages and inserting their units
     elite_lambda: float = _float()  # the first elite/attentive replay's current batch multiplier (0: none)
     elite_distance_pool: float = _float()  # mean distance over its last candidate pool
     elite_distance_chosen: float = _float()  # mean distance of the units it chose from that pool
@@ -398,6 +428,7 @@ class LearnerStats(_Message):
     step_time_s: float = _float()
     gather_time_s: float = _float()
     wait_time_s: float = _float()
+    publish_time_s: float = _float()  # cumulative time flattening, encoding and sending new weights
     checkpoint_path: str = _str()  # "" when no checkpoint was written
 
 
@@ -479,11 +510,31 @@ def _byte_len(data: Any) -> int:
         ) from None
 
 
+_ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
+
+
 def _array_from_wire(tname: str, name: str, spec: _ArraySpec, value: Any) -> np.ndarray:
+    if type(value) is dict and value.keys() == _ARRAY_KEYS:  # the fast path: a well-formed array
+        shape, data = value["shape"], value["data"]
+        if value["dtype"] == spec.wire_dtype and type(shape) is list and len(shape) == spec.ndim and type(data) is bytes:
+            size = spec.dtype.itemsize
+            for dim in shape:
+                if type(dim) is not int or not 0 <= dim <= MAX_MESSAGE_BYTES:
+                    break
+                size *= dim
+            else:
+                if len(data) == size:
+                    return np.frombuffer(data, dtype=spec.dtype).reshape(shape)
+    _bad_array(tname, name, spec, value)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _bad_array(tname: str, name: str, spec: _ArraySpec, value: Any) -> None:
+    """Raise the ProtocolError that says what is wrong with an array map the fast path refused."""
     where = f"{tname}.{name}"
     if type(value) is not dict:
         raise ProtocolError(f"{where}: expected array map, got {type(value).__name__}")
-    if value.keys() != {"dtype", "shape", "data"}:
+    if value.keys() != _ARRAY_KEYS:
         keys = sorted(map(repr, value.keys()))
         raise ProtocolError(
             f"{where}: array map keys {keys} != ['data', 'dtype', 'shape']"
@@ -500,6 +551,8 @@ def _array_from_wire(tname: str, name: str, spec: _ArraySpec, value: Any) -> np.
             f"{where}: ndim {len(shape)} != {len(spec.shape)} {spec.shape}"
         )
     for axis, dim in enumerate(shape):
+        if type(dim) is int and 0 <= dim <= MAX_MESSAGE_BYTES:
+            continue
         if type(dim) is not int:
             raise ProtocolError(
                 f"{where}: shape[{axis}] must be int, got {type(dim).__name__}"
@@ -516,7 +569,50 @@ def _array_from_wire(tname: str, name: str, spec: _ArraySpec, value: Any) -> np.
             f"{where}: data has {len(data)} bytes, shape {shape} x {dtype} "
             f"needs {expected}"
         )
-    return np.frombuffer(data, dtype=spec.dtype).reshape(shape)
+    raise ProtocolError(f"{where}: malformed array map")  # pragma: no cover - the checks above cover every case
+
+
+def _well_formed(cls: type[_Message], obj: dict) -> _Message | None:
+    """The message, when every field is exactly as the schema wants it (what a zrl sender always sends), built
+    in one pass; None at the first thing that is not, and the general path then says what is wrong. It accepts
+    nothing that the general path (``_array_from_wire`` and ``__post_init__``) would refuse."""
+    if obj.keys() != cls._KEYS:
+        return None
+    message = object.__new__(cls)
+    put = object.__setattr__
+    for name, kind, minimum in cls._FAST_SCALARS:
+        value = obj[name]
+        if type(value) is not kind:
+            return None
+        if kind is int and not (_INT_MIN <= value <= _INT_MAX and (minimum is None or value >= minimum)):
+            return None
+        put(message, name, value)
+    bound = {sym: obj[int_field] for sym, int_field in cls._DIMS.items()}
+    for name, wire, dtype, ndim, syms, allow_empty in cls._FAST_ARRAYS:
+        value = obj[name]
+        if type(value) is not dict or len(value) != 3:
+            return None
+        try:
+            shape, data = value["shape"], value["data"]
+            if value["dtype"] != wire:
+                return None
+        except KeyError:
+            return None
+        if type(shape) is not list or len(shape) != ndim or type(data) is not bytes:
+            return None
+        size = dtype.itemsize
+        for dim in shape:
+            if type(dim) is not int or not 0 <= dim <= MAX_MESSAGE_BYTES:
+                return None
+            size *= dim
+        if len(data) != size:
+            return None
+        if not (allow_empty and not any(shape)):
+            for sym, dim in zip(syms, shape):
+                if bound.setdefault(sym, dim) != dim:
+                    return None
+        put(message, name, np.ndarray(shape, dtype, data))
+    return message
 
 
 def _decode(data: Any) -> Message:
@@ -560,8 +656,11 @@ def _decode(data: Any) -> Message:
     if cls is None:
         raise ProtocolError(f"{tname}.t: unknown type tag {tag!r}")
 
+    fast = _well_formed(cls, obj)
+    if fast is not None:
+        return fast
     specs = cls._SPECS
-    if len(obj) != len(specs) + 2 or any(name not in obj for name, _ in specs):
+    if obj.keys() != cls._KEYS:
         known = {name for name, _ in specs} | {"v", "t"}
         missing = [name for name, _ in specs if name not in obj]
         if missing:

@@ -76,15 +76,27 @@ def socket(ctx: zmq.Context, kind: int, *, hwm: int, bind: str | None = None, co
 
 
 def recv(sock: zmq.Socket, timeout_ms: int) -> bytes | None:
-    """One message, or None when nothing arrived within the timeout."""
-    if sock.poll(timeout_ms, zmq.POLLIN):
-        return sock.recv(copy=True)
+    """One message, or None when nothing arrived within the timeout (a waiting message costs no poll)."""
+    try:
+        return sock.recv(zmq.NOBLOCK)
+    except zmq.Again:
+        pass
+    if timeout_ms > 0 and sock.poll(timeout_ms, zmq.POLLIN):
+        try:
+            return sock.recv(zmq.NOBLOCK)
+        except zmq.Again:
+            return None
     return None
 
 
 def send(sock: zmq.Socket, data: bytes, timeout_ms: int) -> bool:
     """Send unless the peer stays full for the whole timeout; False means not sent (backpressure)."""
-    if sock.poll(timeout_ms, zmq.POLLOUT):
+    try:
+        sock.send(data, zmq.NOBLOCK, copy=False)
+        return True
+    except zmq.Again:
+        pass
+    if timeout_ms > 0 and sock.poll(timeout_ms, zmq.POLLOUT):
         try:
             sock.send(data, zmq.NOBLOCK, copy=False)
             return True

@@ -295,6 +295,7 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     poller.register(unrolls, zmq.POLLIN)
     poller.register(credits_sock, zmq.POLLIN)
     decode_errors = batches_sent = credits = credits_granted = 0
+    insert_time = 0.0
     report = Every(1.0)
 
     def decoded(data: bytes, kind: type):
@@ -323,7 +324,7 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
             seq_gaps=broker.seq_gaps, decode_errors=decode_errors, batches_sent=batches_sent,
             replay_size=int(broker.sizes().max()), ready_batches=batches_sent - max(0, credits_granted - prefetch),
             replay_sizes=broker.sizes(), prepare_time_s=broker.prepare_time_s,
-            feature_time_s=scorer.time_s if scorer else 0.0, **broker.elite_stats(),
+            feature_time_s=scorer.time_s if scorer else 0.0, insert_time_s=insert_time, **broker.elite_stats(),
         ).encode())  # fmt: skip
 
     try:
@@ -341,12 +342,14 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 elif msg is not None and msg.batches > 0:
                     credits += msg.batches
                     credits_granted += msg.batches
+            t0 = time.perf_counter()
             for _ in range(1024):
                 data = transport.recv(unrolls, 0)
                 if data is None:
                     break
                 if (msg := decoded(data, protocol.Unroll)) is not None:
                     broker.insert(msg)
+            insert_time += time.perf_counter() - t0
             while credits > 0:
                 latest_weights()
                 taken = broker.next_units()

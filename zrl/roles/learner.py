@@ -227,7 +227,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
     current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
     last_ckpt = ""
     replay_index: protocol.ReplayIndex | None = None  # the broker's, as of its last answer
-    timing = {"step": 0.0, "gather": 0.0, "wait": 0.0}
+    timing = {"step": 0.0, "gather": 0.0, "wait": 0.0, "publish": 0.0}
 
     def answer_requests() -> None:
         while weights_rep.poll(0, zmq.POLLIN):
@@ -278,6 +278,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
             policy_cloning_loss=step.policy_cloning, value_cloning_loss=step.value_cloning,
             laser_masked_fraction=step.masked_fraction, policy_lag=ages.fresh, sample_age_mean=ages.mean,
             sample_age_max=ages.max, step_time_s=timing["step"], gather_time_s=timing["gather"], wait_time_s=timing["wait"],
+            publish_time_s=timing["publish"],
             checkpoint_path=last_ckpt,
         ).encode())  # fmt: skip
 
@@ -337,11 +338,13 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
             samples += int(ok.sum()) * lcfg.unroll_length
             frames_trained += int(ok.sum()) * frames_per_unit
             ages = sample_ages(policy_version, batch, ok, queues)
+            t3 = time.perf_counter()
+            timing["step"] += t3 - t2
             if learner_step % lcfg.publish_every == 0:
                 policy_version += 1
                 current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
                 weights_pub.send(current)
-            timing["step"] += time.perf_counter() - t2
+                timing["publish"] += time.perf_counter() - t3
             by_steps = cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0
             by_time = every_s and time.monotonic() - last_save >= every_s
             if by_steps or by_time:

@@ -73,6 +73,7 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
         values_buf = np.zeros((m, t_len), np.float32)
         features_buf = np.zeros((m, t_len, cfg.model.feature_size) if send_features else (0, 0, 0), np.float32)
         no_grad = torch.no_grad()
+        uniform = cfg.workers.policy == "uniform"
         frames_per_step = wiring.frames_per_step
         env_steps = seq = weight_updates = 0
         timing = {"step": 0.0, "inference": 0.0, "ring_write": 0.0, "send": 0.0, "weights_wait": 0.0}
@@ -144,14 +145,17 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
                 rng = np.random.default_rng([cfg.run.seed, worker_id, played])
             for t in range(t_len):
                 t0 = time.perf_counter()
-                with no_grad:
-                    out = model(obs, with_features=send_features)
-                logits = out.logits.numpy()
-                action = np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
-                logits_buf[:, t] = logits
-                values_buf[:, t] = out.values.numpy()
-                if send_features:
-                    features_buf[:, t] = out.features.numpy()
+                if uniform:  # the behaviour logits stay 0: a uniform policy
+                    action = rng.integers(0, num_actions, m)
+                else:
+                    with no_grad:
+                        out = model(obs, with_features=send_features)
+                    logits = out.logits.numpy()
+                    action = np.argmax(logits - np.log(-np.log(rng.random(logits.shape))), axis=1)
+                    logits_buf[:, t] = logits
+                    values_buf[:, t] = out.values.numpy()
+                    if send_features:
+                        features_buf[:, t] = out.features.numpy()
                 timing["inference"] += time.perf_counter() - t0
                 step, last_frame = advance(action)
                 actions[:, t] = action

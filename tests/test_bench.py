@@ -1,0 +1,123 @@
+"""zrl-bench: every mode runs for a moment on real ALE Pong, real rings, sockets and processes, and writes
+every field its JSON promises. Speed is never asserted here; perf/ records it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import REPO, run_command
+
+SMOKE = REPO / "config" / "smoke.toml"
+TINY = ["--config", SMOKE, "--seconds", "0.5"]
+MACHINE = {"date", "cpu", "cores", "logical_cpus", "ram_gib", "gpu", "platform", "versions", "command"}
+
+
+def _bench(tmp_path, *args, timeout: float = 300) -> dict:
+    out = tmp_path / "bench.json"
+    done = run_command("zrl-bench", *args, "--json", out, cwd=tmp_path, timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"wrote {out}" in done.stdout
+    doc = json.loads(out.read_text())
+    assert MACHINE <= set(doc["machine"]) and doc["machine"]["cores"] >= 1
+    assert {"torch", "numpy", "ale-py", "pyzmq"} <= set(doc["machine"]["versions"])
+    assert doc["machine"]["command"].startswith("zrl-bench ")
+    doc["stdout"] = done.stdout
+    return doc
+
+
+def _positive(*values) -> None:
+    for value in values:
+        assert isinstance(value, (int, float)) and value > 0, values
+
+
+def test_env_mode_measures_the_ceiling_and_the_peers_it_can(tmp_path, no_leaks):
+    doc = _bench(tmp_path, "env", *TINY, "--workers", 2, "--envs-per-worker", 2)
+    ceiling = doc["result"]["ceiling"]
+    assert (ceiling["processes"], ceiling["envs_per_process"]) == (2, 2)
+    _positive(ceiling["steps_per_s"], ceiling["frames_per_s"], ceiling["frames_per_s_per_core"])
+    assert ceiling["frames_per_s"] == pytest.approx(4 * ceiling["steps_per_s"], rel=1e-3)  # frame skip 4
+    peers = {p["peer"] for p in doc["result"]["peers"]}
+    assert "ale-py AtariVectorEnv" in peers  # ale-py is a requirement; the others are optional extras
+    for peer in doc["result"]["peers"]:
+        _positive(peer["steps_per_s"], peer["frames_per_s"])
+    named = len(peers) + len(doc["result"]["not_installed"])
+    assert named == 3, doc["result"]  # every peer is either measured or said to be missing
+
+
+def test_sampling_mode_gives_a_ratio_to_the_ceiling_for_every_grid_point(tmp_path, no_leaks):
+    doc = _bench(tmp_path, "sampling", *TINY, "--workers", "1,2", "--envs-per-worker", 2, "--warmup", 0.5)
+    rows = doc["result"]["rows"]
+    assert [(r["workers"], r["envs_per_worker"]) for r in rows] == [(1, 2), (2, 2)]
+    for row in rows:
+        _positive(row["frames_per_s"], row["ceiling_frames_per_s"], row["ratio_to_ceiling"])
+        assert row["ratio_to_ceiling"] == pytest.approx(row["frames_per_s"] / row["ceiling_frames_per_s"], rel=1e-3)
+        assert row["policy"] == "uniform" and row["broker_unrolls_received"] > 0 and row["broker_decode_errors"] == 0
+    assert "ratio_to_ceiling" in doc["stdout"]
+
+
+def test_transport_mode_measures_every_hop(tmp_path, no_leaks):
+    result = _bench(tmp_path, "transport", *TINY)["result"]
+    assert result["ring"]["torn"] == 0 and result["ring"]["slots"] > 0
+    _positive(result["ring"]["gb_per_s"], result["queue"]["gb_per_s"], result["queue"]["ring_over_queue"])
+    index = result["index_messages"]
+    _positive(index["messages_per_s"], index["round_trip_us_median"], index["round_trip_us_p99"])
+    assert index["decode_errors"] == 0 and index["message_bytes"] > 0
+    _positive(result["weights"]["latency_ms_median"], result["weights"]["message_mb"])
+    assert {t["target"] for t in result["targets"]} == {"ring_gb_per_s", "index_messages_per_s", "queue_slower_than_ring"}
+
+
+def test_learner_mode_compares_the_fed_learner_with_a_bare_loop(tmp_path, no_leaks):
+    result = _bench(tmp_path, "learner", *TINY, "--capacity", 16)["result"]
+    _positive(result["fed_steps_per_s"], result["bare_steps_per_s"], result["ratio_to_bare"])
+    assert (result["batch_size"], result["unroll_length"], result["replay_capacity"]) == (4, 10, 16)
+    assert result["fed_samples_per_s"] == pytest.approx(result["fed_steps_per_s"] * 40, rel=1e-2)
+    assert result["targets"][0]["target"] == "learner_ratio_to_bare"
+
+
+def test_elite_mode_times_elite_and_attentive_batches_against_the_learner_step(tmp_path, no_leaks):
+    result = _bench(tmp_path, "elite", *TINY, "--capacity", 32, "--set", "model.feature_size=16", "--repeats", 2)[
+        "result"
+    ]
+    assert [r["sampler"] for r in result["rows"]] == ["elite", "attentive"]
+    _positive(result["learner_step_s"], *(r["prepare_s"] for r in result["rows"]))
+    assert result["feature_size"] == 16 and result["capacity"] == 32 and result["feature_steps"] == 5
+
+
+def test_pipeline_mode_breaks_the_time_down_by_role_and_names_the_bottleneck(tmp_path, no_leaks):
+    doc = _bench(tmp_path, "pipeline", "--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1,
+                 "--envs-per-worker", 2)
+    result = doc["result"]
+    _positive(result["frames_per_s"], result["window_s"])
+    per = result["seconds_per_second"]
+    for section in ("env_step", "inference", "ring_write", "send", "broker_insert", "broker_sample", "learner_gather",
+                    "learner_step", "learner_publish", "learner_wait", "weights_wait"):  # fmt: skip
+        assert section in per and per[section] >= 0
+    assert per["env_step"] > 0 and per["learner_step"] > 0
+    assert result["bottleneck"]["role"].split()[0] in {"learner", "broker", "workers"}
+    assert "bottleneck:" in doc["stdout"]
+
+
+def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
+    doc = _bench(tmp_path, "--suggest", "--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1,
+                 "--envs-per-worker", "1,2")
+    rows = doc["result"]["rows"]
+    assert [(r["workers"], r["envs_per_worker"]) for r in rows] == [(1, 1), (1, 2)]
+    best = doc["result"]["best"]
+    assert (best["workers"], best["envs_per_worker"]) in {(1, 1), (1, 2)}
+    assert f"--workers {best['workers']} --envs-per-worker {best['envs_per_worker']}" in doc["stdout"]
+
+
+@pytest.mark.parametrize("args, expected", [
+    ((), "give one of MODE"),
+    (("env", "--suggest"), "give one of MODE"),
+    (("env", "--workers", "two"), "--workers 'two': expected a positive integer"),
+    (("sampling", "--envs-per-worker", "0"), "every value must be at least 1"),
+    (("env", "--seconds", "0"), "--seconds must be > 0"),
+    (("env", "--set", "env.id=\"ALE/Nope-v5\""), "env.id"),
+])  # fmt: skip
+def test_bench_mistakes_exit_2_in_one_line(tmp_path, args, expected):
+    done = run_command("zrl-bench", *args, cwd=tmp_path, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr and "Traceback" not in done.stderr

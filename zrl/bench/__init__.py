@@ -1,0 +1,140 @@
+"""zrl-bench: every hop of the pipeline measured against the machine's own ceiling, in the same run.
+
+``run`` takes a mode and its options and returns the figures (what ``--json`` writes, with the machine's
+facts); ``render`` turns them into the tables the command prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MODES = ("env", "sampling", "transport", "learner", "elite", "pipeline")
+
+
+@dataclass
+class Options:
+    config_path: str | None = None
+    sets: list[str] = field(default_factory=list)
+    workers: list[int] = field(default_factory=list)  # empty: the config's
+    envs_per_worker: list[int] = field(default_factory=list)
+    seconds: float = 5.0
+    warmup: float | None = None  # None: the mode's own
+    policy: str = "uniform"
+    ceiling: bool = True
+    peers: bool = True
+    capacity: int = 1000
+    lam: float = 6.0
+    feature_steps: int | None = None  # None: the config's first feature replay's, else 5
+    precision: str = "fp32"
+    repeats: int = 5
+
+
+def run(mode: str, opt: Options, progress) -> dict:
+    from zrl import config as config_mod
+    from zrl.bench import modes
+    from zrl.envs import probe
+
+    one = {}
+    if len(opt.workers) == 1:
+        one["workers.count"] = opt.workers[0]
+    if len(opt.envs_per_worker) == 1:
+        one["workers.envs_per_worker"] = opt.envs_per_worker[0]
+    cfg = config_mod.load(opt.config_path, list(opt.sets), one)
+    workers = opt.workers or [cfg.workers.count]
+    envs = opt.envs_per_worker or [cfg.workers.envs_per_worker]
+    spec = probe(cfg.env)  # a ConfigError for a bad env id before anything starts
+    if mode == "pipeline" or mode == "suggest":
+        warmup = 15.0 if opt.warmup is None else opt.warmup
+        if mode == "suggest":
+            return modes.suggest(opt.config_path, list(opt.sets), opt.seconds, warmup, progress, opt.workers,
+                                 opt.envs_per_worker)  # fmt: skip
+        return modes.pipeline_mode(opt.config_path, list(opt.sets), workers[0], envs[0], opt.seconds, warmup, progress)
+    if mode == "env":
+        return modes.env_mode(cfg, workers[0], envs[0], opt.seconds, progress, peers=opt.peers)
+    if mode == "sampling":
+        warmup = 2.0 if opt.warmup is None else opt.warmup
+        grid = [(w, m) for w in workers for m in envs]
+        return modes.sampling_mode(cfg, spec, grid, opt.seconds, warmup, opt.policy, opt.ceiling, progress)
+    if mode == "transport":
+        return modes.transport_mode(cfg, spec, opt.seconds, progress)
+    if mode == "learner":
+        return modes.learner_mode(cfg, spec, opt.seconds, opt.capacity, progress)
+    if mode == "elite":
+        steps = opt.feature_steps
+        if steps is None:
+            steps = next((r.feature_steps for r in cfg.replay if r.type in ("elite", "attentive")), 5)
+        return modes.elite_mode(cfg, spec, opt.capacity, opt.lam, steps, opt.precision, opt.repeats, progress)
+    raise ValueError(f"unknown mode {mode!r}")
+
+
+LABELS = {"env_step": "env step", "inference": "inference", "ring_write": "ring write", "send": "send",
+          "weights_wait": "waiting for weights", "broker_insert": "insert", "broker_sample": "sample",
+          "learner_wait": "waiting for batches", "learner_gather": "gather", "learner_step": "forward/backward",
+          "learner_publish": "publish"}  # fmt: skip
+
+
+def _table(rows: list[dict], columns: list[str]) -> str:
+    cells = [[str(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def _targets(result: dict) -> list[str]:
+    return [f"target {t['target']} {t['want']}: {t['value']:g} ({'met' if t['met'] else 'NOT met'})"
+            for t in result.get("targets", [])]  # fmt: skip
+
+
+def render(mode: str, result: dict) -> str:
+    out: list[str] = []
+    if mode == "env":
+        c = result["ceiling"]
+        out.append(_table([{"what": f"zrl env ceiling, {c['processes']} processes x {c['envs_per_process']} envs",
+                            "steps/s": c["steps_per_s"], "frames/s": c["frames_per_s"],
+                            "frames/s per core": c["frames_per_s_per_core"]}] +
+                          [{"what": f"{p['peer']}, {p['envs']} envs", "steps/s": p["steps_per_s"],
+                            "frames/s": p["frames_per_s"]} for p in result["peers"]],
+                          ["what", "steps/s", "frames/s", "frames/s per core"]))  # fmt: skip
+        out += [f"not run: {why}" for why in result["not_installed"]]
+    elif mode == "sampling":
+        out.append(_table(result["rows"], ["workers", "envs_per_worker", "policy", "frames_per_s", "ceiling_frames_per_s",
+                                           "ratio_to_ceiling"]))  # fmt: skip
+    elif mode == "transport":
+        r, q, i, w = result["ring"], result["queue"], result["index_messages"], result["weights"]
+        out.append(_table([
+            {"hop": f"ring write+read, slots of {r['slot_bytes']:,} B", "figure": f"{r['gb_per_s']} GB/s"},
+            {"hop": "pickled multiprocessing.Queue, same slots", "figure": f"{q['gb_per_s']} GB/s ({q['ring_over_queue']}x slower)"},
+            {"hop": f"index messages ({i['message_bytes']:,} B, decoded)", "figure": f"{i['messages_per_s']:,.0f} /s"},
+            {"hop": "index message round trip", "figure": f"{i['round_trip_us_median']} us median, {i['round_trip_us_p99']} us p99"},
+            {"hop": f"weights broadcast ({w['message_mb']} MB)", "figure": f"{w['latency_ms_median']} ms median, {w['latency_ms_max']} ms max"},
+        ], ["hop", "figure"]))  # fmt: skip
+    elif mode == "learner":
+        out.append(_table([
+            {"learner": f"fed by the broker, B={result['batch_size']} x T={result['unroll_length']}",
+             "steps/s": result["fed_steps_per_s"], "samples/s": result["fed_samples_per_s"]},
+            {"learner": "bare PyTorch loop, same batch shape", "steps/s": result["bare_steps_per_s"],
+             "samples/s": result["bare_samples_per_s"]},
+        ], ["learner", "steps/s", "samples/s"]))  # fmt: skip
+        out.append(f"ratio fed / bare: {result['ratio_to_bare']}")
+    elif mode == "elite":
+        out.append(f"learner step, B={result['batch_size']} x T={result['unroll_length']}: {result['learner_step_s']} s")
+        out.append(_table(result["rows"], ["sampler", "prepare_s", "ratio_to_learner_step"]))
+    elif mode in ("pipeline", "suggest"):
+        rows = result["rows"] if mode == "suggest" else [result]
+        out.append(_table(rows, ["workers", "envs_per_worker", "frames_per_s", "learner_steps_per_s", "policy_lag"]))
+        if mode == "pipeline":
+            per = result["seconds_per_second"]
+            role, section = result["bottleneck"]["role"], result["bottleneck"]["section"]
+            out.append("time per second of run (workers summed):")
+            from zrl.bench.modes import SECTIONS
+
+            for group, sections in SECTIONS.items():
+                out.append(f"  {group}: " + ", ".join(f"{LABELS[s]} {per[s]:.2f}" + (" <- bottleneck" if s == section
+                                                     else "") for s in sections))  # fmt: skip
+            out.append(f"bottleneck: {role}, {LABELS[section]}")
+        else:
+            best = result["best"]
+            out.append(f"best for this machine: --workers {best['workers']} --envs-per-worker {best['envs_per_worker']}")
+    out += _targets(result)
+    return "\n".join(out)

@@ -1,0 +1,169 @@
+"""Elite and attentive replay: the broker's time to prepare one batch, against the learner's step on the same
+batch shape, on a replay of real Pong frames in a real ring (zrl-bench elite; perf/elite_batch.py adds the
+selection's fidelity and a pipeline run).
+
+The replay holds ``capacity`` units of Pong played with random actions. Each unit's behaviour features are what
+a Nature CNN computed on its observations, as a worker sends them; the current policy is that network after a
+few V-trace steps on the replay, so that stored and current features differ as they do in training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from shm import segment_name
+from shm.ring import Ring, RingSpec
+from zrl import config as config_mod, protocol
+from zrl.envs import make_vector_env
+from zrl.gather import ActingStack, Gatherer, stack_observations
+from zrl.launch import SHM_PREFIX
+from zrl.models import build_model, flat_parameters
+from zrl.roles.broker import Broker, FeatureScorer, make_batch, units_of
+from zrl.roles.learner import batch_tensors, make_optimizer, sgd_step
+
+M = 8  # envs in the one ring that holds the replay's frames
+
+
+def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
+    """Play Pong with random actions into a ring; one Unroll (without features yet) per T steps."""
+    t_len = cfg.learner.unroll_length
+    messages = -(-units // M)
+    ring_spec = RingSpec(messages * t_len + cfg.env.frame_stack + 8, {
+        "frame": ((M, *spec.frame_shape), spec.frame_dtype), "episode_step": ((M,), "int32")})  # fmt: skip
+    ring = Ring.create(segment_name(SHM_PREFIX, f"bench{os.urandom(2).hex()}", os.getpid(), "elite"), ring_spec)
+    env = make_vector_env(cfg.env, M, seed=0)
+    rng = np.random.default_rng(0)
+    stack = ActingStack(M, cfg.env.frame_stack, spec.frame_shape, spec.frame_dtype)
+    frames = env.reset()
+    stack.reset(frames)
+    first = ring.write(frame=frames, episode_step=stack.episode_step)
+    out = []
+    for seq in range(messages):
+        actions = rng.integers(0, spec.num_actions, (M, t_len)).astype(np.int32)
+        rewards = np.zeros((M, t_len), np.float32)
+        discounts = np.ones((M, t_len), np.float32)
+        for t in range(t_len):
+            step = env.step(actions[:, t])
+            rewards[:, t], discounts[:, t] = step.rewards, ~step.done
+            stack.push(step.frames, step.game_over)
+            last = ring.write(frame=step.frames, episode_step=stack.episode_step)
+        out.append(protocol.Unroll(
+            worker_id=0, seq=seq, policy_version=0, first_frame=first, num_envs=M, length=t_len, env_frames=0,
+            actions=actions, rewards=rewards, discounts=discounts,
+            behaviour_logits=np.zeros((M, t_len, spec.num_actions), np.float32),
+            behaviour_values=np.zeros((M, t_len), np.float32), features=np.zeros((0, 0, 0), np.float32)))  # fmt: skip
+        first = last
+    env.close()
+    return ring, out
+
+
+def behaviour_outputs(model, ring, cfg, spec, msg: protocol.Unroll) -> protocol.Unroll:
+    """The message as a worker acting with ``model`` would have sent it: logits, values, features."""
+    t_len, s = cfg.learner.unroll_length, cfg.env.frame_stack
+    where = SimpleNamespace(worker_ids=np.zeros(M, np.int32), env_index=np.arange(M, dtype=np.int32),
+                            first_frame=np.full(M, msg.first_frame, np.int64))  # fmt: skip
+    frames, steps, ok = Gatherer([ring], s, t_len, M, spec.frame_shape, spec.frame_dtype).gather(where)
+    assert ok.all()
+    obs = stack_observations(frames, steps, s)[:, :t_len]
+    with torch.no_grad():
+        out = model(obs.reshape(-1, *obs.shape[2:]), with_features=True)
+    return protocol.Unroll(**{**{f: getattr(msg, f) for f in msg.__dataclass_fields__},
+        "behaviour_logits": out.logits.view(M, t_len, -1).numpy(), "behaviour_values": out.values.view(M, t_len).numpy(),
+        "features": out.features.view(M, t_len, -1).numpy()})  # fmt: skip
+
+
+def drifted(model, cfg, spec, ring, messages, steps: int):
+    """The behaviour network after ``steps`` V-trace updates on uniform batches of the replay."""
+    lcfg = cfg.learner
+    opt, sched = make_optimizer(model, lcfg, 10**6)
+    gatherer = Gatherer([ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape,
+                        spec.frame_dtype)  # fmt: skip
+    rng = np.random.default_rng(1)
+    units = [(m, i) for m in messages for i in range(M)]
+    for _ in range(steps):
+        pick = [units[k] for k in rng.choice(len(units), lcfg.batch_size, replace=False)]
+        batch = make_batch(0, [_unit(m, i) for m, i in pick])
+        frames, steps_, ok = gatherer.gather(batch)
+        obs = stack_observations(frames, steps_, cfg.env.frame_stack)
+        sgd_step(model, opt, sched, obs, batch_tensors(batch, ok, torch.device("cpu")), lcfg, cfg.algo)
+    return model
+
+
+def _unit(msg, i):
+    return units_of(msg)[i]
+
+
+def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
+    lcfg = cfg.learner
+    opt, sched = make_optimizer(model, lcfg, 10**6)
+    gatherer = Gatherer([ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape,
+                        spec.frame_dtype)  # fmt: skip
+    batch = make_batch(0, [_unit(messages[k // M], k % M) for k in range(lcfg.batch_size)])
+    frames, steps, ok = gatherer.gather(batch)
+    obs = stack_observations(frames, steps, cfg.env.frame_stack)
+    tensors = batch_tensors(batch, ok, torch.device("cpu"))
+    times = []
+    for _ in range(repeats + 1):
+        t0 = time.perf_counter()
+        sgd_step(model, opt, sched, obs, tensors, lcfg, cfg.algo)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times[1:]))
+
+
+
+class Replay:
+    """A filled replay: its ring, the unroll messages with behaviour features, and the current policy."""
+
+    def __init__(self, cfg, spec, capacity: int, drift_steps: int = 10, progress=print) -> None:
+        self.cfg, self.spec = cfg, spec
+        progress(f"filling a replay of {capacity} units with Pong frames")
+        self.ring, raw = fill_ring(cfg, spec, capacity)
+        try:
+            behaviour = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+            self.messages = [behaviour_outputs(behaviour, self.ring, cfg, spec, msg) for msg in raw]
+            progress(f"current policy: {drift_steps} V-trace steps away from the behaviour policy")
+            self.model = drifted(behaviour, cfg, spec, self.ring, self.messages, drift_steps)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self.ring.close()
+        self.ring.unlink()
+
+    def broker(self, kind: str, capacity: int, lam: float, feature_steps: int, precision: str, strategy: int = 3):
+        """A broker with one ``kind`` replay holding every unit, its scorer loaded with the current policy."""
+        cfg = self.cfg
+        sets = [f"learner.batch_size={cfg.learner.batch_size}", f"learner.unroll_length={cfg.learner.unroll_length}",
+                f"model.feature_size={cfg.model.feature_size}", f'broker.precision="{precision}"',
+                f"env.id={json.dumps(cfg.env.id)}", "run.max_env_frames=10000000000"]  # fmt: skip
+        ecfg = config_mod.load(None, sets, {"replay": json.dumps([{
+            "type": kind, "capacity": capacity, "sample_ratio": 1.0, "strategy": strategy,
+            "lambda_batch_multiplier": lam, "alfa_annealing_factor": 1e9, "feature_steps": feature_steps,
+            "fill_fraction": 1.0}])})  # fmt: skip
+        wiring = SimpleNamespace(frame_shape=self.spec.frame_shape, frame_dtype=self.spec.frame_dtype,
+                                 num_actions=self.spec.num_actions)  # fmt: skip
+        scorer = FeatureScorer(ecfg, wiring, [self.ring])
+        scorer.load(1, flat_parameters(self.model))
+        broker = Broker(ecfg, [self.ring], scorer)
+        for msg in self.messages:
+            broker.insert(msg)
+        return broker, scorer
+
+
+def prepare_time(broker, repeats: int) -> float:
+    """Median seconds of the broker's next_units (a whole batch) after one warm-up call."""
+    broker.next_units()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        if broker.next_units() is None:
+            raise RuntimeError("the replay gave no batch")
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))

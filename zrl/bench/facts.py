@@ -1,0 +1,52 @@
+"""The machine a benchmark ran on: CPU, cores, memory, GPU and the versions that matter."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cores() -> int:
+    """The cores this process may run on (its affinity), which is what the workers share."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def machine() -> dict:
+    import psutil
+    import torch
+
+    versions = {"python": platform.python_version()}
+    for dist in ("zrl", "torch", "numpy", "pyzmq", "msgpack", "ale-py", "gymnasium", "envpool"):
+        try:
+            versions[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "cpu": cpu_model(),
+        "cores": cores(),
+        "logical_cpus": os.cpu_count(),
+        "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "gpu": gpu,
+        "platform": platform.platform(),
+        "versions": versions,
+        "command": " ".join(["zrl-bench", *sys.argv[1:]]),
+    }

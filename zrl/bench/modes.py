@@ -1,0 +1,347 @@
+"""zrl-bench's modes. Each measures one hop of the pipeline beside the ceiling it is judged against, taken on
+the same machine in the same invocation, and returns its figures; the command prints them as tables.
+
+Targets (ratios, so that a shared, noisy machine still gives a meaningful answer) are checked here and
+reported with the figures; they never fail a test.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import multiprocessing as mp
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from zrl import envs as zenvs
+from zrl.bench import envs as benv, transport as btransport
+from zrl.bench.facts import cores
+from zrl.bench.roles import Pipeline, frames_rate
+from zrl.config import Config, ReplayConfig, check as config_check
+
+Progress = Callable[[str], None]
+
+TARGETS = {
+    "sampling_ratio_to_ceiling": 0.90,  # sampling at 2 workers x 4 envs, against the env ceiling on the same cores
+    "ring_gb_per_s": 1.0,  # ring write+read of 84x84 frames
+    "index_messages_per_s": 50_000.0,
+    "queue_slower_than_ring": 10.0,  # a pickled multiprocessing.Queue for the same frames
+    "learner_ratio_to_bare": 0.90,  # the learner fed by the broker, against a bare PyTorch loop
+    "elite_prepare_to_learner_step": 1.0,  # an elite batch is prepared faster than the learner consumes one
+}
+
+
+def _with(cfg: Config, **sections) -> Config:
+    """cfg with some keys of some sections replaced: _with(cfg, workers={"count": 2})."""
+    return dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s), **kv) for s, kv in sections.items()})
+
+
+def check(value: float, target: str, lower_is_better: bool = False) -> dict:
+    want = TARGETS[target]
+    met = value <= want if lower_is_better else value >= want
+    return {"target": target, "value": round(value, 4), "want": f"{'<=' if lower_is_better else '>='} {want:g}",
+            "met": bool(met)}  # fmt: skip
+
+
+# -- env ---------------------------------------------------------------------------------------------------
+
+
+def env_mode(cfg: Config, workers: int, envs: int, seconds: float, progress: Progress, peers: bool = True) -> dict:
+    progress(f"env ceiling: {workers} processes x {envs} envs of {cfg.env.id}, {seconds:g} s")
+    ceiling = benv.ceiling(cfg, workers, envs, seconds)
+    ceiling["frames_per_s_per_core"] = round(ceiling["frames_per_s"] / min(workers, cores()), 1)
+    ceiling["steps_per_s_per_core"] = round(ceiling["steps_per_s"] / min(workers, cores()), 1)
+    result: dict = {"ceiling": ceiling, "peers": [], "not_installed": []}
+    if not peers:
+        return result
+    if zenvs.atari_rom(cfg.env.id) is None:
+        result["not_installed"].append("peers: only for Atari ids")
+        return result
+    total = workers * envs
+    progress(f"peer: ale-py's AtariVectorEnv, {total} envs on {cores()} threads, {seconds:g} s")
+    result["peers"].append(benv.ale_vector(cfg, total, cores(), seconds))
+    try:
+        import cv2  # noqa: F401  gymnasium's AtariPreprocessing needs it
+    except ImportError:
+        result["not_installed"].append("gymnasium AtariPreprocessing needs opencv: pip install -e '.[peers]'")
+    else:
+        progress(f"peer: gymnasium AsyncVectorEnv with AtariPreprocessing, {total} envs, {seconds:g} s")
+        result["peers"].append(benv.gym_async(cfg, total, seconds))
+    progress(f"peer: EnvPool, {total} envs on {cores()} threads, {seconds:g} s")
+    pool = benv.envpool(cfg, total, cores(), seconds)
+    if pool is None:
+        result["not_installed"].append("EnvPool: pip install -e '.[peers]'")
+    else:
+        result["peers"].append(pool)
+    return result
+
+
+# -- sampling ----------------------------------------------------------------------------------------------
+
+
+def sampling_point(cfg: Config, spec, workers: int, envs: int, seconds: float, warmup: float, policy: str) -> dict:
+    """Workers, rings and broker with a fixed (network) or uniform policy and no learner: frames/s."""
+    cfg = _with(cfg, workers={"count": workers, "envs_per_worker": envs, "policy": policy, "stats_interval_s": 0.5})
+    with tempfile.TemporaryDirectory(prefix="zrl-bench-") as tmp, Pipeline(cfg, spec, with_learner=False,
+                                                                          workdir=Path(tmp)) as p:  # fmt: skip
+        p.watch(180, until=Pipeline.all_reported)
+        if not p.all_reported():
+            raise RuntimeError("the roles did not report within 180 s")
+        p.watch(warmup)
+        start = dict(p.workers)
+        p.watch(seconds)
+        end = dict(p.workers)
+        broker = p.broker
+    return {"workers": workers, "envs_per_worker": envs, "policy": policy,
+            "frames_per_s": round(frames_rate(start, end), 1),
+            "broker_unrolls_received": broker.unrolls_received if broker else 0,
+            "broker_decode_errors": broker.decode_errors if broker else 0}  # fmt: skip
+
+
+def sampling_mode(cfg: Config, spec, grid: list[tuple[int, int]], seconds: float, warmup: float, policy: str,
+                  with_ceiling: bool, progress: Progress) -> dict:  # fmt: skip
+    rows = []
+    for i, (n, m) in enumerate(grid, 1):
+        row: dict = {}
+        if with_ceiling:
+            progress(f"[{i}/{len(grid)}] env ceiling: {n} processes x {m} envs, {seconds:g} s")
+            row["ceiling_frames_per_s"] = benv.ceiling(cfg, n, m, seconds)["frames_per_s"]
+        progress(f"[{i}/{len(grid)}] sampling: {n} workers x {m} envs, {policy} policy, {warmup:g} s warm-up + {seconds:g} s")
+        row = {**sampling_point(cfg, spec, n, m, seconds, warmup, policy), **row}
+        if with_ceiling:
+            row["ratio_to_ceiling"] = round(row["frames_per_s"] / row["ceiling_frames_per_s"], 4)
+        rows.append(row)
+    result: dict = {"rows": rows, "targets": []}
+    for row in rows:
+        if (row["workers"], row["envs_per_worker"]) == (2, 4) and "ratio_to_ceiling" in row and policy == "uniform":
+            result["targets"].append(check(row["ratio_to_ceiling"], "sampling_ratio_to_ceiling"))
+    return result
+
+
+# -- transport ---------------------------------------------------------------------------------------------
+
+
+def transport_mode(cfg: Config, spec, seconds: float, progress: Progress) -> dict:
+    m, t = cfg.workers.envs_per_worker, cfg.learner.unroll_length
+    progress(f"ring write+read: slots of {m} x 84x84 frames, read back {t} at a time, {seconds:g} s")
+    ring = btransport.ring_bandwidth(m, t, seconds)
+    progress(f"pickled multiprocessing.Queue: the same slots from another process, {seconds:g} s")
+    queue = btransport.queue_bandwidth(m, seconds)
+    progress(f"index messages: Unroll messages (M={m}, T={t}) PUSH -> PULL over ipc with the schema decode, {seconds:g} s")
+    index = btransport.index_messages(cfg, spec.num_actions, seconds)
+    progress("weights broadcast: flatten + encode + PUB -> SUB decode + load, one at a time")
+    weights = btransport.weights_latency(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    slower = ring["gb_per_s"] / queue["gb_per_s"] if queue["gb_per_s"] else float("inf")
+    return {"ring": ring, "queue": {**queue, "ring_over_queue": round(slower, 1)}, "index_messages": index,
+            "weights": weights, "targets": [check(ring["gb_per_s"], "ring_gb_per_s"),
+                                            check(index["messages_per_s"], "index_messages_per_s"),
+                                            check(slower, "queue_slower_than_ring")]}  # fmt: skip
+
+
+# -- learner -----------------------------------------------------------------------------------------------
+
+
+def _bare_learner(cfg: Config, spec, seconds: float, out) -> None:
+    """A bare PyTorch loop: the learner's V-trace step on one preallocated batch of the same shape, with the
+    learner role's threads and device, in a process of its own as the learner has."""
+    import torch
+
+    from zrl.models import build_model
+    from zrl.roles.learner import make_optimizer, resolve_device, sgd_step
+
+    lcfg = cfg.learner
+    if lcfg.torch_threads:
+        torch.set_num_threads(lcfg.torch_threads)
+    device = resolve_device(lcfg.device)
+    t, b, s = lcfg.unroll_length, lcfg.batch_size, cfg.env.frame_stack
+    torch.manual_seed(0)
+    model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, s, spec.num_actions).to(device)
+    opt, sched = make_optimizer(model, lcfg, 10**9)
+    dtype = np.dtype(spec.frame_dtype)
+    frames = np.random.default_rng(0).integers(0, 256 if dtype == np.uint8 else 2, (b, t + 1, s, *spec.frame_shape))
+    obs = torch.from_numpy(frames.astype(dtype)).to(device)
+    batch = {"actions": torch.randint(0, spec.num_actions, (t, b)), "rewards": torch.zeros(t, b),
+             "discounts": torch.ones(t, b), "behaviour_logits": torch.zeros(t, b, spec.num_actions),
+             "behaviour_values": torch.zeros(t, b)}  # fmt: skip
+    batch = {k: v.to(device) for k, v in batch.items()}
+    model.train()
+    sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)  # warm-up
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds or steps < 3:
+        sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)
+        steps += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    out.put(steps / (time.perf_counter() - start))
+
+
+def bare_learner(cfg: Config, spec, seconds: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_bare_learner, args=(cfg, spec, seconds, out))
+    proc.start()
+    try:
+        (rate,) = benv.collect(out, [proc], seconds + 300)
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+    return rate
+
+
+def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Progress) -> dict:
+    """The real learner fed by the real broker from a full uniform replay (workers fill it, then stop, so that
+    the learner has the cores as the bare loop has them), against the bare loop on the same batch shape."""
+    replay = (ReplayConfig(type="uniform", capacity=capacity, sample_ratio=1.0, fill_fraction=1.0),)
+    cfg = dataclasses.replace(_with(cfg, workers={"policy": "uniform", "stats_interval_s": 0.5},
+                                    run={"checkpoint_every_steps": 0, "max_env_frames": 10**12}), replay=replay)  # fmt: skip
+    config_check(cfg)
+    b, t = cfg.learner.batch_size, cfg.learner.unroll_length
+    progress(f"learner fed by the broker: filling a uniform replay of {capacity} units with "
+             f"{cfg.workers.count} workers x {cfg.workers.envs_per_worker} envs")  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="zrl-bench-") as tmp, Pipeline(cfg, spec, with_learner=True,
+                                                                          workdir=Path(tmp)) as p:  # fmt: skip
+        full = lambda p: p.broker is not None and int(p.broker.replay_sizes.min()) >= capacity  # noqa: E731
+        p.watch(600, until=full)
+        if not full(p):
+            raise RuntimeError(f"the replay did not fill to {capacity} units within 600 s")
+        p.stop_workers()
+        stepped = lambda p: p.learner is not None and p.learner.learner_step >= 2  # noqa: E731
+        p.watch(300, until=stepped)
+        progress(f"learner fed by the broker: B={b} x T={t}, {seconds:g} s")
+        start = p.learner
+        p.watch(seconds)
+        p.watch(60, until=lambda p: p.learner.learner_step > start.learner_step + 2)
+        end = p.learner
+    fed = (end.learner_step - start.learner_step) / (end.time - start.time)
+    progress(f"bare PyTorch loop: the same step on a preallocated B={b} x T={t} batch, {seconds:g} s")
+    bare = bare_learner(cfg, spec, seconds)
+    ratio = fed / bare
+    return {"batch_size": b, "unroll_length": t, "replay_capacity": capacity, "device": cfg.learner.device,
+            "fed_steps_per_s": round(fed, 3), "fed_samples_per_s": round(fed * b * t, 1),
+            "bare_steps_per_s": round(bare, 3), "bare_samples_per_s": round(bare * b * t, 1),
+            "ratio_to_bare": round(ratio, 4), "fed_wait_s": round(end.wait_time_s - start.wait_time_s, 3),
+            "fed_gather_s": round(end.gather_time_s - start.gather_time_s, 3),
+            "fed_publish_s": round(end.publish_time_s - start.publish_time_s, 3),
+            "fed_step_s": round(end.step_time_s - start.step_time_s, 3),
+            "targets": [check(ratio, "learner_ratio_to_bare")]}  # fmt: skip
+
+
+# -- elite -------------------------------------------------------------------------------------------------
+
+
+def elite_mode(cfg: Config, spec, capacity: int, lam: float, feature_steps: int, precision: str, repeats: int,
+               progress: Progress) -> dict:  # fmt: skip
+    import torch
+
+    from zrl.bench.elite import Replay, prepare_time, time_learner_step
+
+    torch.manual_seed(0)
+    torch.set_num_threads(cfg.learner.torch_threads or cores())
+    replay = Replay(cfg, spec, capacity, progress=progress)
+    try:
+        b, t = cfg.learner.batch_size, cfg.learner.unroll_length
+        progress(f"learner step: B={b} x T={t}, {cfg.learner.precision}, {repeats} repeats")
+        learner_s = time_learner_step(replay.model, cfg, spec, replay.ring, replay.messages, repeats)
+        torch.set_num_threads(cfg.broker.torch_threads)
+        rows = []
+        for kind in ("elite", "attentive"):
+            progress(f"{kind} batch: n={b}, lambda={lam:g} (pool {round(lam * b)}), F={cfg.model.feature_size}, "
+                     f"feature_steps={feature_steps}, {precision}, {repeats} repeats")  # fmt: skip
+            broker, _ = replay.broker(kind, capacity, lam, feature_steps, precision)
+            prep = prepare_time(broker, repeats)
+            rows.append({"sampler": kind, "prepare_s": round(prep, 4), "ratio_to_learner_step": round(prep / learner_s, 3)})
+    finally:
+        replay.close()
+    return {"batch_size": b, "unroll_length": t, "lambda": lam, "feature_size": cfg.model.feature_size,
+            "capacity": capacity, "feature_steps": feature_steps, "precision": precision,
+            "broker_threads": cfg.broker.torch_threads, "learner_step_s": round(learner_s, 4), "rows": rows,
+            "targets": [check(rows[0]["ratio_to_learner_step"], "elite_prepare_to_learner_step", lower_is_better=True)]}
+
+
+# -- pipeline ----------------------------------------------------------------------------------------------
+
+SECTIONS = {
+    "workers": ("env_step", "inference", "ring_write", "send", "weights_wait"),
+    "broker": ("broker_insert", "broker_sample"),
+    "learner": ("learner_wait", "learner_gather", "learner_step", "learner_publish"),
+}
+IDLE = {"weights_wait", "learner_wait"}  # waiting, not working
+
+
+LAUNCH = "import sys; sys.argv[0] = 'zrl-launch'; from zrl.cli import launch_main; launch_main()"
+
+
+def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, warmup: float, sets: list[str]) -> dict:
+    """The real zrl-launch for warm-up + seconds (run.max_seconds); figures from its metrics.csv after the warm-up."""
+    with tempfile.TemporaryDirectory(prefix="zrl-bench-") as tmp:
+        cmd = [sys.executable, "-c", LAUNCH, "--workers", str(workers), "--envs-per-worker", str(envs),
+               "--set", "run.log_interval_s=1.0", "--set", "run.max_env_frames=1000000000000", "--set",
+               "run.checkpoint_every_steps=0", "--set", f"run.max_seconds={warmup + seconds}", "--quiet"]  # fmt: skip
+        if config_path:
+            cmd += ["--config", str(Path(config_path).resolve())]
+        for item in sets:
+            cmd += ["--set", item]
+        done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=warmup + seconds + 300)
+        if done.returncode != 0:
+            raise RuntimeError(f"zrl-launch exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
+        with open(next(Path(tmp).glob("results/*/metrics.csv"))) as fh:
+            rows = list(csv.DictReader(fh))
+    rows = [r for r in rows if r["time_env_step_s"]]  # the workers have reported
+    if len(rows) < 2 or float(rows[-1]["elapsed_s"]) < warmup:
+        raise RuntimeError("the run gave too few metrics rows after its start-up; give more --seconds or --warmup")
+    first = max((r for r in rows[:-1] if float(r["elapsed_s"]) <= warmup), key=lambda r: float(r["elapsed_s"]),
+                default=rows[0])  # fmt: skip
+    last = rows[-1]
+    window = float(last["elapsed_s"]) - float(first["elapsed_s"])
+    delta = lambda col: (float(last[col] or 0) - float(first[col] or 0))  # noqa: E731
+    times = {s: round(delta(f"time_{s}_s") / window, 4) for group in SECTIONS.values() for s in group}
+    steps = delta("learner_step")
+    return {"workers": workers, "envs_per_worker": envs, "window_s": round(window, 1),
+            "frames_per_s": round(delta("env_frames") / window, 1), "learner_steps_per_s": round(steps / window, 3),
+            "policy_lag": float(last["policy_lag"] or 0), "seconds_per_second": times}  # fmt: skip
+
+
+def bottleneck(result: dict) -> tuple[str, str]:
+    """Which role limits the pipeline, and its busiest section, from each role's share of its time."""
+    per = result["seconds_per_second"]
+    n = result["workers"]
+    learner_busy = sum(per[s] for s in SECTIONS["learner"] if s not in IDLE)
+    learner_idle = per["learner_wait"] / max(1e-9, learner_busy + per["learner_wait"])
+    broker_busy = sum(per[s] for s in SECTIONS["broker"])
+    if learner_idle < 0.10:
+        section = max((s for s in SECTIONS["learner"] if s not in IDLE), key=per.get)
+        return "learner", section
+    if broker_busy > 0.8:
+        return "broker", max(SECTIONS["broker"], key=per.get)
+    section = max((s for s in SECTIONS["workers"] if s not in IDLE), key=per.get)
+    return f"workers ({n})", section
+
+
+def pipeline_mode(config_path: str | None, sets: list[str], workers: int, envs: int, seconds: float, warmup: float,
+                  progress: Progress) -> dict:  # fmt: skip
+    progress(f"pipeline: zrl-launch {workers} workers x {envs} envs, {warmup:g} s warm-up + {seconds:g} s")
+    result = pipeline(config_path, workers, envs, seconds, warmup, sets)
+    role, section = bottleneck(result)
+    result["bottleneck"] = {"role": role, "section": section}
+    return result
+
+
+def suggest(config_path: str | None, sets: list[str], seconds: float, warmup: float, progress: Progress,
+            workers: list[int] | None = None, envs: list[int] | None = None) -> dict:  # fmt: skip
+    """Short pipeline runs over a small grid (by default half, all and twice the cores x 2, 4, 8 envs); the best
+    is the one whose learner trains the most per second (frames produced break ties)."""
+    c = cores()
+    grid = [(w, m) for w in (workers or sorted({max(1, c // 2), c, 2 * c})) for m in (envs or (2, 4, 8))]
+    rows = []
+    for i, (w, m) in enumerate(grid, 1):
+        progress(f"[{i}/{len(grid)}] {w} workers x {m} envs")
+        rows.append(pipeline(config_path, w, m, seconds, warmup, sets))
+    best = max(rows, key=lambda r: (r["learner_steps_per_s"], r["frames_per_s"]))
+    return {"rows": rows, "best": {"workers": best["workers"], "envs_per_worker": best["envs_per_worker"]}}

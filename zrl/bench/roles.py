@@ -1,0 +1,164 @@
+"""A pipeline's rings, sockets and role processes, started as zrl-launch starts them but without a run
+folder, CSV files or supervision: what zrl-bench's sampling and learner modes measure.
+
+Without a learner the bench process itself serves the initial weights (a fixed policy). Workers have their
+own stop event, so the learner mode can stop them once the replay is full and time the learner alone on it.
+On exit every process is stopped (killed after a grace period), every ring unlinked and the socket folder
+removed, whatever happened.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import zmq
+
+from zrl import envs, protocol, transport
+from zrl.config import Config
+from zrl.launch import PRIVATE_PREFIX, create_rings, make_ring_spec, sweep_stale
+from zrl.models import build_model, flat_parameters
+from zrl.roles import broker, learner, worker
+from zrl.roles.common import RunWiring
+
+STOP_GRACE_S = 30.0
+
+
+class RoleDied(RuntimeError):
+    """A role process of the benchmarked pipeline exited while it was being measured."""
+
+
+class Pipeline:
+    def __init__(self, cfg: Config, spec: envs.EnvSpec, *, with_learner: bool, workdir: Path) -> None:
+        self.cfg, self.spec, self.with_learner, self.workdir = cfg, spec, with_learner, workdir
+        self.workers: dict[int, protocol.WorkerStats] = {}
+        self.broker: protocol.BrokerStats | None = None
+        self.learner: protocol.LearnerStats | None = None
+        self.procs: dict[str, mp.Process] = {}
+        self.rings: list = []
+        self._socks: list[zmq.Socket] = []
+        self._private: str | None = None
+        self._weights_rep = None
+        self._initial = b""
+        self._zctx: zmq.Context | None = None
+
+    def __enter__(self) -> Pipeline:
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self) -> None:
+        cfg, spec = self.cfg, self.spec
+        sweep_stale()
+        run_id = f"{int(time.time())}{os.urandom(2).hex()}"
+        self._private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{run_id}")
+        ring_spec = make_ring_spec(cfg, spec)
+        create_rings(cfg, ring_spec, run_id, self.rings)
+        endpoints = transport.plan_endpoints(cfg.transport, self._private)
+        self._zctx = zmq.Context()
+        self._stats = self._socket(zmq.PULL, hwm=10_000, bind=endpoints.stats)
+        if not self.with_learner:  # the bench serves a fixed policy: the initial weights
+            torch.manual_seed(cfg.run.seed)
+            model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+            self._initial = protocol.encode_weights(0, 0, flat_parameters(model))
+            self._weights_rep = self._socket(zmq.ROUTER, hwm=256, bind=endpoints.weights_req)
+            self._socket(zmq.PUB, hwm=2, bind=endpoints.weights)
+        wiring = RunWiring(endpoints, tuple(r.name for r in self.rings), ring_spec, spec.frame_shape,
+                           spec.frame_dtype, spec.num_actions, spec.frames_per_step, os.getpid())  # fmt: skip
+        ctx = mp.get_context("spawn")
+        self._stop, self._workers_stop = ctx.Event(), ctx.Event()
+        self.procs["zrl-broker"] = ctx.Process(target=broker.run, args=(cfg, wiring, self._stop), name="zrl-broker")
+        if self.with_learner:
+            self.procs["zrl-learner"] = ctx.Process(target=learner.run, name="zrl-learner",
+                                                    args=(cfg, wiring, str(self.workdir), self._stop))  # fmt: skip
+        for i in range(cfg.workers.count):
+            self.procs[f"zrl-worker-{i}"] = ctx.Process(target=worker.run, args=(i, cfg, wiring, self._workers_stop),
+                                                        name=f"zrl-worker-{i}")  # fmt: skip
+        for proc in self.procs.values():
+            proc.start()
+
+    def _socket(self, kind: int, **kwargs) -> zmq.Socket:
+        sock = transport.socket(self._zctx, kind, **kwargs)
+        self._socks.append(sock)
+        return sock
+
+    def watch(self, seconds: float, until=None) -> None:
+        """Take stats messages (and serve weights) for ``seconds``, or until ``until(self)`` is true; RoleDied
+        if a role exits meanwhile."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline and not (until and until(self)):
+            data = transport.recv(self._stats, 50)
+            while data is not None:
+                self._take(data)
+                data = transport.recv(self._stats, 0)
+            while self._weights_rep is not None and self._weights_rep.poll(0, zmq.POLLIN):
+                frames = self._weights_rep.recv_multipart()
+                self._weights_rep.send_multipart([frames[0], self._initial])
+            for name, proc in self.procs.items():
+                stopped = name.startswith("zrl-worker") and self._workers_stop.is_set()
+                if proc.exitcode is not None and not stopped:
+                    raise RoleDied(f"{name} exited with code {proc.exitcode} during the measurement")
+
+    def _take(self, data: bytes) -> None:
+        try:
+            msg = protocol.decode(data)
+        except protocol.ProtocolError:
+            return
+        if isinstance(msg, protocol.WorkerStats):
+            self.workers[msg.worker_id] = msg
+        elif isinstance(msg, protocol.BrokerStats):
+            self.broker = msg
+        elif isinstance(msg, protocol.LearnerStats):
+            self.learner = msg
+
+    def all_reported(self) -> bool:
+        return len(self.workers) == self.cfg.workers.count and self.broker is not None and (
+            self.learner is not None or not self.with_learner
+        )
+
+    def stop_workers(self) -> None:
+        self._workers_stop.set()
+        for name, proc in self.procs.items():
+            if name.startswith("zrl-worker"):
+                proc.join(STOP_GRACE_S)
+
+    def __exit__(self, *_exc) -> None:
+        if self.procs:
+            self._stop.set()
+            self._workers_stop.set()
+            deadline = time.monotonic() + STOP_GRACE_S
+            for proc in self.procs.values():
+                if proc.pid is not None:
+                    proc.join(max(0.1, deadline - time.monotonic()))
+            for proc in self.procs.values():
+                if proc.is_alive():
+                    proc.kill()
+                    proc.join(5)
+        for sock in self._socks:
+            sock.close()
+        if self._zctx is not None:
+            self._zctx.term()
+        for ring in self.rings:
+            ring.close()
+            ring.unlink()
+        self.rings.clear()
+        if self._private:
+            shutil.rmtree(self._private, ignore_errors=True)
+
+
+def frames_rate(start: dict[int, protocol.WorkerStats], end: dict[int, protocol.WorkerStats]) -> float:
+    """Env frames per second of all workers between two snapshots, each worker timed by its own reports."""
+    total = 0.0
+    for wid, last in end.items():
+        first = start.get(wid)
+        if first is not None and last.time > first.time:
+            total += (last.env_frames - first.env_frames) / (last.time - first.time)
+    return total
