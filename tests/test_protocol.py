@@ -21,6 +21,7 @@ from zrl.protocol import (
     Episode,
     LearnerStats,
     ProtocolError,
+    RoleError,
     Unroll,
     WeightsRequest,
     Credit,
@@ -82,6 +83,7 @@ def make_batch(rng, B=4, T=5, A=6) -> Batch:
 def make_episode(rng) -> Episode:
     return Episode(
         worker_id=3,
+        pid=4321,
         env_index=1,
         raw_return=float(rng.normal() * 100),
         length_frames=4000,
@@ -201,6 +203,8 @@ FACTORIES = {
     "IndexRequest": make_index_request,
     "ReplayIndex": make_replay_index,
     "ReplayIndex-nofeat": lambda rng: make_replay_index(rng, G=0, K=0, F=0),
+    "RoleError": lambda rng: RoleError(role="zrl-worker-1", pid=int(rng.integers(1, 2**22)),
+                                       traceback='Traceback (most recent call last):\n  ...\nRuntimeError: boom\n'),
 }
 
 
@@ -244,7 +248,7 @@ def expect_error(data, *fragments):
 def test_message_types_tuple():
     assert set(MESSAGE_TYPES) == {
         Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest,
-        ReplayIndex,
+        ReplayIndex, RoleError,
     }
     assert len({cls.TAG for cls in MESSAGE_TYPES}) == len(MESSAGE_TYPES)
     assert FORMAT_VERSION == 1
@@ -317,6 +321,7 @@ def test_scalar_coercion_on_construction():
     # numpy scalars and ints-for-floats are normalised to Python types
     e = Episode(
         worker_id=np.int64(1),
+        pid=np.int64(77),
         env_index=np.int32(0),
         raw_return=5,
         length_frames=10,

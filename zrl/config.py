@@ -44,7 +44,7 @@ class RunConfig:
     max_seconds: float = 0.0
     """Wall-clock budget: the run stops in order (exit code 0) after this many seconds; 0: no limit."""
     heartbeat_timeout_s: float = 60.0
-    """A role that reports nothing for this long is declared hung and the run stops."""
+    """A role that reports nothing for this long is declared hung (before its first report it has at least 60 s to start): a worker is killed and restarted, a hung broker or learner stops the run."""
     deterministic: bool = False
     """One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay, and batch_size x publish_every a multiple of envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."""
 
@@ -91,6 +91,10 @@ class WorkersConfig:
     """Actor/learner balance: per weights version all workers send about this many batches' worth of unrolls (rounded up to whole unrolls per worker), then wait for new weights; 0 runs free."""
     max_weights_wait_s: float = 2.0
     """The longest a throttled worker waits for new weights before it sends another unroll anyway."""
+    max_restarts: int = 3
+    """A worker that dies (or hangs past run.heartbeat_timeout_s) is restarted; one that needs more than this many restarts within workers.restart_window_s stops the run, with its traceback. 0: never restart."""
+    restart_window_s: float = 300.0
+    """The window over which workers.max_restarts counts one worker's restarts."""
     policy: str = "network"
     """How workers act: network (the learner's policy) or uniform (uniformly random actions without running the network; what zrl-bench sampling uses to measure the data path alone)."""
 
@@ -250,7 +254,8 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 # Keys a resumed run may change: how long, how many processes, how often it reports and saves.
 SAFE_ON_RESUME = (
     "run.max_env_frames", "run.log_interval_s", "run.checkpoint_every_steps", "run.checkpoint_every_minutes",
-    "run.keep_checkpoints", "run.heartbeat_timeout_s", "run.max_seconds", "workers.count", "workers.envs_per_worker",
+    "run.keep_checkpoints", "run.heartbeat_timeout_s", "run.max_seconds", "workers.max_restarts",
+    "workers.restart_window_s", "workers.count", "workers.envs_per_worker",
     "workers.torch_threads", "workers.stats_interval_s", "workers.max_weights_wait_s", "learner.device",
     "learner.torch_threads", "broker.torch_threads", "broker.prefetch_batches", "transport.kind",
     "transport.hwm", "transport.poll_timeout_ms",
@@ -369,6 +374,10 @@ def check(cfg: Config) -> None:
     _choice("model.kind", cfg.model.kind, MODEL_KINDS)
     _choice("transport.kind", cfg.transport.kind, TRANSPORT_KINDS)
     _choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
+    if cfg.workers.max_restarts < 0:
+        _fail("workers.max_restarts", f"must be >= 0 (0: a worker that dies stops the run), got {cfg.workers.max_restarts}")
+    if not cfg.workers.restart_window_s > 0:
+        _fail("workers.restart_window_s", f"must be > 0, got {cfg.workers.restart_window_s}")
     if cfg.run.max_seconds < 0:
         _fail("run.max_seconds", f"must be >= 0 (0: no limit), got {cfg.run.max_seconds}")
     if not cfg.env.id:

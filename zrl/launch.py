@@ -33,12 +33,13 @@ from zrl import __version__, checkpoint, envs, protocol, transport
 from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, to_dict
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
-from zrl.roles.common import RunWiring, StartFrom
+from zrl.roles.common import RunWiring, StartFrom, WorkerStart
 
 SHM_PREFIX = "zrl"
 PRIVATE_PREFIX = "zrl-"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
 STOP_GRACE_S = 60.0  # how long an orderly stop waits for the learner's final checkpoint
+STARTUP_GRACE_S = 60.0  # the least time a role has for its first report (imports, env creation, first weights)
 
 log = logging.getLogger("zrl")
 
@@ -161,15 +162,39 @@ def make_run_dir(cfg: Config) -> Path:
     name = cfg.env.id.replace("/", "-")
     stamp = int(time.time())
     base = Path(cfg.run.results_dir)
-    for suffix in [""] + [f"-{i}" for i in range(1, 100)]:
-        path = base / f"{name}_{stamp}{suffix}"
-        try:
-            path.mkdir()
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for suffix in [""] + [f"-{i}" for i in range(1, 100)]:
+            path = base / f"{name}_{stamp}{suffix}"
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
             (path / "checkpoints").mkdir()
             return path
-        except FileExistsError:
-            continue
+    except OSError as err:
+        raise ConfigError(f"run.results_dir: cannot make a run folder in {base} ({err.strerror or err}); give a "
+                          "folder you can write with --set run.results_dir=PATH") from None  # fmt: skip
     raise ConfigError(f"run.results_dir: could not make a new run folder under {base}")
+
+
+def checkpoint_bytes(cfg: Config, spec: envs.EnvSpec) -> int:
+    """About what one checkpoint takes: the weights and two optimiser moments of each, plus a margin."""
+    from zrl.models import build_model
+
+    model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+    return int(sum(p.numel() for p in model.parameters()) * 4 * 3 * 1.1) + 1_000_000
+
+
+def check_room(folder: Path, need: int) -> None:
+    """ConfigError when ``folder``'s disk has less than ``need`` bytes free (checked at start, so that a run does
+    not train for hours toward a checkpoint that cannot be written)."""
+    existing = next(p for p in (folder.resolve(), *folder.resolve().parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise ConfigError(f"run.results_dir: {folder} has {free / 1e6:.0f} MB free, and this run's checkpoints need "
+                          f"about {need / 1e6:.0f} MB; free some space or give another folder with "
+                          "--set run.results_dir=PATH")  # fmt: skip
 
 
 @dataclass
@@ -185,6 +210,8 @@ class Tally:
     best_return: float = float("-inf")
     last_checkpoint: str = ""
     last_seen: dict[str, float] = field(default_factory=dict)
+    worker_restarts: int = 0
+    stats_errors: int = 0  # stats-channel messages dropped as malformed or not from this run's roles
     _last_interval: dict | None = None
 
     @property
@@ -266,6 +293,12 @@ class Launcher:
         self.sample_calls = sample_calls
         self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
         self.stop_reason = "budget reached"
+        self.restarts: dict[int, deque] = {}  # each worker's restart times within the window
+        self.generations: dict[int, int] = {}
+        self.reported: set[str] = set()  # roles that have sent something since they (re)started
+        self.tracebacks: dict[str, str] = {}  # the last traceback each role sent as it died
+        self.pids: dict[str, int] = {}  # each role's current process
+        self.retired: set[int] = set()  # the processes of replaced workers
 
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -278,6 +311,9 @@ class Launcher:
     def run(self) -> int:
         cfg = self.cfg
         segments, folders = sweep_stale()
+        # the periodic checkpoints kept, best.pt and one being written
+        need = checkpoint_bytes(cfg, self.spec) * (cfg.run.keep_checkpoints + 2)
+        check_room(self.resume_dir or Path(cfg.run.results_dir), need)
         run_dir = self.resume_dir or make_run_dir(cfg)
         self.run_dir = run_dir
         lock = self.lock or RunLock(run_dir)
@@ -348,19 +384,13 @@ class Launcher:
             procs["zrl-broker"] = mp_ctx.Process(target=broker.run, args=(cfg, wiring, stop_event), name="zrl-broker")
             procs["zrl-learner"] = mp_ctx.Process(target=learner.run, name="zrl-learner",
                                                   args=(cfg, wiring, str(run_dir), stop_event, self.start))  # fmt: skip
+            self._new_worker = lambda i, start: mp_ctx.Process(target=worker.run, name=f"zrl-worker-{i}",
+                                                               args=(i, cfg, wiring, stop_event, start))  # fmt: skip
             for i in range(cfg.workers.count):
-                procs[f"zrl-worker-{i}"] = mp_ctx.Process(target=worker.run, args=(i, cfg, wiring, stop_event),
-                                                          name=f"zrl-worker-{i}")  # fmt: skip
+                procs[f"zrl-worker-{i}"] = self._new_worker(i, WorkerStart())
             start = time.monotonic()
             for name, proc in procs.items():
-                # Children start with SIGINT ignored, so a Ctrl-C while they import is the launcher's alone.
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                try:
-                    proc.start()
-                finally:
-                    signal.signal(signal.SIGINT, self._on_signal)
-                self.tally.last_seen[name] = start
-                log.info("started %s, pid %d", name, proc.pid)
+                self._start(name, proc, start)
             code = self._supervise(procs, stats_sock, episodes, metrics, start)
             self._say_line("")
             reason = self.stop_reason if code == EXIT_OK else "interrupted" if code in (EXIT_SIGINT, EXIT_SIGTERM) else "error"
@@ -409,13 +439,18 @@ class Launcher:
             if self.signals:  # after the drain: a process-group SIGTERM may already have stopped children
                 return EXIT_SIGINT if self.signals[0] == signal.SIGINT else EXIT_SIGTERM
             now = time.monotonic()
-            for name, proc in procs.items():
-                if proc.exitcode is not None:
-                    self._error(f"{name} exited unexpectedly with code {proc.exitcode}")
-                    return EXIT_FAILED
-                if now - self.tally.last_seen[name] > cfg.run.heartbeat_timeout_s:
-                    self._error(f"{name} sent nothing for {cfg.run.heartbeat_timeout_s:g} s (hung?)")
-                    return EXIT_FAILED
+            for name, proc in list(procs.items()):
+                silent = now - self.tally.last_seen[name]
+                timeout = cfg.run.heartbeat_timeout_s if name in self.reported else max(
+                    cfg.run.heartbeat_timeout_s, STARTUP_GRACE_S)  # fmt: skip
+                if proc.exitcode is None and silent <= timeout:
+                    continue
+                why = (f"exited with code {proc.exitcode}" if proc.exitcode is not None
+                       else f"sent nothing for {silent:.0f} s (hung)")  # fmt: skip
+                if name.startswith("zrl-worker") and self._restart(procs, name, why, now):
+                    continue
+                self._died(name, why)
+                return EXIT_FAILED
             if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
                 self._write_metrics(metrics, now - start, 0.0, 0.0)
@@ -431,6 +466,81 @@ class Launcher:
                 log.info(line)
                 self._say_line(line)
                 next_report = now + cfg.run.log_interval_s
+
+    @staticmethod
+    def _sender(msg) -> str | None:
+        """The role a stats-channel message says it is from; None for a message that has no business there."""
+        if isinstance(msg, (protocol.Episode, protocol.WorkerStats)):
+            return f"zrl-worker-{msg.worker_id}"
+        if isinstance(msg, protocol.BrokerStats):
+            return "zrl-broker"
+        if isinstance(msg, protocol.LearnerStats):
+            return "zrl-learner"
+        if isinstance(msg, protocol.RoleError):
+            return msg.role
+        return None
+
+    def _seen(self, name: str, now: float) -> None:
+        self.tally.last_seen[name] = now
+        self.reported.add(name)
+
+    def _start(self, name: str, proc: mp.Process, now: float) -> None:
+        # Children start with SIGINT ignored, so a Ctrl-C while they import is the launcher's alone.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc.start()
+        finally:
+            signal.signal(signal.SIGINT, self._on_signal)
+        self.tally.last_seen[name] = now
+        self.reported.discard(name)
+        if name in self.pids:
+            self.retired.add(self.pids[name])
+        self.pids[name] = proc.pid
+        log.info("started %s, pid %d", name, proc.pid)
+
+    def _restart(self, procs: dict, name: str, why: str, now: float) -> bool:
+        """Replace a dead or hung worker with a new one on the same ring, unless it has needed too many restarts
+        lately (or the run is deterministic, which a restart would break); False then."""
+        cfg = self.cfg
+        wid = int(name.rsplit("-", 1)[1])
+        times = self.restarts.setdefault(wid, deque())
+        times.append(now)
+        while times and now - times[0] > cfg.workers.restart_window_s:
+            times.popleft()
+        if cfg.run.deterministic or len(times) > cfg.workers.max_restarts:
+            return False
+        old = procs[name]
+        if old.exitcode is None:  # hung: it goes first
+            old.kill()
+            old.join(10)
+        generation = self.generations[wid] = self.generations.get(wid, 0) + 1
+        stats = self.tally.workers.get(wid)
+        procs[name] = self._new_worker(wid, WorkerStart(generation, stats.env_frames if stats else 0))
+        self._start(name, procs[name], now)
+        self.tally.worker_restarts += 1
+        text = (f"{name} {why}; restarted it with the current weights (restart {len(times)} of "
+                f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)")  # fmt: skip
+        log.warning(text)
+        if name in self.tracebacks:
+            log.warning("%s's traceback:\n%s", name, self.tracebacks.pop(name))
+        self._say_line("")
+        self._say(text)
+        return True
+
+    def _died(self, name: str, why: str) -> None:
+        """Say what died, why, its traceback when it sent one, and how to go on."""
+        cfg = self.cfg
+        if name.startswith("zrl-worker"):
+            if cfg.run.deterministic:
+                why += "; a deterministic run does not restart workers"
+            else:
+                why += (f"; that is more than workers.max_restarts = {cfg.workers.max_restarts} restarts within "
+                        f"workers.restart_window_s = {cfg.workers.restart_window_s:g} s")  # fmt: skip
+        latest = checkpoint.latest(self.run_dir / "checkpoints")
+        hint = (f"the last checkpoint is {latest}; continue with: zrl-launch --resume {self.run_dir}" if latest
+                else "no checkpoint was written yet")  # fmt: skip
+        tb = self.tracebacks.get(name)
+        self._error(f"{name} {why}; the run stopped ({hint})" + (f"\n{name}'s traceback:\n{tb.rstrip()}" if tb else ""))
 
     def _budget_reached(self) -> bool:
         """Frames played reach run.max_env_frames; in a deterministic run, frames trained do."""
@@ -454,13 +564,20 @@ class Launcher:
                 log.warning("%s did not stop within %.0f s", name, grace)
 
     def _take(self, data: bytes, episodes: CsvLog) -> None:
+        t = self.tally
         try:
             msg = protocol.decode(data)
+            role = self._sender(msg)
+            if self.pids.get(role) != msg.pid:  # only the processes this launcher started report
+                if msg.pid in self.retired:
+                    return  # late news from a worker that has been replaced
+                raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not {role or 'a role'} of this run")
         except protocol.ProtocolError as err:
-            log.warning("dropped a malformed stats message: %s", err)
+            t.stats_errors += 1
+            if t.stats_errors <= 10:  # counted in metrics.csv; logged only at first
+                log.warning("dropped a malformed stats message: %s", err)
             return
         now = time.monotonic()
-        t = self.tally
         if isinstance(msg, protocol.Episode):
             t.episodes += 1
             t.returns.append(msg.raw_return)
@@ -468,16 +585,19 @@ class Launcher:
                             "length_env_steps": msg.length_env_steps, "env_frames": t.env_frames,
                             "wall_time": f"{msg.wall_time:.3f}", "worker_id": msg.worker_id,
                             "env_index": msg.env_index})  # fmt: skip
-            t.last_seen[f"zrl-worker-{msg.worker_id}"] = now
+            self._seen(f"zrl-worker-{msg.worker_id}", now)
+        elif isinstance(msg, protocol.RoleError):
+            self.tracebacks[msg.role] = msg.traceback
+            log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, msg.traceback.rstrip())
         elif isinstance(msg, protocol.WorkerStats):
             t.workers[msg.worker_id] = msg
-            t.last_seen[f"zrl-worker-{msg.worker_id}"] = now
+            self._seen(f"zrl-worker-{msg.worker_id}", now)
         elif isinstance(msg, protocol.BrokerStats):
             t.broker = msg
-            t.last_seen["zrl-broker"] = now
+            self._seen("zrl-broker", now)
         elif isinstance(msg, protocol.LearnerStats):
             t.learner = msg
-            t.last_seen["zrl-learner"] = now
+            self._seen("zrl-learner", now)
             if msg.checkpoint_path and msg.checkpoint_path != t.last_checkpoint:
                 t.last_checkpoint = msg.checkpoint_path
                 self._maybe_best(Path(msg.checkpoint_path))
@@ -525,7 +645,8 @@ class Launcher:
         t = self.tally
         row: dict = {"wall_time": f"{time.time():.3f}", "elapsed_s": round(elapsed, 3), "env_frames": t.env_frames,
                      "frames_per_s": fps, "samples_per_s": sps, "episodes": t.episodes,
-                     "mean_return_100": t.mean_return()}  # fmt: skip
+                     "mean_return_100": t.mean_return(), "worker_restarts": t.worker_restarts,
+                     "stats_decode_errors": t.stats_errors}  # fmt: skip
         if t.workers:
             versions = [w.policy_version for w in t.workers.values()]
             row.update(worker_policy_version_min=min(versions), worker_policy_version_max=max(versions),

@@ -17,7 +17,8 @@ METRIC_COLUMNS = (
     "units_dropped_torn", "learner_wait_fraction", "learner_step_s", "broker_prepare_s", "broker_feature_s",
     "elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min", "elite_distance_max",
     "unrolls_received", "unrolls_dropped_stale", "unrolls_dropped_full", "seq_gaps", "decode_errors",
-    "replay_size", "replay_sizes", "ready_batches", "episodes", "mean_return_100",
+    "replay_size", "replay_sizes", "ready_batches", "episodes", "mean_return_100", "worker_restarts",
+    "stats_decode_errors",
 ) + tuple(f"time_{section}_s" for section in (
     "env_step", "inference", "ring_write", "send", "weights_wait", "broker_insert", "broker_sample",
     "broker_features", "learner_wait", "learner_gather", "learner_step", "learner_publish",

@@ -54,6 +54,7 @@ __all__ = [
     "BrokerStats",
     "LearnerStats",
     "WeightsRequest",
+    "RoleError",
     "decode",
     "encode_weights",
     "decode_weights",
@@ -350,6 +351,7 @@ class Episode(_Message):
     """worker -> launcher: one finished episode."""
 
     worker_id: int = _int()
+    pid: int = _int()  # the sender's, which the launcher checks against the worker it started
     env_index: int = _int()
     raw_return: float = _float()
     length_frames: int = _int()
@@ -474,6 +476,19 @@ class ReplayIndex(_Message):
     features: np.ndarray = _array("float32", ("G", "K", "F"), allow_empty=True)  # at the compared steps
 
 
+@_message("role_error")
+@dataclass(frozen=True, slots=True)
+class RoleError(_Message):
+    """role -> launcher (on the stats channel), as the role dies of an exception: its traceback, which the
+    launcher logs, and shows when the failure stops the run."""
+
+    role: str = _str()
+    pid: int = _int()
+    traceback: str = _str()  # at most the last TRACEBACK_CHARS characters
+
+
+TRACEBACK_CHARS = 16_000
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Unroll,
     Batch,
@@ -485,11 +500,13 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Credit,
     IndexRequest,
     ReplayIndex,
+    RoleError,
 )
 assert set(MESSAGE_TYPES) == set(_REGISTRY.values())
 
 Message = Union[
-    Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest, ReplayIndex
+    Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest, ReplayIndex,
+    RoleError,
 ]
 
 

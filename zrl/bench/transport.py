@@ -41,8 +41,9 @@ def _ring_writer(name: str, spec: RingSpec, envs: int, unroll: int, seconds: flo
     room = spec.capacity - 2 * unroll
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        while ring.head - read_upto.value >= room:  # never lap the reader: every slot written is read
+        if ring.head - read_upto.value >= room:  # never lap the reader: every slot written is read
             time.sleep(0)
+            continue
         ring.write(frame=block, episode_step=steps)
     ring.close()
 
@@ -122,14 +123,30 @@ def unroll_message(envs: int, unroll: int, actions: int) -> protocol.Unroll:
 
 
 def _pusher(endpoint: str, envs: int, unroll: int, actions: int, seconds: float, hwm: int) -> None:
-    msg = unroll_message(envs, unroll, actions)
+    # Encoded once: the sender stands for many workers, each of which encodes its own (timed apart, encode_us),
+    # so that on a small machine the sender does not take the receiver's core.
+    data = unroll_message(envs, unroll, actions).encode()
     ctx = zmq.Context()
     sock = transport.socket(ctx, zmq.PUSH, hwm=hwm, connect=endpoint)
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
-        transport.send(sock, msg.encode(), 1000)  # encoded every time, as a worker does
+        transport.send(sock, data, 1000)
     sock.close()
     ctx.term()
+
+
+def codec_us(envs: int, unroll: int, actions: int, repeats: int = 20_000) -> tuple[float, float]:
+    """Microseconds to encode and to decode one index message, in this process."""
+    msg = unroll_message(envs, unroll, actions)
+    data = msg.encode()
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        msg.encode()
+    t1 = time.perf_counter()
+    for _ in range(repeats):
+        protocol.decode(data)
+    t2 = time.perf_counter()
+    return (t1 - t0) / repeats * 1e6, (t2 - t1) / repeats * 1e6
 
 
 def _echo(endpoint: str, count: int) -> None:
@@ -147,9 +164,10 @@ def _echo(endpoint: str, count: int) -> None:
 
 
 def index_messages(cfg: Config, actions: int, seconds: float, round_trips: int = 2000) -> dict:
-    """Unroll messages from another process into a PULL socket, each decoded by the schema; then the round trip
-    of a small message and its reply, each decoded."""
+    """Unroll messages from another process into a PULL socket, each decoded by the schema as the broker does;
+    then the round trip of a small message and its reply, each decoded."""
     envs, unroll = cfg.workers.envs_per_worker, cfg.learner.unroll_length
+    encode_us, decode_us = codec_us(envs, unroll, actions)
     ctx = mp.get_context("spawn")
     zctx = zmq.Context()
     with private_dir() as folder:
@@ -199,6 +217,7 @@ def index_messages(cfg: Config, actions: int, seconds: float, round_trips: int =
             zctx.term()
     times.sort()
     return {"message_bytes": size, "envs": envs, "unroll_length": unroll, "messages_per_s": round(rate, 1),
+            "encode_us": round(encode_us, 2), "decode_us": round(decode_us, 2),
             "decode_errors": errors, "round_trip_us_median": round(statistics.median(times) * 1e6, 1),
             "round_trip_us_p99": round(times[int(0.99 * len(times))] * 1e6, 1)}  # fmt: skip
 

@@ -31,7 +31,7 @@ from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.store import Unit
-from zrl.roles.common import Every, RunWiring, should_stop, start_role, wait_for_weights
+from zrl.roles.common import Every, RunWiring, crash_report, should_stop, start_role, wait_for_weights
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
@@ -43,6 +43,25 @@ def units_of(msg: protocol.Unroll) -> list[Unit]:
              msg.discounts[i], msg.behaviour_logits[i], msg.behaviour_values[i])
         for i in range(msg.num_envs)
     ]  # fmt: skip
+
+
+def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
+    """Why a well-formed unroll message cannot be from this run's workers (a forged or damaged message), or None.
+    The schema checks types and shapes; this checks them against the run."""
+    if not 0 <= msg.worker_id < cfg.workers.count:
+        return f"worker_id {msg.worker_id} is not one of the {cfg.workers.count} workers"
+    m, t = cfg.workers.envs_per_worker, cfg.learner.unroll_length
+    if (msg.num_envs, msg.length) != (m, t):
+        return f"{msg.num_envs} envs x {msg.length} steps, not {m} x {t}"
+    if msg.behaviour_logits.shape[2] != num_actions or not (0 <= msg.actions.min() and msg.actions.max() < num_actions):
+        return f"actions outside the {num_actions} of this env"
+    if msg.features.size and msg.features.shape[2] != cfg.model.feature_size:
+        return f"features of {msg.features.shape[2]}, not model.feature_size {cfg.model.feature_size}"
+    if msg.first_frame < 0 or msg.policy_version < 0:
+        return "a negative frame number or policy version"
+    if not all(np.isfinite(a).all() for a in (msg.rewards, msg.behaviour_logits, msg.behaviour_values)):
+        return "non-finite rewards, logits or values"
+    return None
 
 
 def make_batch(batch_id: int, units: list[Unit], replay_index: list[int] | None = None, env_frames: int = 0) -> protocol.Batch:
@@ -276,6 +295,11 @@ class Broker:
 
 def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
+    with crash_report("zrl-broker", wiring):
+        _run(cfg, wiring, stop_event)
+
+
+def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     torch.set_num_threads(cfg.broker.torch_threads)
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
     scorer = FeatureScorer(cfg, wiring, rings) if needs_features(cfg) else None
@@ -347,8 +371,12 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 data = transport.recv(unrolls, 0)
                 if data is None:
                     break
-                if (msg := decoded(data, protocol.Unroll)) is not None:
-                    broker.insert(msg)
+                if (msg := decoded(data, protocol.Unroll)) is None:
+                    continue
+                if misfit(msg, cfg, wiring.num_actions) is not None:
+                    decode_errors += 1
+                    continue
+                broker.insert(msg)
             insert_time += time.perf_counter() - t0
             while credits > 0:
                 latest_weights()

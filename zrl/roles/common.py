@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +37,34 @@ class RunWiring:
     env_frames_start: int = 0  # env frames of the run before this launch (resume)
     sample_calls: tuple[int, ...] = ()  # each replay's sample calls before this launch (elite lambda annealing)
     replay_from: str = ""  # deterministic resume: the checkpoint whose trained actions the worker plays again first
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """A worker's place in the run: ``generation`` counts its restarts (its envs are seeded anew each time)
+    and ``env_frames`` is what it had played before, so that its counts go on."""
+
+    generation: int = 0
+    env_frames: int = 0
+
+
+@contextlib.contextmanager
+def crash_report(role: str, wiring: RunWiring):
+    """Run a role's body; if it dies of an exception, send its traceback to the launcher first (best effort,
+    on a socket of its own, since the role's sockets are closed by then), then let the exception go on."""
+    try:
+        yield
+    except Exception:
+        text = traceback.format_exc()[-protocol.TRACEBACK_CHARS :]
+        ctx = zmq.Context()
+        try:
+            sock = transport.socket(ctx, zmq.PUSH, hwm=10, connect=wiring.endpoints.stats)
+            sock.setsockopt(zmq.LINGER, 2000)  # long enough for the message to leave
+            transport.send_nowait(sock, protocol.RoleError(role=role, pid=os.getpid(), traceback=text).encode())
+            sock.close()
+        finally:
+            ctx.term()
+        raise
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from zrl.algos.losses import vtrace_loss
 from zrl.config import AlgoConfig, Config, LearnerConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
-from zrl.roles.common import RunWiring, StartFrom, should_stop, start_role
+from zrl.roles.common import RunWiring, StartFrom, crash_report, should_stop, start_role
 
 
 def resolve_device(name: str) -> torch.device:
@@ -176,6 +176,11 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 
 def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFrom | None = None) -> None:
     start_role("zrl-learner", wiring.launcher_pid)
+    with crash_report("zrl-learner", wiring):
+        _run(cfg, wiring, run_dir, stop_event, start)
+
+
+def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFrom | None) -> None:
     if cfg.learner.torch_threads:
         torch.set_num_threads(cfg.learner.torch_threads)
     deterministic = cfg.run.deterministic

@@ -23,11 +23,16 @@ from zrl.config import Config, needs_features, unrolls_per_version
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
-from zrl.roles.common import Every, RunWiring, should_stop, start_role, wait_for_weights
+from zrl.roles.common import Every, RunWiring, WorkerStart, crash_report, should_stop, start_role, wait_for_weights
 
 
-def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
+def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
     start_role(f"zrl-worker-{worker_id}", wiring.launcher_pid)
+    with crash_report(f"zrl-worker-{worker_id}", wiring):
+        _run(worker_id, cfg, wiring, stop_event, start)
+
+
+def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart) -> None:
     torch.set_num_threads(cfg.workers.torch_threads)
     m = cfg.workers.envs_per_worker
     t_len = cfg.learner.unroll_length
@@ -37,8 +42,9 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
 
     # A resumed run (env_frames_start > 0) plays new episodes, not the first run's again; a deterministic
     # one plays the first run's again, up to where the checkpoint left off (replay_from).
+    # A restarted worker (generation > 0) plays new episodes too.
     deterministic = cfg.run.deterministic
-    offset = 0 if deterministic else wiring.env_frames_start
+    offset = 0 if deterministic else wiring.env_frames_start + 7919 * start.generation
     env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + offset) % 2**31)
     ring = Ring.attach(wiring.ring_names[worker_id], wiring.ring_spec)
     model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, stack_depth, wiring.num_actions)
@@ -75,7 +81,8 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
         no_grad = torch.no_grad()
         uniform = cfg.workers.policy == "uniform"
         frames_per_step = wiring.frames_per_step
-        env_steps = seq = weight_updates = 0
+        env_steps = start.env_frames // wiring.frames_per_step  # a restarted worker's counts go on
+        seq = weight_updates = 0
         timing = {"step": 0.0, "inference": 0.0, "ring_write": 0.0, "send": 0.0, "weights_wait": 0.0}
         max_ahead = unrolls_per_version(cfg)
         max_wait_s = cfg.workers.max_weights_wait_s
@@ -97,7 +104,7 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event) -> None:
             if step.game_over.any():
                 for i in np.flatnonzero(step.game_over) if episodes else ():
                     transport.send_nowait(stats, protocol.Episode(
-                        worker_id=worker_id, env_index=int(i), raw_return=float(episode_return[i]),
+                        worker_id=worker_id, pid=os.getpid(), env_index=int(i), raw_return=float(episode_return[i]),
                         length_frames=int(episode_steps[i]) * frames_per_step,
                         length_env_steps=int(episode_steps[i]), env_frames=env_steps * frames_per_step,
                         wall_time=time.time(),

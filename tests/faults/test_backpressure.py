@@ -1,0 +1,62 @@
+"""A slow learner for 60 s: the broker's and the workers' memory stays flat, and the drop counters rise."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import REPO, command, zrl_processes
+
+SMOKE = REPO / "config" / "smoke.toml"
+
+
+def _last(tmp_path: Path, column: str) -> int:
+    found = list((tmp_path / "results").glob("*/metrics.csv"))
+    if not found:
+        return -1
+    with open(found[0]) as fh:
+        values = [int(float(r[column])) for r in csv.DictReader(fh) if r.get(column)]
+    return values[-1] if values else -1
+
+
+def _uss() -> dict[str, int]:
+    return {" ".join(p.info["cmdline"]): p.memory_full_info().uss for p in zrl_processes()
+            if not " ".join(p.info["cmdline"]).startswith("zrl-learner")}  # fmt: skip
+
+
+def test_a_slow_learner_keeps_memory_bounded_and_counts_what_it_drops(tmp_path, no_leaks):
+    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
+                                    "run.log_interval_s=1.0", "--quiet"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while _last(tmp_path, "learner_step") < 3:
+            assert time.monotonic() < deadline and proc.poll() is None, "the learner never stepped"
+            time.sleep(0.3)
+        time.sleep(5.0)  # the queues fill to their bounds
+        start = _uss()
+        assert len(start) == 3, start  # the broker and two workers
+        dropped = _last(tmp_path, "unrolls_dropped_full") + _last(tmp_path, "unrolls_dropped_stale")
+        (learner,) = [p for p in zrl_processes() if " ".join(p.info["cmdline"]).startswith("zrl-learner")]
+        end = time.monotonic() + 60
+        while time.monotonic() < end:  # the injected delay: the learner runs a tenth of the time
+            learner.suspend()
+            time.sleep(0.9)
+            learner.resume()
+            time.sleep(0.1)
+        after = _uss()
+        time.sleep(2.0)
+        dropped_after = _last(tmp_path, "unrolls_dropped_full") + _last(tmp_path, "unrolls_dropped_stale")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    for role, uss in start.items():
+        assert after[role] <= 1.15 * uss, f"{role}: USS grew from {uss / 1e6:.0f} to {after[role] / 1e6:.0f} MB"
+    assert dropped_after > dropped, (dropped, dropped_after)

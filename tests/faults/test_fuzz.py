@@ -1,0 +1,124 @@
+"""Garbage at every PULL socket of a live run: random bytes, real messages with flipped bits, well-formed
+messages that no role of this run could have sent. Each is a counted protocol error; the run goes on."""
+
+from __future__ import annotations
+
+import csv
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import zmq
+
+from conftest import REPO, command, zrl_processes
+from zrl import protocol
+
+SMOKE = REPO / "config" / "smoke.toml"
+MESSAGES = 12_000
+
+
+def _rows(tmp_path: Path) -> list[dict]:
+    found = list((tmp_path / "results").glob("*/metrics.csv"))
+    if not found:
+        return []
+    with open(found[0]) as fh:
+        return list(csv.DictReader(fh))
+
+
+def _last(tmp_path: Path, column: str) -> int:
+    values = [int(float(r[column])) for r in _rows(tmp_path) if r.get(column)]
+    return values[-1] if values else -1
+
+
+def _forgeries(rng: np.random.Generator) -> list[bytes]:
+    """Well-formed messages that do not fit the run (smoke: 2 workers x 2 envs, T = 10, Pong's 6 actions)."""
+    m, t, a = 2, 10, 6
+
+    def unroll(**change) -> bytes:
+        fields = dict(worker_id=0, seq=10**6, policy_version=0, first_frame=0, num_envs=m, length=t, env_frames=0,
+                      actions=np.zeros((m, t), np.int32), rewards=np.zeros((m, t), np.float32),
+                      discounts=np.ones((m, t), np.float32), behaviour_logits=np.zeros((m, t, a), np.float32),
+                      behaviour_values=np.zeros((m, t), np.float32), features=np.zeros((0, 0, 0), np.float32))  # fmt: skip
+        fields.update(change)
+        return protocol.Unroll(**fields).encode()
+
+    bad_logits = np.zeros((m, t, a), np.float32)
+    bad_logits[0, 0, 0] = np.nan
+    return [
+        unroll(worker_id=7),  # no such worker: indexing its ring would crash a careless broker
+        unroll(actions=np.full((m, t), 99, np.int32)),
+        unroll(first_frame=-5),
+        unroll(behaviour_logits=bad_logits),
+        unroll(num_envs=1, actions=np.zeros((1, t), np.int32), rewards=np.zeros((1, t), np.float32),
+               discounts=np.ones((1, t), np.float32), behaviour_logits=np.zeros((1, t, a), np.float32),
+               behaviour_values=np.zeros((1, t), np.float32)),  # fmt: skip
+        protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
+                         env_frames=10**15, wall_time=0.0).encode(),  # fmt: skip
+        protocol.Credit(batches=1).encode(),  # a valid message, but on the stats channel it is no stats
+    ]
+
+
+def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, no_leaks):
+    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
+                                    "run.log_interval_s=0.5", "--quiet"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    ctx = zmq.Context()
+    socks = []
+    try:
+        deadline = time.monotonic() + 120
+        while _last(tmp_path, "learner_step") < 3:
+            assert time.monotonic() < deadline, "the learner never stepped"
+            time.sleep(0.3)
+        (private,) = Path(tempfile.gettempdir()).glob(f"zrl-{proc.pid}-*")
+        for name in ("unrolls", "credits", "stats"):  # the run's bound PULL sockets
+            sock = ctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, 100_000)
+            sock.connect(f"ipc://{private / name}")
+            socks.append(sock)
+        rng = np.random.default_rng(5)
+        seeds = [m for m in _forgeries(rng)]
+        seeds.append(protocol.WorkerStats(worker_id=0, pid=1, time=0.0, env_frames=0, env_steps=0, unrolls_sent=0,
+                                          policy_version=0, weight_updates=0, step_time_s=0.0, inference_time_s=0.0,
+                                          ring_write_time_s=0.0, send_time_s=0.0,
+                                          weights_wait_time_s=0.0).encode())  # fmt: skip
+        step_before = _last(tmp_path, "learner_step")
+        for i in range(MESSAGES):
+            kind = i % 3
+            if kind == 0:  # random bytes, sometimes msgpack-looking
+                data = rng.integers(0, 256, int(rng.integers(0, 300)), dtype=np.uint8).tobytes()
+                if rng.random() < 0.3:
+                    data = b"\x8f" + data
+            elif kind == 1:  # a real or forged message with flipped bits
+                buf = bytearray(seeds[int(rng.integers(0, len(seeds)))])
+                for _ in range(int(rng.integers(1, 4))):
+                    buf[int(rng.integers(0, len(buf)))] ^= 1 << int(rng.integers(0, 8))
+                data = bytes(buf)
+            else:  # a forgery, untouched
+                data = seeds[int(rng.integers(0, len(seeds) - 1))]
+            socks[i % len(socks)].send(data)
+            if i % 500 == 0:
+                time.sleep(0.01)
+        deadline = time.monotonic() + 60
+        while _last(tmp_path, "learner_step") < step_before + 5:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "training stopped after the garbage"
+            time.sleep(0.3)
+        rows = _rows(tmp_path)
+        broker_errors, stats_errors = int(rows[-1]["decode_errors"]), int(rows[-1]["stats_decode_errors"])
+        assert broker_errors > 1000 and stats_errors > 1000, rows[-1]
+        assert int(rows[-1]["worker_restarts"]) == 0 and len(zrl_processes()) == 4
+        assert max(int(float(r["env_frames"])) for r in rows) < 10**12  # forged frame counts were not taken
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=90)
+        assert proc.returncode == 130, err[-3000:]
+    finally:
+        for sock in socks:
+            sock.close()
+        ctx.term()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

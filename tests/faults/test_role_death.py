@@ -1,0 +1,175 @@
+"""Roles that die or hang in the middle of a run: workers are replaced, a crash loop stops the run with its
+traceback, and a dead learner or broker stops it in order with a loadable checkpoint and a way to go on."""
+
+from __future__ import annotations
+
+import csv
+import os
+import random
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import REPO, command, zrl_processes
+from zrl import checkpoint
+
+HERE = Path(__file__).resolve().parent
+SMOKE = REPO / "config" / "smoke.toml"
+CARTPOLE = REPO / "config" / "cartpole.toml"
+
+
+def _launch(tmp_path: Path, *args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(command("zrl-launch", *args), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+
+
+def _rows(tmp_path: Path) -> list[dict]:
+    found = list((tmp_path / "results").glob("*/metrics.csv"))
+    if not found:
+        return []
+    with open(found[0]) as fh:
+        return list(csv.DictReader(fh))
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _learner_step(tmp_path: Path) -> int:
+    steps = [int(r["learner_step"]) for r in _rows(tmp_path) if r["learner_step"]]
+    return steps[-1] if steps else -1
+
+
+def _role(title: str) -> psutil.Process | None:
+    for proc in zrl_processes():
+        if " ".join(proc.info["cmdline"] or []).startswith(title):
+            return proc
+    return None
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, out, err
+
+
+def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path, no_leaks):
+    """SIGKILL a random worker 10 times during a Pong run: 10 restarts are counted, the learner step never goes
+    back, and the run still reaches its frame budget."""
+    proc = _launch(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=400000", "--set",
+                   "workers.max_restarts=20", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
+    rng = random.Random(7)
+    killed = []
+    try:
+        _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
+        for _ in range(10):
+            victim = None
+
+            def pick() -> bool:
+                nonlocal victim
+                alive = [p for p in (_role(f"zrl-worker-{i}") for i in range(2)) if p and p.pid not in killed]
+                victim = rng.choice(alive) if len(alive) == 2 else None
+                return victim is not None
+
+            _wait(pick, 60, "both workers to be running")
+            victim.send_signal(signal.SIGKILL)
+            killed.append(victim.pid)
+            time.sleep(rng.uniform(1.0, 3.0))
+        code, out, err = _finish(proc, 300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, err[-3000:]
+    rows = _rows(tmp_path)
+    assert int(rows[-1]["worker_restarts"]) == 10, rows[-1]
+    steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
+    assert steps == sorted(steps) and steps[-1] > 2
+    frames = [int(r["env_frames"]) for r in rows]
+    assert frames == sorted(frames) and frames[-1] >= 400_000  # a restarted worker's counts go on
+    (run_dir,) = (tmp_path / "results").iterdir()
+    log = (run_dir / "zrl.log").read_text()
+    assert log.count("exited with code -9; restarted it with the current weights") == 10
+
+
+def test_a_crash_loop_stops_the_run_with_the_traceback(tmp_path, no_leaks):
+    """An env that raises at step 5: the worker is restarted workers.max_restarts times, then the run stops
+    with exit code 1 and the env's traceback."""
+    proc = _launch(tmp_path, "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlCrashAtStep5-v0"',
+                   "--workers", "1", "--set", "workers.max_restarts=2", "--quiet")  # fmt: skip
+    code, out, err = _finish(proc, 240)
+    assert code == 1, err[-3000:]
+    assert "zrl-worker-0 exited with code 1" in err and "more than workers.max_restarts = 2 restarts" in err
+    assert "RuntimeError: injected fault at step 5" in err and "zrl-worker-0's traceback:" in err
+    (run_dir,) = (tmp_path / "results").iterdir()
+    log = (run_dir / "zrl.log").read_text()
+    assert log.count("restarted it with the current weights") == 2
+    assert log.count("injected fault at step 5") >= 3  # every crash's traceback is logged
+
+
+def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
+    """SIGSTOP a worker: within the heartbeat timeout it is declared hung, killed and replaced."""
+    proc = _launch(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
+                   "run.heartbeat_timeout_s=4", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
+    try:
+        _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
+        victim = _role("zrl-worker-1")
+        victim.send_signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        _wait(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, 30, "the hung worker's end")
+        detected = time.monotonic() - stopped_at
+        _wait(lambda: _role("zrl-worker-1") is not None and _role("zrl-worker-1").pid != victim.pid, 30,
+              "a new zrl-worker-1")  # fmt: skip
+        before = _learner_step(tmp_path)
+        _wait(lambda: _learner_step(tmp_path) > before + 2, 120, "training to go on")
+        proc.send_signal(signal.SIGINT)
+        code, out, err = _finish(proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130, err[-3000:]
+    assert detected < 4 + 5, detected  # the timeout, plus the launcher's poll and the kill
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert "zrl-worker-1 sent nothing for" in (run_dir / "zrl.log").read_text()
+    assert int(_rows(tmp_path)[-1]["worker_restarts"]) == 1
+
+
+@pytest.mark.parametrize("role", ["zrl-learner", "zrl-broker"])
+def test_a_dead_learner_or_broker_stops_the_run_in_order(tmp_path, no_leaks, role):
+    """SIGKILL the learner, and separately the broker: the run stops within seconds with exit code 1, says
+    what died and how to resume, and leaves a loadable checkpoint."""
+    proc = _launch(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
+                   "run.checkpoint_every_steps=5", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
+    try:
+        _wait(lambda: _learner_step(tmp_path) > 6, 120, "a first checkpoint")
+        _role(role).send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        code, out, err = _finish(proc, 120)
+        took = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 1, err[-3000:]
+    assert took < 30, took
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert f"{role} exited with code -9; the run stopped" in err
+    assert f"continue with: zrl-launch --resume {run_dir.relative_to(tmp_path)}" in err
+    good = next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
+    assert good["learner_step"] >= 5
+    assert not zrl_processes() or all(p.status() == psutil.STATUS_ZOMBIE for p in zrl_processes())
