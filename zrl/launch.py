@@ -98,9 +98,11 @@ def preflight(cfg: Config) -> envs.EnvSpec:
     try:
         results.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"run.results_dir: cannot create {results} ({err.strerror})") from None
+        raise ConfigError(f"run.results_dir: cannot create {results} ({err.strerror}); give a folder you can write "
+                          "with --set run.results_dir=PATH") from None  # fmt: skip
     if not os.access(results, os.W_OK | os.X_OK):
-        raise ConfigError(f"run.results_dir: {results} is not writable")
+        raise ConfigError(f"run.results_dir: {results} is not writable; give a folder you can write with "
+                          "--set run.results_dir=PATH")  # fmt: skip
     return spec
 
 
@@ -568,10 +570,12 @@ class Launcher:
         try:
             msg = protocol.decode(data)
             role = self._sender(msg)
+            if role is None:
+                raise protocol.ProtocolError(f"{type(msg).__name__}: not a stats message")
             if self.pids.get(role) != msg.pid:  # only the processes this launcher started report
                 if msg.pid in self.retired:
                     return  # late news from a worker that has been replaced
-                raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not {role or 'a role'} of this run")
+                raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not {role} of this run")
         except protocol.ProtocolError as err:
             t.stats_errors += 1
             if t.stats_errors <= 10:  # counted in metrics.csv; logged only at first

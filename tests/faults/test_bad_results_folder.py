@@ -14,6 +14,6 @@ def test_an_unwritable_results_folder_is_refused_at_start(tmp_path, no_leaks):
     done = run_command("zrl-launch", "--config", SMOKE, "--set", f'run.results_dir="{blocker}/results"', cwd=tmp_path,
                        timeout=120)  # fmt: skip
     assert done.returncode == 2, done.stderr
-    assert f"run.results_dir: cannot make a run folder in {blocker}/results" in done.stderr
+    assert f"run.results_dir: cannot create {blocker}/results (Not a directory)" in done.stderr
     assert "--set run.results_dir=PATH" in done.stderr and "Traceback" not in done.stderr
     assert zrl_segments() == before and blocker.read_text().startswith("a file")

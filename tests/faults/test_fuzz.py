@@ -103,13 +103,12 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
             if i % 500 == 0:
                 time.sleep(0.01)
         deadline = time.monotonic() + 60
-        while _last(tmp_path, "learner_step") < step_before + 5:
+        while (_last(tmp_path, "learner_step") < step_before + 5 or _last(tmp_path, "decode_errors") < 1000
+               or _last(tmp_path, "stats_decode_errors") < 1000):  # fmt: skip
             assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "training stopped after the garbage"
+            assert time.monotonic() < deadline, f"training stopped, or the errors were not counted: {_rows(tmp_path)[-1]}"
             time.sleep(0.3)
         rows = _rows(tmp_path)
-        broker_errors, stats_errors = int(rows[-1]["decode_errors"]), int(rows[-1]["stats_decode_errors"])
-        assert broker_errors > 1000 and stats_errors > 1000, rows[-1]
         assert int(rows[-1]["worker_restarts"]) == 0 and len(zrl_processes()) == 4
         assert max(int(float(r["env_frames"])) for r in rows) < 10**12  # forged frame counts were not taken
         proc.send_signal(signal.SIGINT)

@@ -114,7 +114,7 @@ def render(mode: str, result: dict) -> str:
         out.append(_table([
             {"learner": f"fed by the broker, B={result['batch_size']} x T={result['unroll_length']}",
              "steps/s": result["fed_steps_per_s"], "samples/s": result["fed_samples_per_s"]},
-            {"learner": "bare PyTorch loop, same batch shape", "steps/s": result["bare_steps_per_s"],
+            {"learner": "bare PyTorch loop, same batch shape (mean of before and after)", "steps/s": result["bare_steps_per_s"],
              "samples/s": result["bare_samples_per_s"]},
         ], ["learner", "steps/s", "samples/s"]))  # fmt: skip
         out.append(f"ratio fed / bare: {result['ratio_to_bare']}")

@@ -197,8 +197,16 @@ def make_vector_env(cfg: EnvConfig, num_envs: int, seed: int) -> VectorEnv:
         return AtariVectorEnv(cfg, rom, num_envs, seed)
     import gymnasium
 
+    module, _, name = cfg.id.rpartition(":")  # "my_package.envs:MyEnv-v0" registers MyEnv-v0 on import
+    if module:
+        import importlib
+
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ConfigError(f"env.id: {cfg.id!r}: cannot import {module} ({err})") from None
     try:
-        gymnasium.spec(cfg.id)
+        gymnasium.spec(name)
     except gymnasium.error.Error as err:
         raise ConfigError(f"env.id: {cfg.id!r} is not a known environment ({err})") from None
     return GymVectorEnv(cfg, num_envs, seed)

@@ -241,7 +241,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
                 protocol.decode(frames[-1])
             except protocol.ProtocolError:
                 continue
-            weights_rep.send_multipart([frames[0], current])
+            weights_rep.send_multipart([frames[0], current], copy=False)
 
     saved_step = -1
 
@@ -288,7 +288,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
         ).encode())  # fmt: skip
 
     try:
-        weights_pub.send(current)
+        weights_pub.send(current, copy=False)
         transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
         step, ages = None, Ages()
         every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
@@ -348,7 +348,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
             if learner_step % lcfg.publish_every == 0:
                 policy_version += 1
                 current = protocol.encode_weights(policy_version, learner_step, flat_parameters(model))
-                weights_pub.send(current)
+                weights_pub.send(current, copy=False)  # zmq keeps the bytes alive until sent
                 timing["publish"] += time.perf_counter() - t3
             by_steps = cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0
             by_time = every_s and time.monotonic() - last_save >= every_s
