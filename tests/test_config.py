@@ -186,7 +186,7 @@ def test_deterministic_mode_needs_one_worker_one_queue_and_whole_unrolls_per_ver
     assert config.unrolls_per_version(cfg) == 2  # exactly what one version trains on: 8 units / 4 envs
     with pytest.raises(ConfigError, match=r"workers.count: 2: run.deterministic needs a single worker"):
         config.load(None, det + ["workers.count=2"])
-    with pytest.raises(ConfigError, match=r"workers.envs_per_worker: 3: .* learner.publish_every \(8\) to be a multiple"):
+    with pytest.raises(ConfigError, match=r"workers.envs_per_worker: 3: .* learner.batch_size \(8\) to be a multiple"):
         config.load(None, det + ["workers.envs_per_worker=3"])
     elite = 'replay=[{"type": "queue", "capacity": 8, "sample_ratio": 0.5}, {"type": "elite", "capacity": 64, "sample_ratio": 0.5}]'
     with pytest.raises(ConfigError, match=r"replay: run.deterministic needs a single queue replay"):

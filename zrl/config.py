@@ -46,7 +46,7 @@ class RunConfig:
     heartbeat_timeout_s: float = 60.0
     """A role that reports nothing for this long is declared hung (before its first report it has at least 60 s to start): a worker is killed and restarted, a hung broker or learner stops the run."""
     deterministic: bool = False
-    """One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay, and batch_size x publish_every a multiple of envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."""
+    """One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay, and learner.batch_size a multiple of workers.envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."""
 
 
 @dataclass(frozen=True)
@@ -412,11 +412,10 @@ def _check_deterministic(cfg: Config) -> None:
         _fail("workers.count", f"{cfg.workers.count}: {why} a single worker (workers.count = 1)")
     if len(cfg.replay) != 1 or cfg.replay[0].type != "queue":
         _fail("replay", f"{why} a single queue replay (sampled replays draw at random, in time with the workers)")
-    per_version = cfg.learner.batch_size * cfg.learner.publish_every
-    if per_version % cfg.workers.envs_per_worker:
-        _fail("workers.envs_per_worker", f"{cfg.workers.envs_per_worker}: {why} learner.batch_size x "
-              f"learner.publish_every ({per_version}) to be a multiple of it, so every weights version trains on "
-              "whole unrolls of the worker")  # fmt: skip
+    if cfg.learner.batch_size % cfg.workers.envs_per_worker:
+        _fail("workers.envs_per_worker", f"{cfg.workers.envs_per_worker}: {why} learner.batch_size "
+              f"({cfg.learner.batch_size}) to be a multiple of it, so that every batch trains on whole unrolls of "
+              "the worker")  # fmt: skip
 
 
 def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:

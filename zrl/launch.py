@@ -33,7 +33,7 @@ from zrl import __version__, checkpoint, envs, protocol, transport
 from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, to_dict
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
-from zrl.roles.common import RunWiring, StartFrom, WorkerStart
+from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart
 
 SHM_PREFIX = "zrl"
 PRIVATE_PREFIX = "zrl-"
@@ -359,7 +359,7 @@ class Launcher:
         rings: list[Ring] = []
         private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{run_id}")
         mp_ctx = mp.get_context("spawn")
-        stop_event = mp_ctx.Event()
+        stop_event = StopFlag(mp_ctx)
         procs: dict[str, mp.Process] = {}
         zctx = zmq.Context()
         stats_sock = None
@@ -447,6 +447,7 @@ class Launcher:
                     cfg.run.heartbeat_timeout_s, STARTUP_GRACE_S)  # fmt: skip
                 if proc.exitcode is None and silent <= timeout:
                     continue
+                self._drain(stats_sock, episodes, 200)  # its last words (a RoleError) may still be on the way
                 why = (f"exited with code {proc.exitcode}" if proc.exitcode is not None
                        else f"sent nothing for {silent:.0f} s (hung)")  # fmt: skip
                 if name.startswith("zrl-worker") and self._restart(procs, name, why, now):
@@ -573,8 +574,11 @@ class Launcher:
             if role is None:
                 raise protocol.ProtocolError(f"{type(msg).__name__}: not a stats message")
             if self.pids.get(role) != msg.pid:  # only the processes this launcher started report
-                if msg.pid in self.retired:
-                    return  # late news from a worker that has been replaced
+                if msg.pid in self.retired:  # late news from a worker that has been replaced
+                    if isinstance(msg, protocol.RoleError):
+                        self.tracebacks[msg.role] = msg.traceback
+                        log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, msg.traceback.rstrip())
+                    return
                 raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not {role} of this run")
         except protocol.ProtocolError as err:
             t.stats_errors += 1

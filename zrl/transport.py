@@ -81,7 +81,7 @@ def recv(sock: zmq.Socket, timeout_ms: int) -> bytes | None:
         return sock.recv(zmq.NOBLOCK)
     except zmq.Again:
         pass
-    if timeout_ms > 0 and sock.poll(timeout_ms, zmq.POLLIN):
+    if timeout_ms != 0 and sock.poll(timeout_ms, zmq.POLLIN):
         try:
             return sock.recv(zmq.NOBLOCK)
         except zmq.Again:
@@ -96,7 +96,7 @@ def send(sock: zmq.Socket, data: bytes, timeout_ms: int) -> bool:
         return True
     except zmq.Again:
         pass
-    if timeout_ms > 0 and sock.poll(timeout_ms, zmq.POLLOUT):
+    if timeout_ms != 0 and sock.poll(timeout_ms, zmq.POLLOUT):
         try:
             sock.send(data, zmq.NOBLOCK, copy=False)
             return True

@@ -295,10 +295,17 @@ def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, w
             cmd += ["--config", str(Path(config_path).resolve())]
         for item in sets:
             cmd += ["--set", item]
-        done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=warmup + seconds + 300)
+        cmd += ["--set", f'run.results_dir="{Path(tmp) / "results"}"']  # last: it wins over the config's
+        try:
+            done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=warmup + seconds + 300)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(f"zrl-launch did not stop within {warmup + seconds + 300:g} s") from None
         if done.returncode != 0:
             raise RuntimeError(f"zrl-launch exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
-        with open(next(Path(tmp).glob("results/*/metrics.csv"))) as fh:
+        found = list(Path(tmp).glob("results/*/metrics.csv"))
+        if not found:
+            raise RuntimeError("zrl-launch wrote no metrics.csv")
+        with open(found[0]) as fh:
             rows = list(csv.DictReader(fh))
     rows = [r for r in rows if r["time_env_step_s"]]  # the workers have reported
     if len(rows) < 2 or float(rows[-1]["elapsed_s"]) < warmup:

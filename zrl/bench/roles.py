@@ -24,7 +24,7 @@ from zrl.config import Config
 from zrl.launch import PRIVATE_PREFIX, create_rings, make_ring_spec, sweep_stale
 from zrl.models import build_model, flat_parameters
 from zrl.roles import broker, learner, worker
-from zrl.roles.common import RunWiring
+from zrl.roles.common import RunWiring, StopFlag
 
 STOP_GRACE_S = 30.0
 
@@ -74,7 +74,7 @@ class Pipeline:
         wiring = RunWiring(endpoints, tuple(r.name for r in self.rings), ring_spec, spec.frame_shape,
                            spec.frame_dtype, spec.num_actions, spec.frames_per_step, os.getpid())  # fmt: skip
         ctx = mp.get_context("spawn")
-        self._stop, self._workers_stop = ctx.Event(), ctx.Event()
+        self._stop, self._workers_stop = StopFlag(ctx), StopFlag(ctx)
         self.procs["zrl-broker"] = ctx.Process(target=broker.run, args=(cfg, wiring, self._stop), name="zrl-broker")
         if self.with_learner:
             self.procs["zrl-learner"] = ctx.Process(target=learner.run, name="zrl-learner",

@@ -55,6 +55,8 @@ def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
         return f"{msg.num_envs} envs x {msg.length} steps, not {m} x {t}"
     if msg.behaviour_logits.shape[2] != num_actions or not (0 <= msg.actions.min() and msg.actions.max() < num_actions):
         return f"actions outside the {num_actions} of this env"
+    if bool(msg.features.size) != needs_features(cfg):
+        return "features sent where no replay needs them, or missing where one does"
     if msg.features.size and msg.features.shape[2] != cfg.model.feature_size:
         return f"features of {msg.features.shape[2]}, not model.feature_size {cfg.model.feature_size}"
     if msg.first_frame < 0 or msg.policy_version < 0:

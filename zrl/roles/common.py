@@ -39,6 +39,21 @@ class RunWiring:
     replay_from: str = ""  # deterministic resume: the checkpoint whose trained actions the worker plays again first
 
 
+class StopFlag:
+    """The launcher's stop request, shared with the roles: one byte of shared memory, read and written without a
+    lock, so that a role killed at any instant cannot leave it held (as a killed reader can an mp.Event's lock,
+    which would then block the launcher's own stop)."""
+
+    def __init__(self, ctx) -> None:
+        self._flag = ctx.RawValue(ctypes.c_bool, False)
+
+    def set(self) -> None:
+        self._flag.value = True
+
+    def is_set(self) -> bool:
+        return bool(self._flag.value)
+
+
 @dataclass(frozen=True)
 class WorkerStart:
     """A worker's place in the run: ``generation`` counts its restarts (its envs are seeded anew each time)
@@ -55,15 +70,19 @@ def crash_report(role: str, wiring: RunWiring):
     try:
         yield
     except Exception:
-        text = traceback.format_exc()[-protocol.TRACEBACK_CHARS :]
-        ctx = zmq.Context()
+        text = traceback.format_exc()[-protocol.TRACEBACK_CHARS :].encode("utf-8", "replace").decode("utf-8")
         try:
+            message = protocol.RoleError(role=role, pid=os.getpid(), traceback=text).encode()
+            ctx = zmq.Context()
             sock = transport.socket(ctx, zmq.PUSH, hwm=10, connect=wiring.endpoints.stats)
-            sock.setsockopt(zmq.LINGER, 2000)  # long enough for the message to leave
-            transport.send_nowait(sock, protocol.RoleError(role=role, pid=os.getpid(), traceback=text).encode())
-            sock.close()
-        finally:
-            ctx.term()
+            try:
+                sock.setsockopt(zmq.LINGER, 2000)  # long enough for the message to leave
+                transport.send_nowait(sock, message)
+            finally:
+                sock.close()
+                ctx.term()
+        except Exception:  # the report is best effort; the role's own exception is what goes on
+            pass
         raise
 
 
