@@ -42,6 +42,32 @@ def run_command(name: str, *args: str, cwd: Path, timeout: float = 300) -> subpr
     return subprocess.run(command(name, *args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+def metrics_rows(cwd: Path) -> list[dict]:
+    """The rows of the metrics.csv of the one run under ``cwd/results`` so far ([] before it exists)."""
+    import csv
+
+    found = list((cwd / "results").glob("*/metrics.csv"))
+    if not found:
+        return []
+    with open(found[0]) as fh:
+        return list(csv.DictReader(fh))
+
+
+def wait_for_checkpoint(cwd: Path, timeout: float = 120) -> Path:
+    """The checkpoints folder of the one run under ``cwd/results``, once it holds a periodic checkpoint."""
+    import time
+
+    from zrl import checkpoint
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        folders = list((cwd / "results").glob("*/checkpoints"))
+        if folders and checkpoint.periodic(folders[0]):
+            return folders[0]
+        time.sleep(0.2)
+    raise AssertionError(f"no checkpoint was written within {timeout:g} s")
+
+
 @pytest.fixture
 def no_leaks():
     """Fails the test if it leaves a zrl shared-memory segment, socket folder or role process behind."""

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 
-from conftest import REPO, command, run_command
+from conftest import REPO, command, run_command, wait_for_checkpoint
 from zrl import checkpoint
 
 CARTPOLE = REPO / "config" / "cartpole.toml"
@@ -17,16 +16,9 @@ def test_a_second_launch_into_a_running_run_is_refused(tmp_path, no_leaks):
                                      "--set", "run.checkpoint_every_steps=5", "--quiet"),
                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            folders = list((tmp_path / "results").glob("*/checkpoints"))
-            if folders and checkpoint.periodic(folders[0]):
-                break
-            time.sleep(0.3)
-        else:
-            raise AssertionError("the first launch never wrote a checkpoint")
-        run_dir = folders[0].parent
-        before = sorted(p.name for p in folders[0].iterdir())
+        folder = wait_for_checkpoint(tmp_path)
+        run_dir = folder.parent
+        before = sorted(p.name for p in folder.iterdir())
         for args in (("--resume", run_dir), ("--resume", "auto", "--config", CARTPOLE)):
             second = run_command("zrl-launch", *args, cwd=tmp_path, timeout=60)
             assert second.returncode == 2, second.stderr
@@ -34,7 +26,7 @@ def test_a_second_launch_into_a_running_run_is_refused(tmp_path, no_leaks):
             assert "Traceback" not in second.stderr and second.stderr.count("\n") == 1
         assert first.poll() is None, "the first launch was disturbed"
         assert (run_dir / "config.toml").is_file()
-        after = {p.name for p in folders[0].iterdir()}
+        after = {p.name for p in folder.iterdir()}
         assert not {name for name in before if name.endswith(".bad")} ^ {n for n in after if n.endswith(".bad")}
         first.send_signal(signal.SIGINT)
         assert first.wait(60) == 130, first.stderr.read()[-2000:]

@@ -3,7 +3,6 @@ messages that no role of this run could have sent. Each is a counted protocol er
 
 from __future__ import annotations
 
-import csv
 import signal
 import subprocess
 import tempfile
@@ -13,23 +12,15 @@ from pathlib import Path
 import numpy as np
 import zmq
 
-from conftest import REPO, command, zrl_processes
+from conftest import REPO, command, metrics_rows, zrl_processes
 from zrl import protocol
 
 SMOKE = REPO / "config" / "smoke.toml"
 MESSAGES = 12_000
 
 
-def _rows(tmp_path: Path) -> list[dict]:
-    found = list((tmp_path / "results").glob("*/metrics.csv"))
-    if not found:
-        return []
-    with open(found[0]) as fh:
-        return list(csv.DictReader(fh))
-
-
 def _last(tmp_path: Path, column: str) -> int:
-    values = [int(float(r[column])) for r in _rows(tmp_path) if r.get(column)]
+    values = [int(float(r[column])) for r in metrics_rows(tmp_path) if r.get(column)]
     return values[-1] if values else -1
 
 
@@ -106,9 +97,9 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
         while (_last(tmp_path, "learner_step") < step_before + 5 or _last(tmp_path, "decode_errors") < 1000
                or _last(tmp_path, "stats_decode_errors") < 1000):  # fmt: skip
             assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, f"training stopped, or the errors were not counted: {_rows(tmp_path)[-1]}"
+            assert time.monotonic() < deadline, f"training stopped, or the errors were not counted: {metrics_rows(tmp_path)[-1]}"
             time.sleep(0.3)
-        rows = _rows(tmp_path)
+        rows = metrics_rows(tmp_path)
         assert int(rows[-1]["worker_restarts"]) == 0 and len(zrl_processes()) == 4
         assert max(int(float(r["env_frames"])) for r in rows) < 10**12  # forged frame counts were not taken
         proc.send_signal(signal.SIGINT)

@@ -3,7 +3,6 @@ traceback, and a dead learner or broker stops it in order with a loadable checkp
 
 from __future__ import annotations
 
-import csv
 import os
 import random
 import signal
@@ -14,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import REPO, command, zrl_processes
+from conftest import REPO, command, metrics_rows, zrl_processes
 from zrl import checkpoint
 
 HERE = Path(__file__).resolve().parent
@@ -28,14 +27,6 @@ def _launch(tmp_path: Path, *args: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
 
-def _rows(tmp_path: Path) -> list[dict]:
-    found = list((tmp_path / "results").glob("*/metrics.csv"))
-    if not found:
-        return []
-    with open(found[0]) as fh:
-        return list(csv.DictReader(fh))
-
-
 def _wait(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -46,7 +37,7 @@ def _wait(predicate, timeout: float, what: str) -> None:
 
 
 def _learner_step(tmp_path: Path) -> int:
-    steps = [int(r["learner_step"]) for r in _rows(tmp_path) if r["learner_step"]]
+    steps = [int(r["learner_step"]) for r in metrics_rows(tmp_path) if r["learner_step"]]
     return steps[-1] if steps else -1
 
 
@@ -95,7 +86,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
             proc.kill()
             proc.wait()
     assert code == 0, err[-3000:]
-    rows = _rows(tmp_path)
+    rows = metrics_rows(tmp_path)
     assert int(rows[-1]["worker_restarts"]) == 10, rows[-1]
     steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
     assert steps == sorted(steps) and steps[-1] > 2
@@ -146,7 +137,7 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
     assert detected < 4 + 5, detected  # the timeout, plus the launcher's poll and the kill
     (run_dir,) = (tmp_path / "results").iterdir()
     assert "zrl-worker-1 sent nothing for" in (run_dir / "zrl.log").read_text()
-    assert int(_rows(tmp_path)[-1]["worker_restarts"]) == 1
+    assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) == 1
 
 
 @pytest.mark.parametrize("role", ["zrl-learner", "zrl-broker"])

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from conftest import REPO, command
+from conftest import REPO, command, wait_for_checkpoint
 from zrl import checkpoint
 
 SMOKE = REPO / "config" / "smoke.toml"
@@ -17,14 +17,7 @@ def test_a_second_ctrl_c_exits_within_3_s_and_leaves_a_loadable_checkpoint(tmp_p
                                     "run.checkpoint_every_steps=2", "--quiet"),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            folders = list((tmp_path / "results").glob("*/checkpoints"))
-            if folders and checkpoint.periodic(folders[0]):
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError("no checkpoint was written")
+        folder = wait_for_checkpoint(tmp_path)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)  # the orderly stop has begun: the learner may be writing its final checkpoint
         proc.send_signal(signal.SIGINT)
@@ -37,6 +30,6 @@ def test_a_second_ctrl_c_exits_within_3_s_and_leaves_a_loadable_checkpoint(tmp_p
             proc.wait()
     assert proc.returncode == 130, err[-2000:]
     assert took < 3.0, f"the second Ctrl-C took {took:.1f} s"
-    good = next(state for _, state, _ in checkpoint.newest_good(folders[0]) if state is not None)
+    good = next(state for _, state, _ in checkpoint.newest_good(folder) if state is not None)
     assert good["learner_step"] >= 2
-    assert not list(folders[0].glob(".*.tmp-*"))  # a write cut short leaves no temp file
+    assert not list(folder.glob(".*.tmp-*"))  # a write cut short leaves no temp file
