@@ -45,6 +45,8 @@ class RunConfig:
     """Wall-clock budget: the run stops in order (exit code 0) after this many seconds; 0: no limit."""
     heartbeat_timeout_s: float = 60.0
     """A role that reports nothing for this long is declared hung (before its first report it has at least 60 s to start): a worker is killed and restarted, a hung broker or learner stops the run."""
+    keep_freed_memory: bool = True
+    """Learner and broker keep the memory PyTorch frees in their heap for the next step (glibc mallopt) instead of returning large blocks to the system at once: on CPU the Atari learner's step ran 1.8x faster on a 2-core machine. Their memory stays at its peak. No effect where the C library is not glibc."""
     deterministic: bool = False
     """One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay, and learner.batch_size a multiple of workers.envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."""
 

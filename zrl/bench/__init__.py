@@ -114,9 +114,11 @@ def render(mode: str, result: dict) -> str:
         out.append(_table([
             {"learner": f"fed by the broker, B={result['batch_size']} x T={result['unroll_length']}",
              "steps/s": result["fed_steps_per_s"], "samples/s": result["fed_samples_per_s"]},
-            {"learner": "bare PyTorch loop, same batch shape (mean of before and after)", "steps/s": result["bare_steps_per_s"],
+            {"learner": "bare PyTorch loop, same batch shape (segments alternating with the fed learner)", "steps/s": result["bare_steps_per_s"],
              "samples/s": result["bare_samples_per_s"]},
         ], ["learner", "steps/s", "samples/s"]))  # fmt: skip
+        out.append(f"segments of {result['segment_s']} s, steps/s: fed {result['fed_segments_steps_per_s']}, "
+                   f"bare {result['bare_segments_steps_per_s']}")
         out.append(f"ratio fed / bare: {result['ratio_to_bare']}")
     elif mode == "elite":
         out.append(f"learner step, B={result['batch_size']} x T={result['unroll_length']}: {result['learner_step_s']} s")

@@ -35,6 +35,7 @@ TARGETS = {
     "learner_ratio_to_bare": 0.90,  # the learner fed by the broker, against a bare PyTorch loop
     "elite_prepare_to_learner_step": 1.0,  # an elite batch is prepared faster than the learner consumes one
 }
+LEARNER_SEGMENT_S = 10.0  # the learner mode alternates bare and fed segments of about this length
 
 
 def _with(cfg: Config, **sections) -> Config:
@@ -147,15 +148,19 @@ def transport_mode(cfg: Config, spec, seconds: float, progress: Progress) -> dic
 # -- learner -----------------------------------------------------------------------------------------------
 
 
-def _bare_learner(cfg: Config, spec, seconds: float, out) -> None:
+def _bare_learner(cfg: Config, spec, commands, out) -> None:
     """A bare PyTorch loop: the learner's V-trace step on one preallocated batch of the same shape, with the
-    learner role's threads and device, in a process of its own as the learner has."""
+    learner role's threads and device, in a process of its own as the learner has. It runs one timed segment
+    per number of seconds it is sent (steps/s back through ``out``) and ends at None."""
     import torch
 
     from zrl.models import build_model
+    from zrl.roles.common import keep_freed_memory
     from zrl.roles.learner import make_optimizer, resolve_device, sgd_step
 
     lcfg = cfg.learner
+    if cfg.run.keep_freed_memory:  # the learner role's allocator setting too
+        keep_freed_memory()
     if lcfg.torch_threads:
         torch.set_num_threads(lcfg.torch_threads)
     device = resolve_device(lcfg.device)
@@ -164,51 +169,84 @@ def _bare_learner(cfg: Config, spec, seconds: float, out) -> None:
     model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, s, spec.num_actions).to(device)
     opt, sched = make_optimizer(model, lcfg, 10**9)
     dtype = np.dtype(spec.frame_dtype)
-    frames = np.random.default_rng(0).integers(0, 256 if dtype == np.uint8 else 2, (b, t + 1, s, *spec.frame_shape))
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256 if dtype == np.uint8 else 2, (b, t + 1, s, *spec.frame_shape))
     obs = torch.from_numpy(frames.astype(dtype)).to(device)
-    batch = {"actions": torch.randint(0, spec.num_actions, (t, b)), "rewards": torch.zeros(t, b),
-             "discounts": torch.ones(t, b), "behaviour_logits": torch.zeros(t, b, spec.num_actions),
-             "behaviour_values": torch.zeros(t, b)}  # fmt: skip
+    # Rewards, episode ends and behaviour logits like a game's, so that the loss does not fade to nothing on
+    # the one batch it trains on again and again.
+    reward = rng.choice([-1.0, 0.0, 1.0], (t, b), p=[0.05, 0.9, 0.05])
+    batch = {"actions": torch.randint(0, spec.num_actions, (t, b)), "rewards": torch.from_numpy(reward).float(),
+             "discounts": torch.from_numpy((rng.random((t, b)) > 0.01).astype(np.float32)),
+             "behaviour_logits": torch.randn(t, b, spec.num_actions), "behaviour_values": torch.randn(t, b)}  # fmt: skip
     batch = {k: v.to(device) for k, v in batch.items()}
     model.train()
     sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)  # warm-up
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds or steps < 3:
-        sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)
-        steps += 1
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    out.put(steps / (time.perf_counter() - start))
+    out.put(0.0)  # ready
+    while (seconds := commands.get()) is not None:
+        steps, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds or steps < 1:
+            sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)
+            steps += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        out.put(steps / (time.perf_counter() - start))
 
 
-def bare_learner(cfg: Config, spec, seconds: float) -> float:
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    proc = ctx.Process(target=_bare_learner, args=(cfg, spec, seconds, out))
-    proc.start()
-    try:
-        (rate,) = benv.collect(out, [proc], seconds + 300)
-    finally:
-        proc.join(10)
-        if proc.is_alive():
-            proc.kill()
-    return rate
+class BareLearner:
+    """The bare loop's process, kept alive so that its segments can alternate with the fed learner's."""
+
+    def __init__(self, cfg: Config, spec) -> None:
+        ctx = mp.get_context("spawn")
+        self._commands, self._out = ctx.Queue(), ctx.Queue()
+        self._proc = ctx.Process(target=_bare_learner, args=(cfg, spec, self._commands, self._out), name="zrl-bench-bare")
+
+    def __enter__(self) -> BareLearner:
+        self._proc.start()
+        benv.collect(self._out, [self._proc], 600)  # built and warmed up
+        return self
+
+    def segment(self, seconds: float) -> float:
+        """Steps/s over one segment of about ``seconds``."""
+        self._commands.put(seconds)
+        (rate,) = benv.collect(self._out, [self._proc], seconds + 300)
+        return rate
+
+    def __exit__(self, *_exc) -> None:
+        if self._proc.is_alive():
+            self._commands.put(None)
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+
+
+def _await(p: Pipeline, until, what: str):
+    """The learner's stats once ``until`` holds (within 60 s), else RuntimeError naming ``what``."""
+    p.watch(60, until=until)
+    if not until(p):
+        raise RuntimeError(f"the fed learner did not {what}")
+    return p.learner
 
 
 def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Progress) -> dict:
     """The real learner fed by the real broker from a full uniform replay (workers fill it, then stop, so that
-    the learner has the cores as the bare loop has them), against the bare loop on the same batch shape."""
+    the learner has the cores as the bare loop has them), against the bare loop on the same batch shape.
+
+    The two alternate in segments: bare, fed, bare, ..., fed, bare, the one side suspended (SIGSTOP) while
+    the other runs, so that the drift of a shared machine over the minutes this takes falls on both alike."""
     replay = (ReplayConfig(type="uniform", capacity=capacity, sample_ratio=1.0, fill_fraction=1.0),)
     cfg = dataclasses.replace(_with(cfg, workers={"policy": "uniform", "stats_interval_s": 0.5},
                                     run={"checkpoint_every_steps": 0, "max_env_frames": 10**12}), replay=replay)  # fmt: skip
     config_check(cfg)
     b, t = cfg.learner.batch_size, cfg.learner.unroll_length
-    # The bare loop runs before and after the fed learner, and their mean is the ceiling: the machine's drift
-    # over the minutes this takes is shared out rather than charged to one side.
-    progress(f"bare PyTorch loop (before): the same step on a preallocated B={b} x T={t} batch, {seconds:g} s")
-    bare_before = bare_learner(cfg, spec, seconds)
+    rounds = max(2, round(seconds / LEARNER_SEGMENT_S))
+    segment = seconds / rounds
+    fed_rates: list[float] = []
+    bare_rates: list[float] = []
+    fed_steps = fed_time = 0.0
+    sections = {"wait": 0.0, "gather": 0.0, "publish": 0.0, "step": 0.0}
     progress(f"learner fed by the broker: filling a uniform replay of {capacity} units with "
-             f"{cfg.workers.count} workers x {cfg.workers.envs_per_worker} envs")  # fmt: skip
+             f"{cfg.workers.count} workers x {cfg.workers.envs_per_worker} envs, and building the bare loop")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="zrl-bench-") as tmp, Pipeline(cfg, spec, with_learner=True,
                                                                           workdir=Path(tmp)) as p:  # fmt: skip
         full = lambda p: p.broker is not None and int(p.broker.replay_sizes.min()) >= capacity  # noqa: E731
@@ -218,25 +256,36 @@ def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Pro
         p.stop_workers()
         stepped = lambda p: p.learner is not None and p.learner.learner_step >= 2  # noqa: E731
         p.watch(300, until=stepped)
-        progress(f"learner fed by the broker: B={b} x T={t}, {seconds:g} s")
-        start = p.learner
-        p.watch(seconds)
-        p.watch(60, until=lambda p: p.learner.learner_step > start.learner_step + 2)
-        end = p.learner
-    fed = (end.learner_step - start.learner_step) / (end.time - start.time)
-    progress(f"bare PyTorch loop (after): the same step on a preallocated B={b} x T={t} batch, {seconds:g} s")
-    bare_after = bare_learner(cfg, spec, seconds)
-    bare = (bare_before + bare_after) / 2
-    ratio = fed / bare
+        with BareLearner(cfg, spec) as bare:
+            for r in range(rounds):
+                progress(f"round {r + 1} of {rounds}: bare PyTorch loop, then the learner fed by the broker, "
+                         f"B={b} x T={t}, {segment:g} s each")  # fmt: skip
+                p.pause("zrl-learner")
+                bare_rates.append(bare.segment(segment))
+                resumed = time.time()
+                p.resume("zrl-learner")
+                start = _await(p, lambda p: p.learner.time > resumed, "report after it was resumed")
+                p.watch(segment)
+                end = _await(p, lambda p: p.learner.learner_step > start.learner_step and p.learner.time > start.time,
+                             f"step within 60 s after {segment:g} s")  # fmt: skip
+                steps, elapsed = end.learner_step - start.learner_step, end.time - start.time
+                fed_rates.append(steps / elapsed)
+                fed_steps, fed_time = fed_steps + steps, fed_time + elapsed
+                for k in sections:
+                    sections[k] += getattr(end, f"{k}_time_s") - getattr(start, f"{k}_time_s")
+            p.pause("zrl-learner")
+            progress(f"last segment: bare PyTorch loop, {segment:g} s")
+            bare_rates.append(bare.segment(segment))
+    fed = fed_steps / fed_time
+    bare_rate = float(np.mean(bare_rates))
+    ratio = fed / bare_rate
     return {"batch_size": b, "unroll_length": t, "replay_capacity": capacity, "device": cfg.learner.device,
             "fed_steps_per_s": round(fed, 3), "fed_samples_per_s": round(fed * b * t, 1),
-            "bare_steps_per_s": round(bare, 3), "bare_samples_per_s": round(bare * b * t, 1),
-            "bare_steps_per_s_before": round(bare_before, 3), "bare_steps_per_s_after": round(bare_after, 3),
-            "publish_every": cfg.learner.publish_every,
-            "ratio_to_bare": round(ratio, 4), "fed_wait_s": round(end.wait_time_s - start.wait_time_s, 3),
-            "fed_gather_s": round(end.gather_time_s - start.gather_time_s, 3),
-            "fed_publish_s": round(end.publish_time_s - start.publish_time_s, 3),
-            "fed_step_s": round(end.step_time_s - start.step_time_s, 3),
+            "bare_steps_per_s": round(bare_rate, 3), "bare_samples_per_s": round(bare_rate * b * t, 1),
+            "segment_s": round(segment, 2), "fed_segments_steps_per_s": [round(x, 3) for x in fed_rates],
+            "bare_segments_steps_per_s": [round(x, 3) for x in bare_rates],
+            "publish_every": cfg.learner.publish_every, "ratio_to_bare": round(ratio, 4),
+            **{f"fed_{k}_s": round(v, 3) for k, v in sections.items()},
             "targets": [check(ratio, "learner_ratio_to_bare")]}  # fmt: skip
 
 
@@ -248,8 +297,11 @@ def elite_mode(cfg: Config, spec, capacity: int, lam: float, feature_steps: int,
     import torch
 
     from zrl.bench.elite import Replay, prepare_time, time_learner_step
+    from zrl.roles.common import keep_freed_memory
 
     torch.manual_seed(0)
+    if cfg.run.keep_freed_memory:  # as the learner and broker roles have it
+        keep_freed_memory()
     torch.set_num_threads(cfg.learner.torch_threads or cores())
     replay = Replay(cfg, spec, capacity, progress=progress)
     try:

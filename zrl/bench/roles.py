@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +41,7 @@ class Pipeline:
         self.broker: protocol.BrokerStats | None = None
         self.learner: protocol.LearnerStats | None = None
         self.procs: dict[str, mp.Process] = {}
+        self._paused: set[str] = set()
         self.rings: list = []
         self._socks: list[zmq.Socket] = []
         self._private: str | None = None
@@ -130,7 +132,19 @@ class Pipeline:
             if name.startswith("zrl-worker"):
                 proc.join(STOP_GRACE_S)
 
+    def pause(self, name: str) -> None:
+        """Suspend one role (SIGSTOP), e.g. the learner while the bare loop has the cores."""
+        os.kill(self.procs[name].pid, signal.SIGSTOP)
+        self._paused.add(name)
+
+    def resume(self, name: str) -> None:
+        os.kill(self.procs[name].pid, signal.SIGCONT)
+        self._paused.discard(name)
+
     def __exit__(self, *_exc) -> None:
+        for name in list(self._paused):
+            if self.procs[name].exitcode is None:
+                self.resume(name)
         if self.procs:
             self._stop.set()
             self._workers_stop.set()

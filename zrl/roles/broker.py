@@ -31,7 +31,8 @@ from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.store import Unit
-from zrl.roles.common import Every, RunWiring, crash_report, should_stop, start_role, wait_for_weights
+from zrl.roles.common import (Every, RunWiring, crash_report, keep_freed_memory, should_stop, start_role,
+                              wait_for_weights)
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
@@ -302,6 +303,8 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
 
 
 def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
+    if cfg.run.keep_freed_memory:
+        keep_freed_memory()
     torch.set_num_threads(cfg.broker.torch_threads)
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
     scorer = FeatureScorer(cfg, wiring, rings) if needs_features(cfg) else None

@@ -20,6 +20,7 @@ from zrl import protocol, transport
 from zrl.transport import Endpoints
 
 _PR_SET_PDEATHSIG = 1
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,22 @@ def start_role(title: str, launcher_pid: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
         os._exit(1)
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc keep freed memory in this process's heap for the next allocation, rather than unmapping
+    every large block when it is freed (run.keep_freed_memory). A PyTorch training step on CPU allocates
+    and frees hundreds of MB of activations; unmapped, each step faults them all in again (about 150,000
+    page faults a step for the Atari learner here, nearly half its time). The process keeps its peak
+    memory instead. True when set; False where the C library is not glibc."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # musl and others have no mallopt
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, 1 << 30)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
 
 
 _terminated = False

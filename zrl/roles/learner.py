@@ -22,7 +22,7 @@ from zrl.algos.losses import vtrace_loss
 from zrl.config import AlgoConfig, Config, LearnerConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
-from zrl.roles.common import RunWiring, StartFrom, crash_report, should_stop, start_role
+from zrl.roles.common import RunWiring, StartFrom, crash_report, keep_freed_memory, should_stop, start_role
 
 
 def resolve_device(name: str) -> torch.device:
@@ -181,6 +181,8 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
 
 
 def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFrom | None) -> None:
+    if cfg.run.keep_freed_memory:
+        keep_freed_memory()
     if cfg.learner.torch_threads:
         torch.set_num_threads(cfg.learner.torch_threads)
     deterministic = cfg.run.deterministic
