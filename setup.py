@@ -21,6 +21,7 @@ setup(
             "zrl-launch=zrl.cli:launch_main",
             "zrl-bench=zrl.cli:bench_main",
             "zrl-eval=zrl.cli:eval_main",
+            "zrl-keys=zrl.cli:keys_main",
         ]
     },
 )

@@ -85,7 +85,7 @@ _FAULTS_PER_REALLOC = """
 import resource, sys, torch
 from zrl.roles.common import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else False
-for _ in range(2):  # 64 MB, allocated and freed before counting
+for _ in range(3):  # 64 MB, allocated and freed before counting
     torch.empty(16 << 20).fill_(1.0)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(10):
@@ -106,5 +106,5 @@ def test_kept_freed_memory_is_reused_without_page_faults():
 
     kept, kept_faults = faults("keep")
     assert kept == "True"
-    assert kept_faults < 16_384 // 2  # not even half of one tensor's pages over ten
-    assert faults("default")[1] > 10 * 16_384 * 0.9
+    assert kept_faults <= 2 * 16_384  # at most two of the ten fault their pages in again
+    assert faults("default")[1] >= 9 * 16_384

@@ -162,6 +162,7 @@ def make_learner_stats(rng, path="/tmp/ckpt/step_100.npz") -> LearnerStats:
         gather_time_s=0.01,
         wait_time_s=0.002,
         publish_time_s=0.004,
+        decode_errors=3,
         checkpoint_path=path,
     )
 

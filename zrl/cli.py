@@ -5,6 +5,7 @@ Exit codes: 0 a finished run, 1 a run that failed, 2 a usage or config mistake, 
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -187,3 +188,22 @@ def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, comp
     click.echo(evaluate.table(report))
     if not quiet:
         click.echo("wrote " + " and ".join(report["files"]))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("folder")
+def keys_main(folder) -> None:
+    """Make a folder of CurveZMQ keys for transport.curve_keys: zrl-keys ~/.zrl/keys
+
+    It holds a server and a client certificate (secret files mode 0600) and authorized/, the client public
+    keys that bound sockets admit. An existing folder is never overwritten."""
+    from zrl.transport import make_curve_keys
+
+    if os.path.lexists(folder):
+        _usage_error("zrl-keys", f"{folder} already exists; keys are never overwritten, give a new folder")
+    try:
+        make_curve_keys(folder)
+    except OSError as err:
+        _usage_error("zrl-keys", f"cannot make {folder} ({err.strerror or err})")
+    click.echo(f"wrote CurveZMQ keys to {folder}; run with --set transport.curve_keys={folder!r} "
+               "(and, to bind beyond loopback, --set transport.bind_host=...)")

@@ -222,7 +222,9 @@ class TransportConfig:
     kind: str = "ipc"
     """ipc (unix sockets in the run's private folder) or tcp."""
     bind_host: str = "127.0.0.1"
-    """Address tcp sockets bind to: 127.0.0.1 (anything else needs CurveZMQ keys, not yet supported)."""
+    """Address tcp sockets bind to: 127.0.0.1, or any other address (0.0.0.0: every interface) when curve_keys is set."""
+    curve_keys: str = ""
+    """Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback."""
     hwm: int = 64
     """ZeroMQ high-water mark (messages) on every socket that carries unrolls or batches."""
     poll_timeout_ms: int = 100
@@ -389,12 +391,16 @@ def check(cfg: Config) -> None:
         _fail("learner.device", f"{device!r} is not one of auto, cpu, cuda, cuda:N")
     if any(width <= 0 for width in cfg.model.mlp_hidden) or not cfg.model.mlp_hidden:
         _fail("model.mlp_hidden", f"needs at least one positive width, got {list(cfg.model.mlp_hidden)}")
-    if cfg.transport.bind_host not in LOOPBACK_HOSTS:
+    if cfg.transport.bind_host not in LOOPBACK_HOSTS and not cfg.transport.curve_keys:
         _fail(
             "transport.bind_host",
-            f"{cfg.transport.bind_host!r} is not a loopback address; binding other addresses needs "
-            "CurveZMQ keys, which this release does not support yet. Use 127.0.0.1.",
+            f"{cfg.transport.bind_host!r} is not a loopback address; binding other addresses needs CurveZMQ keys: "
+            "make a folder with zrl-keys PATH and set transport.curve_keys = PATH, or use 127.0.0.1.",
         )
+    if cfg.transport.curve_keys:
+        from zrl.transport import load_curve_keys  # transport imports this module
+
+        load_curve_keys(cfg.transport.curve_keys)
     _check_replays(cfg)
     _check_deterministic(cfg)
     if 0 < cfg.workers.produce_ratio < 1:

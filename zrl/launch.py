@@ -361,7 +361,7 @@ class Launcher:
         mp_ctx = mp.get_context("spawn")
         stop_event = StopFlag(mp_ctx)
         procs: dict[str, mp.Process] = {}
-        zctx = zmq.Context()
+        zctx = transport.context(cfg.transport)
         stats_sock = None
         old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         code = EXIT_OK
@@ -415,7 +415,7 @@ class Launcher:
                     proc.join(5)
             if stats_sock is not None:
                 stats_sock.close()
-            zctx.term()
+            transport.term(zctx)
             for ring in rings:
                 ring.close()
                 ring.unlink()
@@ -665,6 +665,7 @@ class Launcher:
                         "pg_loss", "baseline_loss", "entropy_loss", "policy_cloning_loss", "value_cloning_loss",
                         "laser_masked_fraction", "sample_age_mean", "sample_age_max", "learning_rate", "grad_norm",
                         "mean_rho", "units_dropped_torn")})  # fmt: skip
+            row["learner_decode_errors"] = ls.decode_errors
         if t.broker:
             b = t.broker
             row.update({k: getattr(b, k) for k in ("unrolls_received", "unrolls_dropped_stale",

@@ -18,7 +18,7 @@ METRIC_COLUMNS = (
     "elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min", "elite_distance_max",
     "unrolls_received", "unrolls_dropped_stale", "unrolls_dropped_full", "seq_gaps", "decode_errors",
     "replay_size", "replay_sizes", "ready_batches", "episodes", "mean_return_100", "worker_restarts",
-    "stats_decode_errors",
+    "stats_decode_errors", "learner_decode_errors",
 ) + tuple(f"time_{section}_s" for section in (
     "env_step", "inference", "ring_write", "send", "weights_wait", "broker_insert", "broker_sample",
     "broker_features", "learner_wait", "learner_gather", "learner_step", "learner_publish",

@@ -431,6 +431,7 @@ class LearnerStats(_Message):
     gather_time_s: float = _float()
     wait_time_s: float = _float()
     publish_time_s: float = _float()  # cumulative time flattening, encoding and sending new weights
+    decode_errors: int = _int()  # batches and weights requests that failed the schema or did not fit the run
     checkpoint_path: str = _str()  # "" when no checkpoint was written
 
 

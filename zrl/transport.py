@@ -3,16 +3,25 @@
 Every socket sets LINGER=0 and explicit high-water marks; every receive polls with a timeout so that
 the caller can check whether it should stop. One context per process, made after spawn. Local
 endpoints are unix sockets in the run's private folder (mode 0700) or tcp on 127.0.0.1.
+
+With ``transport.curve_keys`` (a folder ``zrl-keys`` made) every socket speaks CurveZMQ: a bound socket
+is a CURVE server with the run's server key, and a context that binds runs a ZAP authenticator that
+admits only the client keys in ``<folder>/authorized``; a connecting socket is a CURVE client with the
+client key. Traffic is encrypted, and a peer without an authorized key gets no message through.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 
 import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
 
-from zrl.config import TransportConfig
+from zrl.config import ConfigError, TransportConfig
 
 ENDPOINT_NAMES = ("unrolls", "batches", "credits", "weights", "weights_req", "stats")
 
@@ -22,11 +31,87 @@ class Endpoints:
     """The addresses of one run's sockets; the launcher picks them, every role connects or binds."""
 
     unrolls: str  # workers PUSH -> broker PULL (bind)
-    batches: str  # broker PUSH (bind) -> learner PULL
+    batches: str  # broker PUSH -> learner PULL (bind)
     credits: str  # learner PUSH -> broker PULL (bind): room for more batches
     weights: str  # learner PUB (bind) -> workers SUB
     weights_req: str  # workers DEALER -> learner ROUTER (bind): current weights on (re)start
     stats: str  # every role PUSH -> launcher PULL (bind): stats, heartbeats, episodes
+
+
+CURVE_FILES = ("server.key", "server.key_secret", "client.key", "client.key_secret")
+
+
+@dataclass(frozen=True)
+class CurveKeys:
+    server_public: bytes
+    server_secret: bytes
+    client_public: bytes
+    client_secret: bytes
+    authorized: str  # folder of the client public keys a server admits
+
+
+def make_curve_keys(folder: str) -> None:
+    """A new key folder: server and client certificates (secret files mode 0600) and ``authorized/`` with the
+    client's public key. The folder must not exist yet (keys are never overwritten)."""
+    root = Path(folder)
+    root.mkdir(mode=0o700, parents=True)
+    for name in ("server", "client"):
+        _, secret = zmq.auth.create_certificates(str(root), name)
+        os.chmod(secret, 0o600)
+    (root / "authorized").mkdir(mode=0o700)
+    (root / "authorized" / "client.key").write_bytes((root / "client.key").read_bytes())
+
+
+def load_curve_keys(folder: str) -> CurveKeys:
+    """The keys of a folder ``make_curve_keys`` made; ConfigError naming the file that is missing, unreadable,
+    readable by others, or not a key."""
+    root = Path(folder).expanduser()
+    key = "transport.curve_keys"
+    if not root.is_dir():
+        raise ConfigError(f"{key}: {root} is not a folder; make one with zrl-keys {root}")
+    keys: dict[str, bytes] = {}
+    for name in CURVE_FILES:
+        path = root / name
+        if name.endswith("_secret") and path.is_file() and path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(f"{key}: {path} can be read by other users; chmod 600 {path}")
+        try:
+            public, secret = zmq.auth.load_certificate(str(path))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{key}: {path}: not a readable CurveZMQ certificate ({err}); make the folder with "
+                              "zrl-keys") from None  # fmt: skip
+        if name.endswith("_secret") and not secret:
+            raise ConfigError(f"{key}: {path} holds no secret key; make the folder with zrl-keys")
+        keys[name] = secret if name.endswith("_secret") else public
+    authorized = root / "authorized"
+    if not authorized.is_dir() or not any(authorized.glob("*.key")):
+        raise ConfigError(f"{key}: {authorized} holds no client public key (*.key); a server would admit no one")
+    return CurveKeys(keys["server.key"], keys["server.key_secret"], keys["client.key"], keys["client.key_secret"],
+                     str(authorized))  # fmt: skip
+
+
+_curve: CurveKeys | None = None
+_authenticators: dict[int, ThreadAuthenticator] = {}
+
+
+def context(cfg: TransportConfig) -> zmq.Context:
+    """This process's context; with ``cfg.curve_keys``, CURVE on every socket made after, and a ZAP
+    authenticator for the sockets it binds. Close with :func:`term`."""
+    global _curve
+    ctx = zmq.Context()
+    if cfg.curve_keys:
+        _curve = load_curve_keys(cfg.curve_keys)
+        auth = ThreadAuthenticator(ctx)
+        auth.start()
+        auth.configure_curve(domain="*", location=_curve.authorized)
+        _authenticators[id(ctx)] = auth
+    return ctx
+
+
+def term(ctx: zmq.Context) -> None:
+    auth = _authenticators.pop(id(ctx), None)
+    if auth is not None:
+        auth.stop()
+    ctx.term()
 
 
 def make_private_dir(base: str, name: str) -> str:
@@ -68,6 +153,13 @@ def socket(ctx: zmq.Context, kind: int, *, hwm: int, bind: str | None = None, co
     if kind == zmq.SUB:
         sock.setsockopt(zmq.CONFLATE, 1)  # keep only the newest weights
         sock.setsockopt(zmq.SUBSCRIBE, b"")
+    if _curve is not None:
+        if bind is not None:
+            sock.curve_secretkey, sock.curve_publickey = _curve.server_secret, _curve.server_public
+            sock.curve_server = True
+        else:
+            sock.curve_secretkey, sock.curve_publickey = _curve.client_secret, _curve.client_public
+            sock.curve_serverkey = _curve.server_public
     if bind is not None:
         sock.bind(bind)
     if connect is not None:

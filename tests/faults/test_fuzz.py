@@ -1,5 +1,6 @@
-"""Garbage at every PULL socket of a live run: random bytes, real messages with flipped bits, well-formed
-messages that no role of this run could have sent. Each is a counted protocol error; the run goes on."""
+"""Garbage at every PULL socket of a live run (the broker's unrolls and credits, the learner's batches, the
+launcher's stats): random bytes, real messages with flipped bits, well-formed messages that no role of this
+run could have sent. Each is a counted protocol error; the run goes on."""
 
 from __future__ import annotations
 
@@ -36,6 +37,17 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
         fields.update(change)
         return protocol.Unroll(**fields).encode()
 
+    def batch(**change) -> bytes:
+        b = 2
+        fields = dict(batch_id=10**6, length=t, env_frames=0, worker_ids=np.zeros(b, np.int32),
+                      env_index=np.zeros(b, np.int32), first_frame=np.zeros(b, np.int64),
+                      policy_versions=np.zeros(b, np.int64), actions=np.zeros((b, t), np.int32),
+                      rewards=np.zeros((b, t), np.float32), discounts=np.ones((b, t), np.float32),
+                      behaviour_logits=np.zeros((b, t, a), np.float32), behaviour_values=np.zeros((b, t), np.float32),
+                      replay_index=np.zeros(b, np.int32))  # fmt: skip
+        fields.update(change)
+        return protocol.Batch(**fields).encode()
+
     bad_logits = np.zeros((m, t, a), np.float32)
     bad_logits[0, 0, 0] = np.nan
     return [
@@ -49,6 +61,13 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
         protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
                          env_frames=10**15, wall_time=0.0).encode(),  # fmt: skip
         protocol.Credit(batches=1).encode(),  # a valid message, but on the stats channel it is no stats
+        batch(worker_ids=np.array([0, 5], np.int32)),  # no such ring: a careless learner would index past its rings
+        batch(env_index=np.array([0, 2], np.int32)),
+        batch(actions=np.full((2, t), 6, np.int32)),
+        batch(rewards=np.full((2, t), np.inf, np.float32)),
+        batch(length=t + 1, actions=np.zeros((2, t + 1), np.int32), rewards=np.zeros((2, t + 1), np.float32),
+              discounts=np.ones((2, t + 1), np.float32), behaviour_logits=np.zeros((2, t + 1, a), np.float32),
+              behaviour_values=np.zeros((2, t + 1), np.float32)),  # fmt: skip
     ]
 
 
@@ -64,7 +83,7 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
             assert time.monotonic() < deadline, "the learner never stepped"
             time.sleep(0.3)
         (private,) = Path(tempfile.gettempdir()).glob(f"zrl-{proc.pid}-*")
-        for name in ("unrolls", "credits", "stats"):  # the run's bound PULL sockets
+        for name in ("unrolls", "credits", "stats", "batches"):  # the run's PULL sockets (all of them bind)
             sock = ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 100_000)
@@ -95,7 +114,8 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
                 time.sleep(0.01)
         deadline = time.monotonic() + 60
         while (_last(tmp_path, "learner_step") < step_before + 5 or _last(tmp_path, "decode_errors") < 1000
-               or _last(tmp_path, "stats_decode_errors") < 1000):  # fmt: skip
+               or _last(tmp_path, "stats_decode_errors") < 1000
+               or _last(tmp_path, "learner_decode_errors") < 1000):  # fmt: skip
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, f"training stopped, or the errors were not counted: {metrics_rows(tmp_path)[-1]}"
             time.sleep(0.3)

@@ -21,8 +21,9 @@ SMOKE = REPO / "config" / "smoke.toml"
 CARTPOLE = REPO / "config" / "cartpole.toml"
 
 
-def _launch(tmp_path: Path, *args: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
+def _launch(tmp_path: Path, *args: str, path: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
+    paths = [str(p) for p in (*path, HERE)]
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, [*paths, os.environ.get("PYTHONPATH")]))}
     return subprocess.Popen(command("zrl-launch", *args), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
 
@@ -95,6 +96,47 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
     (run_dir,) = (tmp_path / "results").iterdir()
     log = (run_dir / "zrl.log").read_text()
     assert log.count("exited with code -9; restarted it with the current weights") == 10
+
+
+def test_restarted_workers_never_mix_their_frames_into_old_descriptors(tmp_path, no_leaks):
+    """Kill workers mid-run in an env whose observations carry their env instance, a counter and the action
+    that led to them (zrl_fault_envs:ZrlIdentity-v0; a restarted worker makes new instances in the same ring),
+    with a uniform replay that keeps sampling the dead workers' descriptors while new frames fill the rings.
+    Every unit the learner trains on holds T+1 consecutive frames of one instance, and the actions its
+    descriptor carries are the ones those frames record, before and after the restarts; units of the new
+    instances are trained on too."""
+    audit = tmp_path / "audit"
+    audit.mkdir()
+    proc = _launch(tmp_path, "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlIdentity-v0"',
+                   "--workers", "2", "--envs-per-worker", "2", "--set", "run.max_env_frames=150000", "--replay",
+                   '[{"type": "queue", "capacity": 64, "sample_ratio": 0.5},'
+                   ' {"type": "uniform", "capacity": 300, "sample_ratio": 0.5}]',  # old descriptors live on in it
+                   "--set", "workers.max_restarts=10", "--set", "run.log_interval_s=0.5", "--quiet",
+                   path=(HERE / "audit",), env={"ZRL_AUDIT_FRAMES": str(audit)})  # fmt: skip
+    rng = random.Random(3)
+    try:
+        _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
+        for _ in range(4):
+            victims = [p for p in (_role(f"zrl-worker-{i}") for i in range(2)) if p]
+            rng.choice(victims).send_signal(signal.SIGKILL)
+            time.sleep(rng.uniform(1.0, 2.5))
+        code, out, err = _finish(proc, 240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0, err[-3000:]
+    assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) == 4
+    checked = wrong = 0
+    batches_by_instances: list[set[str]] = [set()]
+    wrong_units = "".join(f.read_text() for f in audit.glob("*.wrong"))
+    for line in "".join(f.read_text() for f in audit.glob("*.txt")).splitlines():
+        units, bad, *instances = line.split()
+        checked, wrong = checked + int(units), wrong + int(bad)
+        batches_by_instances.append(set(instances))
+    assert checked > 1000 and wrong == 0, (checked, wrong, wrong_units[:2000])
+    instances = set().union(*batches_by_instances)
+    assert len(instances) > 2 * 2, f"no unit of a restarted worker was trained on: {len(instances)} env instances"
 
 
 def test_a_crash_loop_stops_the_run_with_the_traceback(tmp_path, no_leaks):

@@ -3,6 +3,8 @@ PYTHONPATH finds them by the Gymnasium id ``zrl_fault_envs:<Name>``."""
 
 from __future__ import annotations
 
+import os
+
 import gymnasium
 import numpy as np
 from gymnasium.envs.registration import register
@@ -31,3 +33,37 @@ class CrashAtStep(gymnasium.Env):
 
 
 register(id="ZrlCrashAtStep5-v0", entry_point=CrashAtStep, kwargs={"crash_step": 5})
+
+
+class Identity(gymnasium.Env):
+    """A vector-observation env whose every observation says where it came from: ``[instance_hi,
+    instance_lo, counter, last_action]``. The instance is a random 24-bit number drawn when the env is made
+    (a restarted worker makes new ones), the counter counts this instance's steps, so that the observations
+    a worker writes count up by one, and last_action is the action that led to this observation (-1 after a
+    reset). All exact in float32."""
+
+    observation_space = gymnasium.spaces.Box(-1.0, float(2**24), (4,), np.float32)
+    action_space = gymnasium.spaces.Discrete(3)
+
+    def __init__(self, episode_steps: int = 37) -> None:
+        self.instance = int.from_bytes(os.urandom(3), "little")
+        self.episode_steps = episode_steps
+        self.counter = self.t = 0
+
+    def _obs(self, last_action: int) -> np.ndarray:
+        return np.array([self.instance >> 12, self.instance & 0xFFF, self.counter, last_action], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        # The counter does not move: the reset observation takes the place of the final one, which the
+        # worker never writes (it writes the next episode's first observation instead).
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(-1), {}
+
+    def step(self, action):
+        self.t += 1
+        self.counter += 1
+        return self._obs(int(action)), float(action == 1), self.t >= self.episode_steps, False, {}
+
+
+register(id="ZrlIdentity-v0", entry_point=Identity)

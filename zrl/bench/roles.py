@@ -65,7 +65,7 @@ class Pipeline:
         ring_spec = make_ring_spec(cfg, spec)
         create_rings(cfg, ring_spec, run_id, self.rings)
         endpoints = transport.plan_endpoints(cfg.transport, self._private)
-        self._zctx = zmq.Context()
+        self._zctx = transport.context(cfg.transport)
         self._stats = self._socket(zmq.PULL, hwm=10_000, bind=endpoints.stats)
         if not self.with_learner:  # the bench serves a fixed policy: the initial weights
             torch.manual_seed(cfg.run.seed)
@@ -159,7 +159,7 @@ class Pipeline:
         for sock in self._socks:
             sock.close()
         if self._zctx is not None:
-            self._zctx.term()
+            transport.term(self._zctx)
         for ring in self.rings:
             ring.close()
             ring.unlink()

@@ -314,9 +314,9 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
             replay.sample_calls = int(calls)
     poll_ms = cfg.transport.poll_timeout_ms
     prefetch = cfg.broker.prefetch_batches
-    ctx = zmq.Context()
+    ctx = transport.context(cfg.transport)
     unrolls = transport.socket(ctx, zmq.PULL, hwm=cfg.transport.hwm, bind=wiring.endpoints.unrolls)
-    batches = transport.socket(ctx, zmq.PUSH, hwm=prefetch, bind=wiring.endpoints.batches)
+    batches = transport.socket(ctx, zmq.PUSH, hwm=prefetch, connect=wiring.endpoints.batches)
     credits_sock = transport.socket(ctx, zmq.PULL, hwm=1000, bind=wiring.endpoints.credits)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
     weights = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights) if scorer else None
@@ -402,6 +402,6 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
         for sock in (unrolls, batches, credits_sock, stats, weights):
             if sock is not None:
                 sock.close()
-        ctx.term()
+        transport.term(ctx)
         for ring in rings:
             ring.close()

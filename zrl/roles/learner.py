@@ -100,6 +100,27 @@ def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, to
     return Step(*(float(x.detach()) for x in parts), grad_norm=grad_norm)
 
 
+def batch_misfit(batch: protocol.Batch, cfg: Config, rings: int, num_actions: int) -> str | None:
+    """Why a well-formed batch message cannot be from this run's broker (a forged or damaged message), or None:
+    the learner would index rings, envs or actions outside the run, or train on non-finite numbers."""
+    b = len(batch.worker_ids)
+    if batch.length != cfg.learner.unroll_length or not 1 <= b <= cfg.learner.batch_size:
+        return f"{b} units x {batch.length} steps, not up to {cfg.learner.batch_size} x {cfg.learner.unroll_length}"
+    if batch.behaviour_logits.shape[2] != num_actions or not (0 <= batch.actions.min() and batch.actions.max() < num_actions):
+        return f"actions outside the {num_actions} of this env"
+    ranges = ((batch.worker_ids, rings, "worker id"), (batch.env_index, cfg.workers.envs_per_worker, "env index"),
+              (batch.replay_index, len(cfg.replay), "replay index"))  # fmt: skip
+    for values, bound, what in ranges:
+        if not (0 <= values.min() and values.max() < bound):
+            return f"a {what} outside 0..{bound - 1}"
+    if batch.first_frame.min() < 0 or batch.policy_versions.min() < 0:
+        return "a negative frame number or policy version"
+    if not all(np.isfinite(a).all() for a in (batch.rewards, batch.discounts, batch.behaviour_logits,
+                                              batch.behaviour_values)):  # fmt: skip
+        return "non-finite rewards, discounts, logits or values"
+    return None
+
+
 def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
     """The batch's per-step arrays for the units that gathered cleanly, time-major ``[T, B]``."""
     pick = np.flatnonzero(ok)
@@ -203,15 +224,15 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
     frames_per_unit = lcfg.unroll_length * wiring.frames_per_step
     queues = np.array([i for i, rep in enumerate(cfg.replay) if rep.type == "queue"], np.int32)
 
-    ctx = zmq.Context()
-    batches = transport.socket(ctx, zmq.PULL, hwm=cfg.broker.prefetch_batches, connect=wiring.endpoints.batches)
+    ctx = transport.context(cfg.transport)
+    batches = transport.socket(ctx, zmq.PULL, hwm=cfg.broker.prefetch_batches, bind=wiring.endpoints.batches)
     credits = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.credits)
     one_credit = protocol.Credit(batches=1).encode()
     weights_pub = transport.socket(ctx, zmq.PUB, hwm=2, bind=wiring.endpoints.weights)
     weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
 
-    learner_step = policy_version = samples = frames_trained = dropped_torn = env_frames = 0
+    learner_step = policy_version = samples = frames_trained = dropped_torn = env_frames = decode_errors = 0
     trained_actions = ActionLog(cfg.workers.envs_per_worker)
     if start is not None:  # the launcher has verified the file and its fit
         state = checkpoint.load(start.path)
@@ -237,11 +258,13 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
     timing = {"step": 0.0, "gather": 0.0, "wait": 0.0, "publish": 0.0}
 
     def answer_requests() -> None:
+        nonlocal decode_errors
         while weights_rep.poll(0, zmq.POLLIN):
             frames = weights_rep.recv_multipart()
             try:
                 protocol.decode(frames[-1])
             except protocol.ProtocolError:
+                decode_errors += 1
                 continue
             weights_rep.send_multipart([frames[0], current], copy=False)
 
@@ -285,7 +308,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
             policy_cloning_loss=step.policy_cloning, value_cloning_loss=step.value_cloning,
             laser_masked_fraction=step.masked_fraction, policy_lag=ages.fresh, sample_age_mean=ages.mean,
             sample_age_max=ages.max, step_time_s=timing["step"], gather_time_s=timing["gather"], wait_time_s=timing["wait"],
-            publish_time_s=timing["publish"],
+            publish_time_s=timing["publish"], decode_errors=decode_errors,
             checkpoint_path=last_ckpt,
         ).encode())  # fmt: skip
 
@@ -314,9 +337,13 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
             try:
                 message = protocol.decode(data)
             except protocol.ProtocolError:
+                decode_errors += 1
                 continue
             if isinstance(message, protocol.ReplayIndex):
                 replay_index = message
+                continue
+            if not isinstance(message, protocol.Batch) or batch_misfit(message, cfg, len(rings), wiring.num_actions):
+                decode_errors += 1
                 continue
             transport.send_nowait(credits, one_credit)
             batch = message
@@ -362,6 +389,6 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
     finally:
         for sock in (batches, credits, weights_pub, weights_rep, stats):
             sock.close()
-        ctx.term()
+        transport.term(ctx)
         for ring in rings:
             ring.close()

@@ -52,7 +52,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
     rng = np.random.default_rng([cfg.run.seed, worker_id, offset])
     trained = _trained_actions(wiring.replay_from, m, t_len) if wiring.replay_from else None
 
-    ctx = zmq.Context()
+    ctx = transport.context(cfg.transport)
     unrolls = transport.socket(ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
     weights = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights)
@@ -214,7 +214,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
         unrolls.close()
         stats.close()
         weights.close()
-        ctx.term()
+        transport.term(ctx)
         ring.close()
         env.close()
 
