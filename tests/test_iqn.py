@@ -1,0 +1,137 @@
+"""IQN's numerics against hand-computed cases."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from zrl.algos.iqn import NStep, cosine_basis, double_q_targets, greedy_actions, nstep_returns, quantile_huber_loss
+
+
+def test_quantile_huber_loss_matches_a_hand_computed_case():
+    """Quantiles 0 and 1 at taus 0.25 and 0.75 against targets 0.5 and 3, kappa 1.
+
+    delta = target - quantile: row tau=0.25: 0.5, 3; row tau=0.75: -0.5, 2.
+    Huber: 0.125, 2.5; 0.125, 1.5. Weights |tau - 1{delta<0}|: 0.25, 0.25; 0.25, 0.75.
+    Means over the targets: (0.03125 + 0.625) / 2 = 0.328125; (0.03125 + 1.125) / 2 = 0.578125. Sum: 0.90625.
+    """
+    q = torch.tensor([[0.0, 1.0]], requires_grad=True)
+    loss = quantile_huber_loss(q, torch.tensor([[0.25, 0.75]]), torch.tensor([[0.5, 3.0]]), kappa=1.0)
+    assert loss.shape == (1,)
+    assert loss.item() == pytest.approx(0.90625)
+    loss.sum().backward()
+    # d/dq of row 0: -(0.25 * 0.5 + 0.25 * 1) / 2; row 1: -(-0.25 * 0.5 + 0.75 * 1) / 2 (Huber's slope clipped at 1)
+    torch.testing.assert_close(q.grad, torch.tensor([[-0.1875, -0.3125]]))
+
+
+def test_quantile_huber_loss_with_a_larger_kappa_is_quadratic_longer():
+    q, taus, t = torch.tensor([[0.0]]), torch.tensor([[0.5]]), torch.tensor([[3.0]])
+    assert quantile_huber_loss(q, taus, t, kappa=1.0).item() == pytest.approx(0.5 * 2.5)
+    assert quantile_huber_loss(q, taus, t, kappa=4.0).item() == pytest.approx(0.5 * 4.5 / 4.0)
+
+
+def test_nstep_double_q_target_with_an_episode_end_inside_the_n_steps():
+    gamma = 0.9
+    rewards = torch.tensor([[1.0, 2.0, 5.0], [1.0, 1.0, 1.0]])
+    # Row 0: the step at k = 1 ends the episode (discount 0): the reward 5 belongs to the next episode.
+    discounts = torch.tensor([[gamma, 0.0, gamma], [gamma, gamma, gamma]])
+    nstep = nstep_returns(rewards, discounts)
+    torch.testing.assert_close(nstep.returns, torch.tensor([1 + 0.9 * 2, 1 + 0.9 + 0.81]))
+    torch.testing.assert_close(nstep.bootstrap_discount, torch.tensor([0.0, 0.729]))
+    # Online network: action 1 has the larger mean; the target network would prefer action 0 (double Q: no).
+    online_next = torch.tensor([[[0.0, 1.0], [0.0, 3.0]]]).expand(2, 2, 2)  # [B, K, A]
+    target_next = torch.tensor([[[10.0, 2.0], [10.0, 4.0], [10.0, 6.0]]]).expand(2, 3, 2)  # [B, N', A]
+    targets = double_q_targets(nstep, online_next, target_next)
+    assert targets.shape == (2, 3)
+    torch.testing.assert_close(targets[0], torch.full((3,), 2.8))  # the end cuts the bootstrap
+    torch.testing.assert_close(targets[1], 2.71 + 0.729 * torch.tensor([2.0, 4.0, 6.0]))
+
+
+def test_greedy_actions_take_the_largest_mean_quantile():
+    quantiles = torch.tensor([[[0.0, 5.0, 1.0], [0.0, -4.0, 1.0]]])  # means 0, 0.5, 1
+    assert greedy_actions(quantiles).tolist() == [2]
+
+
+def test_cosine_basis_is_the_papers_embedding():
+    taus = torch.tensor([[0.0, 0.5, 1.0]])
+    basis = cosine_basis(taus, 4)
+    assert basis.shape == (1, 3, 4)
+    torch.testing.assert_close(basis[0, 1], torch.tensor([math.cos(math.pi * i * 0.5) for i in range(4)]))
+    torch.testing.assert_close(basis[0, :, 0], torch.ones(3))
+
+
+def test_shapes_that_do_not_fit_are_refused():
+    with pytest.raises(ValueError, match="want"):
+        quantile_huber_loss(torch.zeros(2, 3), torch.zeros(2, 4), torch.zeros(2, 5))
+    with pytest.raises(ValueError, match="want"):
+        nstep_returns(torch.zeros(2, 3), torch.zeros(2, 2))
+    assert isinstance(nstep_returns(torch.zeros(1, 1), torch.zeros(1, 1)), NStep)
+
+
+def _net(noisy: bool = True):
+    from torch import nn
+
+    from zrl.models.iqn import IQNNet
+
+    torch.manual_seed(0)
+    torso = nn.Sequential(nn.Flatten(), nn.Linear(8, 16), nn.ReLU())
+    return IQNNet(torso, 16, 3, embedding_dim=8, hidden=32, noisy=noisy, scale=False)
+
+
+def test_noisy_layers_differ_in_train_mode_and_repeat_in_eval_mode():
+    from zrl.models.iqn import NoisyLinear
+
+    layer = NoisyLinear(5, 4, sigma0=0.5)
+    x = torch.randn(3, 5)
+    layer.train()
+    assert not torch.allclose(layer(x), layer(x))
+    layer.eval()
+    torch.testing.assert_close(layer(x), layer(x))
+    torch.testing.assert_close(layer(x), x @ layer.weight_mu.T + layer.bias_mu)
+    # sigma0 / sqrt(fan-in): the paper's initialisation for factorised noise
+    torch.testing.assert_close(layer.weight_sigma, torch.full((4, 5), 0.5 / math.sqrt(5)))
+
+
+def test_iqn_net_gives_quantiles_per_fraction_and_action():
+    net = _net()
+    obs, taus = torch.randn(2, 1, 8), torch.rand(2, 5)
+    net.eval()
+    q = net(obs, taus)
+    assert q.shape == (2, 5, 3)
+    torch.testing.assert_close(net(obs, taus), q)  # eval: no noise
+    # Quantiles at a larger fraction are not below those at a smaller one for a trained net only; here
+    # only the dependence on tau is checked: other fractions, other values.
+    assert not torch.allclose(net(obs, torch.rand(2, 5)), q)
+    net.train()
+    assert not torch.allclose(net(obs, taus), net(obs, taus))
+    assert net.q_values(obs, 32).shape == (2, 3)
+
+
+def test_c51_projection_matches_a_hand_computed_case():
+    from zrl.algos.c51 import cross_entropy, project, support
+
+    atoms = support(5, -2.0, 2.0)  # -2, -1, 0, 1, 2
+    probs = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0], [0.2, 0.2, 0.2, 0.2, 0.2], [0.0, 0.0, 0.0, 0.0, 1.0]])
+    returns = torch.tensor([0.5, 0.0, 1.0])
+    discounts = torch.tensor([0.9, 0.0, 0.5])
+    out = project(returns, discounts, probs, atoms)
+    # Row 0: all mass at 0.5 + 0.9 * 0 = 0.5, split half to 0 and half to 1.
+    torch.testing.assert_close(out[0], torch.tensor([0.0, 0.0, 0.5, 0.5, 0.0]))
+    # Row 1: the episode ended: every atom lands on the return 0.
+    torch.testing.assert_close(out[1], torch.tensor([0.0, 0.0, 1.0, 0.0, 0.0]))
+    # Row 2: 1 + 0.5 * 2 = 2, exactly the top atom.
+    torch.testing.assert_close(out[2], torch.tensor([0.0, 0.0, 0.0, 0.0, 1.0]))
+    torch.testing.assert_close(out.sum(dim=1), torch.ones(3))
+    assert cross_entropy(torch.log(out.clamp_min(1e-6)), out).shape == (3,)
+
+
+def test_apex_worker_epsilons_follow_the_schedule():
+    from zrl.algos.apex import worker_epsilons
+
+    eps = worker_epsilons(8)
+    assert eps[0] == pytest.approx(0.4) and eps[-1] == pytest.approx(0.4**8)
+    assert eps[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
+    assert (eps[1:] < eps[:-1]).all()
+    assert worker_epsilons(1).tolist() == [0.4]

@@ -1,0 +1,91 @@
+"""The Rainbow-IQN network: a torso (the Nature conv net, or an MLP for vector observations), the IQN
+cosine embedding of the quantile fractions, and dueling heads of factorised noisy linear layers.
+
+``IQNNet(obs [B, stack, *frame_shape], taus [B, N])`` returns quantiles ``[B, N, A]``; the mean over the
+N is the Q-value. In train mode the noisy layers draw new noise at every forward pass; in eval mode they
+use their means only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from zrl.algos.iqn import cosine_basis
+
+
+def _scaled_noise(n: int, generator: torch.Generator | None, device) -> torch.Tensor:
+    x = torch.randn(n, generator=generator, device=device)
+    return x.sign() * x.abs().sqrt()
+
+
+class NoisyLinear(nn.Module):
+    """A linear layer with factorised Gaussian noise on its weights and biases (Fortunato et al. 2018):
+    ``w = mu_w + sigma_w * (f(eps_out) f(eps_in)^T)``, ``f(x) = sign(x) sqrt(|x|)``, sigma initialised to
+    ``sigma0 / sqrt(in_features)``."""
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float = 0.1) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma0 * bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma0 * bound))
+        self.generator: torch.Generator | None = None  # a seeded one makes the noise repeatable
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.training:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        eps_in = _scaled_noise(self.in_features, self.generator, x.device)
+        eps_out = _scaled_noise(self.out_features, self.generator, x.device)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(eps_out, eps_in)
+        return F.linear(x, weight, self.bias_mu + self.bias_sigma * eps_out)
+
+
+class DuelingHead(nn.Module):
+    """``Q = V + A - mean(A)`` from two two-layer streams, noisy or plain."""
+
+    def __init__(self, width: int, hidden: int, num_actions: int, noisy: bool, sigma0: float) -> None:
+        super().__init__()
+
+        def linear(i: int, o: int) -> nn.Module:
+            return NoisyLinear(i, o, sigma0) if noisy else nn.Linear(i, o)
+
+        self.value = nn.Sequential(linear(width, hidden), nn.ReLU(), linear(hidden, 1))
+        self.advantage = nn.Sequential(linear(width, hidden), nn.ReLU(), linear(hidden, num_actions))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        advantage = self.advantage(x)
+        return self.value(x) + advantage - advantage.mean(dim=-1, keepdim=True)
+
+
+class IQNNet(nn.Module):
+    """Quantiles ``[B, N, A]`` of the return of each action at the fractions ``taus [B, N]``."""
+
+    def __init__(self, torso: nn.Module, width: int, num_actions: int, *, embedding_dim: int = 64,
+                 hidden: int = 512, noisy: bool = True, sigma0: float = 0.1, scale: bool = True) -> None:  # fmt: skip
+        super().__init__()
+        self.torso = torso
+        self.embedding_dim = embedding_dim
+        self.tau_embedding = nn.Linear(embedding_dim, width)
+        self.head = DuelingHead(width, hidden, num_actions, noisy, sigma0)
+        self.num_actions = num_actions
+        self._scale = scale
+
+    def forward(self, obs: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
+        x = obs.float() / 255.0 if self._scale and obs.dtype == torch.uint8 else obs.float()
+        state = self.torso(x)  # [B, width]
+        b, n = taus.shape
+        if len(state) != b:
+            raise ValueError(f"{len(state)} observations but taus for {b}")
+        phi = F.relu(self.tau_embedding(cosine_basis(taus, self.embedding_dim)))  # [B, N, width]
+        return self.head(state.unsqueeze(1) * phi)  # [B, N, A]
+
+    def q_values(self, obs: torch.Tensor, k: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Q ``[B, A]``: the mean of ``k`` quantiles at uniformly drawn fractions."""
+        taus = torch.rand(len(obs), k, generator=generator, device=obs.device)
+        return self(obs, taus).mean(dim=1)
