@@ -135,7 +135,11 @@ class RunLock:
     def __init__(self, run_dir: Path) -> None:
         self.path = run_dir / LOCK_NAME
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as err:
+                raise ConfigError(f"{run_dir}: cannot write its lock file {LOCK_NAME} ({err.strerror}); a run folder "
+                                  "must be writable to train in it") from None  # fmt: skip
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

@@ -40,3 +40,21 @@ def test_a_second_launch_into_a_running_run_is_refused(tmp_path, no_leaks):
                         "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
     assert again.returncode == 0, again.stderr[-2000:]
     assert not (run_dir / ".zrl-launch.lock").exists()
+
+
+def test_a_run_folder_that_cannot_hold_the_lock_is_a_clear_error(tmp_path, monkeypatch):
+    """A read-only run folder (as root, permissions do not stop this process: the refusal is simulated)."""
+    import errno
+    import os
+
+    import pytest
+
+    from zrl.config import ConfigError
+    from zrl.launch import RunLock
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(os, "open", refuse)
+    with pytest.raises(ConfigError, match="cannot write its lock file .zrl-launch.lock \\(Permission denied\\)"):
+        RunLock(tmp_path)

@@ -37,29 +37,34 @@ def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
     ring_spec = RingSpec(messages * t_len + cfg.env.frame_stack + 8, {
         "frame": ((M, *spec.frame_shape), spec.frame_dtype), "episode_step": ((M,), "int32")})  # fmt: skip
     ring = Ring.create(segment_name(SHM_PREFIX, f"bench{os.urandom(2).hex()}", os.getpid(), "elite"), ring_spec)
-    env = make_vector_env(cfg.env, M, seed=0)
-    rng = np.random.default_rng(0)
-    stack = ActingStack(M, cfg.env.frame_stack, spec.frame_shape, spec.frame_dtype)
-    frames = env.reset()
-    stack.reset(frames)
-    first = ring.write(frame=frames, episode_step=stack.episode_step)
-    out = []
-    for seq in range(messages):
-        actions = rng.integers(0, spec.num_actions, (M, t_len)).astype(np.int32)
-        rewards = np.zeros((M, t_len), np.float32)
-        discounts = np.ones((M, t_len), np.float32)
-        for t in range(t_len):
-            step = env.step(actions[:, t])
-            rewards[:, t], discounts[:, t] = step.rewards, ~step.done
-            stack.push(step.frames, step.game_over)
-            last = ring.write(frame=step.frames, episode_step=stack.episode_step)
-        out.append(protocol.Unroll(
-            worker_id=0, seq=seq, policy_version=0, first_frame=first, num_envs=M, length=t_len, env_frames=0,
-            actions=actions, rewards=rewards, discounts=discounts,
-            behaviour_logits=np.zeros((M, t_len, spec.num_actions), np.float32),
-            behaviour_values=np.zeros((M, t_len), np.float32), features=np.zeros((0, 0, 0), np.float32)))  # fmt: skip
-        first = last
-    env.close()
+    try:  # a failure (Ctrl-C, an env error) must not leave the segment behind
+        env = make_vector_env(cfg.env, M, seed=0)
+        rng = np.random.default_rng(0)
+        stack = ActingStack(M, cfg.env.frame_stack, spec.frame_shape, spec.frame_dtype)
+        frames = env.reset()
+        stack.reset(frames)
+        first = ring.write(frame=frames, episode_step=stack.episode_step)
+        out = []
+        for seq in range(messages):
+            actions = rng.integers(0, spec.num_actions, (M, t_len)).astype(np.int32)
+            rewards = np.zeros((M, t_len), np.float32)
+            discounts = np.ones((M, t_len), np.float32)
+            for t in range(t_len):
+                step = env.step(actions[:, t])
+                rewards[:, t], discounts[:, t] = step.rewards, ~step.done
+                stack.push(step.frames, step.game_over)
+                last = ring.write(frame=step.frames, episode_step=stack.episode_step)
+            out.append(protocol.Unroll(
+                worker_id=0, seq=seq, policy_version=0, first_frame=first, num_envs=M, length=t_len, env_frames=0,
+                actions=actions, rewards=rewards, discounts=discounts,
+                behaviour_logits=np.zeros((M, t_len, spec.num_actions), np.float32),
+                behaviour_values=np.zeros((M, t_len), np.float32), features=np.zeros((0, 0, 0), np.float32)))  # fmt: skip
+            first = last
+        env.close()
+    except BaseException:
+        ring.close()
+        ring.unlink()
+        raise
     return ring, out
 
 

@@ -177,6 +177,8 @@ def index_messages(cfg: Config, actions: int, seconds: float, round_trips: int =
         proc.start()
         try:
             data = transport.recv(pull, 120_000)  # the clock starts once the sender runs
+            if data is None:
+                raise RuntimeError(f"the sender process sent nothing in 120 s (exit code {proc.exitcode})")
             size = len(data)
             count, errors, start = 0, 0, time.perf_counter()
             while time.perf_counter() - start < seconds:
