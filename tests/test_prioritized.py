@@ -1,0 +1,95 @@
+"""The prioritized replay index: first in first out, priorities from workers and the learner, stale
+updates dropped, transitions whose frames are gone never drawn again."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zrl.replay.prioritized import PrioritizedReplay, Transitions
+
+
+def _transitions(frames, worker=0) -> Transitions:
+    frames = np.asarray(frames, np.int64)
+    n = len(frames)
+    return Transitions(np.full(n, worker, np.int32), np.zeros(n, np.int32), frames, np.ones(n, np.int32),
+                       frames.astype(np.float32), np.full(n, 0.99**3, np.float32), frames + 3)  # fmt: skip
+
+
+def test_insert_wraps_around_and_sampling_follows_the_priorities():
+    replay = PrioritizedReplay(4)
+    replay.insert(_transitions([10, 11, 12]), [1.0, 0.0, 3.0])
+    replay.insert(_transitions([13, 14]), [4.0, 2.0])  # the 5th goes into slot 0, over frame 10
+    assert len(replay) == 4 and replay.next_slot == 1
+    np.testing.assert_array_equal(replay.columns["frame"], [14, 11, 12, 13])
+    rng = np.random.default_rng(0)
+    counts = np.zeros(4)
+    for _ in range(500):
+        sample = replay.sample(8, beta=1.0, rng=rng)
+        np.add.at(counts, sample.slots, 1)
+        np.testing.assert_array_equal(sample.transitions.next_frame, sample.transitions.frame + 3)
+    assert counts[1] == 0  # priority 0
+    np.testing.assert_allclose(counts / counts.sum(), [2 / 9, 0, 3 / 9, 4 / 9], atol=0.01)
+
+
+def test_unknown_priorities_take_the_largest_stored():
+    replay = PrioritizedReplay(8)
+    replay.insert(_transitions([0]), [-1.0])
+    assert replay.tree.priorities[0] == 1.0  # nothing stored yet: 1
+    replay.insert(_transitions([1, 2]), [5.0, -1.0])
+    np.testing.assert_array_equal(replay.tree.priorities[:3], [1.0, 5.0, 5.0])
+
+
+def test_importance_weights_come_with_the_sample():
+    replay = PrioritizedReplay(2)
+    replay.insert(_transitions([0, 1]), [1.0, 3.0])
+    sample = replay.sample(2, beta=1.0, rng=np.random.default_rng(1))
+    # P = 1/4 and 3/4, N = 2: (N P)^-1 = 2 and 2/3, divided by the largest of the batch.
+    raw = np.array([{0: 2.0, 1: 2 / 3}[s] for s in sample.slots])
+    np.testing.assert_allclose(sample.weights, raw / raw.max(), rtol=1e-6)
+
+
+def test_learner_updates_change_the_tree_unless_the_slot_was_written_again():
+    replay = PrioritizedReplay(2)
+    replay.insert(_transitions([0, 1]), [1.0, 1.0])
+    sample = replay.sample(2, beta=0.4, rng=np.random.default_rng(0))
+    replay.insert(_transitions([2]), [1.0])  # slot 0 now holds a new transition
+    applied = replay.update(sample.slots, sample.stamps, np.full(2, 7.0))
+    stale = int((sample.slots == 0).sum())
+    assert applied == 2 - stale and replay.stale_updates == stale
+    assert replay.tree.priorities[0] == 1.0  # the new transition keeps its own priority
+    if (sample.slots == 1).any():
+        assert replay.tree.priorities[1] == 7.0
+
+
+def test_transitions_whose_frames_are_overwritten_are_never_drawn_again():
+    replay = PrioritizedReplay(10)
+    replay.insert(_transitions([0, 5, 10, 15]), np.ones(4))
+    replay.insert(_transitions([3, 30], worker=1), np.ones(2))
+    assert replay.evict(np.array([10, 0])) == 2  # worker 0's ring no longer holds frames below 10
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        sample = replay.sample(4, beta=1.0, rng=rng)
+        assert not ((sample.transitions.worker_id == 0) & (sample.transitions.frame < 10)).any()
+    stamps = replay.stamps[[0]]
+    assert replay.update(np.array([0]), stamps, np.array([9.0])) == 0  # evicted stays evicted
+    assert replay.evicted == 2
+
+
+def test_an_empty_or_fully_evicted_replay_has_nothing_to_sample():
+    replay = PrioritizedReplay(4)
+    assert replay.sample(2, 1.0, np.random.default_rng(0)) is None
+    replay.insert(_transitions([0]), [1.0])
+    replay.evict(np.array([5]))
+    assert replay.sample(2, 1.0, np.random.default_rng(0)) is None
+
+
+def test_bad_input_is_refused():
+    replay = PrioritizedReplay(2)
+    with pytest.raises(ValueError, match="do not fit"):
+        replay.insert(_transitions([0, 1, 2]), np.ones(3))
+    with pytest.raises(ValueError, match="priorities"):
+        replay.insert(_transitions([0]), np.ones(2))
+    replay.insert(_transitions([0]), [1.0])
+    with pytest.raises(ValueError, match="non-finite"):
+        replay.update(np.array([0]), replay.stamps[[0]], np.array([np.nan]))

@@ -1,0 +1,120 @@
+"""Ape-X's prioritized replay index: n-step transitions as frame numbers in the workers' rings plus what
+the learner needs besides frames, in ``capacity`` slots (first in, first out), sampled in proportion to
+their priorities through a :class:`SumTree`.
+
+A transition is ``(worker, env, frame of s_t, action a_t, n-step return, discount of the bootstrap, frame of
+s_{t+n})``. Frames stay in the rings: the learner rebuilds both stacks at gather time. Priorities arrive
+already raised to the power omega (the worker's or the learner's ``loss ** omega``); a negative priority
+means "not known yet" and takes the largest priority stored.
+
+Each slot carries a stamp that grows with every write, so that a priority update for a slot that was
+overwritten after it was sampled is dropped rather than given to the new transition. :meth:`evict` zeroes
+the leaves of transitions whose frames their ring has overwritten, so they are never drawn again.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from zrl.replay.sumtree import SumTree, importance_weights
+
+
+class Transitions(NamedTuple):
+    """``n`` transitions, one numpy column each."""
+
+    worker_id: np.ndarray  # [n] int32
+    env_index: np.ndarray  # [n] int32
+    frame: np.ndarray  # [n] int64: the ring frame number of s_t
+    action: np.ndarray  # [n] int32
+    nstep_return: np.ndarray  # [n] float32
+    bootstrap_discount: np.ndarray  # [n] float32: 0 where the episode ended within the n steps
+    next_frame: np.ndarray  # [n] int64: the frame number of s_{t+n}
+
+
+COLUMNS = {"worker_id": np.int32, "env_index": np.int32, "frame": np.int64, "action": np.int32,
+           "nstep_return": np.float32, "bootstrap_discount": np.float32, "next_frame": np.int64}  # fmt: skip
+
+
+class Sample(NamedTuple):
+    transitions: Transitions
+    slots: np.ndarray  # [B] int64
+    stamps: np.ndarray  # [B] int64: hand back with the new priorities
+    weights: np.ndarray  # [B] float32 importance weights, the largest 1
+
+
+class PrioritizedReplay:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.tree = SumTree(capacity)
+        self.columns = {name: np.zeros(capacity, dtype) for name, dtype in COLUMNS.items()}
+        self.stamps = np.zeros(capacity, np.int64)  # 0: never written
+        self.next_slot = 0
+        self.size = 0
+        self._stamp = 0
+        self.evicted = 0  # transitions whose frames were overwritten before they left the replay
+        self.stale_updates = 0  # priority updates for slots written again since they were sampled
+
+    def __len__(self) -> int:
+        return self.size
+
+    def insert(self, transitions: Transitions, priorities: np.ndarray) -> np.ndarray:
+        """Store ``transitions`` in the next slots (overwriting the oldest when full); their slots."""
+        n = len(transitions.frame)
+        if n > self.capacity:
+            raise ValueError(f"{n} transitions do not fit a replay of {self.capacity}")
+        priorities = np.asarray(priorities, np.float64)
+        if priorities.shape != (n,):
+            raise ValueError(f"{n} transitions but {priorities.size} priorities")
+        unknown = priorities < 0
+        if unknown.any():  # the largest known: stored, or arriving with these
+            largest = max(self.tree.max_priority(), float(priorities.max()))
+            priorities = np.where(unknown, largest if largest > 0 else 1.0, priorities)
+        slots = (self.next_slot + np.arange(n)) % self.capacity
+        for name, column in self.columns.items():
+            column[slots] = getattr(transitions, name)
+        self.stamps[slots] = self._stamp + 1 + np.arange(n)
+        self._stamp += n
+        self.tree.update(slots, priorities)
+        self.next_slot = int((self.next_slot + n) % self.capacity)
+        self.size = min(self.size + n, self.capacity)
+        return slots
+
+    def sample(self, batch_size: int, beta: float, rng: np.random.Generator) -> Sample | None:
+        """``batch_size`` transitions drawn in proportion to their priorities (stratified), with their
+        importance weights; None while every priority is 0 (nothing stored, or everything evicted)."""
+        if self.size == 0 or self.tree.total <= 0:
+            return None
+        slots, probabilities = self.tree.sample(batch_size, rng)
+        columns = Transitions(**{name: column[slots] for name, column in self.columns.items()})
+        return Sample(columns, slots, self.stamps[slots].copy(), importance_weights(probabilities, self.size, beta))
+
+    def update(self, slots: np.ndarray, stamps: np.ndarray, priorities: np.ndarray) -> int:
+        """New priorities from the learner; those for slots written again since they were sampled (their
+        stamp differs) are dropped and counted. Returns how many were applied."""
+        slots = np.asarray(slots, np.int64)
+        priorities = np.asarray(priorities, np.float64)
+        if slots.size == 0:
+            return 0
+        if not (0 <= slots.min() and slots.max() < self.capacity) or not np.isfinite(priorities).all():
+            raise ValueError("priority update: a slot outside the replay or a non-finite priority")
+        current = self.stamps[slots] == np.asarray(stamps, np.int64)
+        self.stale_updates += int((~current).sum())
+        # An evicted transition (leaf 0) stays evicted: its frames are gone.
+        live = current & (self.tree.priorities[slots] > 0)
+        self.tree.update(slots[live], np.maximum(priorities[live], 0.0))
+        return int(live.sum())
+
+    def evict(self, oldest_frame: np.ndarray) -> int:
+        """Zero the leaves of transitions whose first frame is older than ``oldest_frame[worker]``, the
+        oldest frame each ring still holds (minus what a stack reaches back); returns how many."""
+        held = np.flatnonzero(self.tree.priorities[: self.capacity] > 0)
+        if held.size == 0:
+            return 0
+        workers = self.columns["worker_id"][held]
+        gone = held[self.columns["frame"][held] < np.asarray(oldest_frame, np.int64)[workers]]
+        if gone.size:
+            self.tree.update(gone, np.zeros(gone.size))
+            self.evicted += int(gone.size)
+        return int(gone.size)
