@@ -135,3 +135,45 @@ def test_apex_worker_epsilons_follow_the_schedule():
     assert eps[3] == pytest.approx(0.4 ** (1 + 7 * 3 / 7))
     assert (eps[1:] < eps[:-1]).all()
     assert worker_epsilons(1).tolist() == [0.4]
+
+
+def _run_builder(n, rewards, discounts, game_over):
+    import numpy as np
+
+    from zrl.algos.apex import NStepBuilder
+
+    builder = NStepBuilder(1, n)
+    out = []
+    for t in range(len(rewards)):
+        got = builder.step(np.array([100 + t]), np.array([t % 3]), np.array([rewards[t]], np.float32),
+                           np.array([discounts[t]], np.float32), np.array([game_over[t]]), np.array([101 + t]))  # fmt: skip
+        out += [(t, int(f) - 100, float(r), float(d), int(nf) - 100) for f, r, d, nf in
+                zip(got["frame"], got["nstep_return"], got["bootstrap_discount"], got["next_frame"])]  # fmt: skip
+    return out
+
+
+def test_nstep_builder_emits_each_transition_once_with_its_return():
+    g = 0.5
+    rewards = [1.0, 2.0, 4.0, 8.0, 16.0]
+    out = _run_builder(3, rewards, [g] * 5, [False] * 5)
+    # (emitted at step, transition t, return, bootstrap discount, frame of s_{t+3})
+    assert out == [(2, 0, 1 + 0.5 * 2 + 0.25 * 4, 0.125, 3), (3, 1, 2 + 2 + 2, 0.125, 4), (4, 2, 4 + 4 + 4, 0.125, 5)]
+
+
+def test_nstep_builder_cuts_windows_at_an_episode_end():
+    g = 0.5
+    rewards = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
+    discounts = [g, g, g, 0.0, g, g]  # step 3 ends the episode (a reset follows)
+    over = [False, False, False, True, False, False]
+    out = _run_builder(3, rewards, discounts, over)
+    assert out[:4] == [(2, 0, 1 + 1 + 1, 0.125, 3),
+                       (3, 1, 2 + 2 + 0.25 * 8, 0.0, 4), (3, 2, 4 + 0.5 * 8, 0.0, 4), (3, 3, 8.0, 0.0, 4)]  # fmt: skip
+    assert out[4:] == []  # the new episode has only 2 steps: nothing complete yet
+    # Every step of the first episode was emitted exactly once.
+    assert sorted(t for _, t, *_ in out) == [0, 1, 2, 3]
+
+
+def test_nstep_builder_drops_windows_a_truncation_cuts():
+    out = _run_builder(2, [1.0] * 4, [0.9] * 4, [False, True, False, False])
+    # Step 1 is a truncation (the game is over without a terminal discount): steps 0 and 1 never complete.
+    assert [t for _, t, *_ in out] == [2]

@@ -12,3 +12,69 @@ def worker_epsilons(workers: int, eps: float = 0.4, alpha: float = 7.0) -> np.nd
     if workers == 1:
         return np.array([eps])
     return eps ** (1 + alpha * np.arange(workers) / (workers - 1))
+
+
+class NStepBuilder:
+    """A worker's n-step transitions, as frame numbers in its ring, for M envs at once.
+
+    Each env step hands in, per env, the frame number of the observation acted on, the action, the reward and
+    the discount that followed (``gamma``, 0 where the step ended the episode) and whether the game is over
+    (a reset follows). A transition for step t is complete once s_{t+n} is written, or as soon as the
+    episode ends within the n steps (its bootstrap discount is then 0 and ``next_frame`` is unused). A
+    window that a truncation cuts (the game is over without a terminal discount) is dropped: its last state
+    was never written.
+    """
+
+    def __init__(self, num_envs: int, n: int) -> None:
+        if n < 1:
+            raise ValueError(f"n must be at least 1, got {n}")
+        self.num_envs, self.n = num_envs, n
+        m = num_envs
+        self._frame = np.zeros((n, m), np.int64)
+        self._action = np.zeros((n, m), np.int32)
+        self._reward = np.zeros((n, m), np.float32)
+        self._discount = np.zeros((n, m), np.float32)
+        self._count = np.zeros(m, np.int64)  # steps held per env, at most n
+
+    def step(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray, discounts: np.ndarray,
+             game_over: np.ndarray, next_frames: np.ndarray) -> dict[str, np.ndarray]:  # fmt: skip
+        """Add one step of every env (``frames`` the observations acted on, ``next_frames`` the frames
+        written after the step: the next observation, or the new episode's first after a reset) and return
+        the transitions it completes, as columns of equal length (``env_index``, ``frame``, ``action``,
+        ``nstep_return``, ``bootstrap_discount``, ``next_frame``)."""
+        n, m = self.n, self.num_envs
+        # Shift in the new step at the end of each env's window.
+        for buf, new in ((self._frame, frames), (self._action, actions), (self._reward, rewards),
+                         (self._discount, discounts)):  # fmt: skip
+            buf[:-1] = buf[1:]
+            buf[-1] = new
+        self._count = np.minimum(self._count + 1, n)
+        out: list[dict[str, np.ndarray]] = []
+        ended = np.asarray(discounts) == 0
+        truncated = np.asarray(game_over) & ~ended
+        full = (self._count == n) & ~truncated
+        if full.any():  # the oldest step of a full window now has its n-th successor
+            out.append(self._emit(np.flatnonzero(full), 0, np.asarray(next_frames)))
+        if ended.any():  # every shorter window of an ended episode is complete too (bootstrap 0)
+            envs = np.flatnonzero(ended)
+            for start in range(1, n):
+                have = envs[self._count[envs] >= n - start]  # windows starting at row ``start`` exist
+                if have.size:
+                    out.append(self._emit(have, start, np.asarray(next_frames)))
+        self._count[ended | np.asarray(game_over)] = 0  # no window spans an episode's (or a life's) end
+        if not out:
+            return {k: np.zeros(0, d) for k, d in _NSTEP_DTYPES.items()}
+        return {k: np.concatenate([o[k] for o in out]) for k in _NSTEP_DTYPES}
+
+    def _emit(self, envs: np.ndarray, start: int, next_frames: np.ndarray) -> dict[str, np.ndarray]:
+        """Transitions of ``envs`` for the step at window row ``start`` (rows start..n-1 follow it)."""
+        d = self._discount[start:, envs]  # [k, E]
+        r = self._reward[start:, envs]
+        before = np.cumprod(np.vstack([np.ones((1, len(envs)), np.float32), d[:-1]]), axis=0)
+        return {"env_index": envs.astype(np.int32), "frame": self._frame[start, envs].copy(),
+                "action": self._action[start, envs].copy(), "nstep_return": (before * r).sum(axis=0).astype(np.float32),
+                "bootstrap_discount": (before[-1] * d[-1]).astype(np.float32), "next_frame": next_frames[envs].astype(np.int64)}  # fmt: skip
+
+
+_NSTEP_DTYPES = {"env_index": np.int32, "frame": np.int64, "action": np.int32, "nstep_return": np.float32,
+                 "bootstrap_discount": np.float32, "next_frame": np.int64}  # fmt: skip
