@@ -96,7 +96,9 @@ def main() -> int:
            f"run.max_seconds={args.minutes * 60 + 30:g}", "--set", "run.max_env_frames=10000000000",
            "--set", "run.checkpoint_every_minutes=5", "--set", "run.checkpoint_every_steps=0", "--quiet"]  # fmt: skip
     print("soak:", " ".join(cmd), flush=True)
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log_path = Path(results) / "zrl-launch.out"  # a file, not a pipe that could fill over the run and block it
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
     launcher = psutil.Process(proc.pid)
     rows: list[dict] = []
     start = time.monotonic()
@@ -111,7 +113,13 @@ def main() -> int:
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)  # an orderly stop with a final checkpoint
-        out, _ = proc.communicate(timeout=120)
+        try:
+            proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            proc.kill()  # the roles follow their launcher (parent-death signal)
+            proc.wait()
+        log.close()
+        out = log_path.read_text()
         shutil.rmtree(results, ignore_errors=True)
     if proc.returncode != 0:
         print(out[-3000:], file=sys.stderr)

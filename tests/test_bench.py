@@ -121,3 +121,38 @@ def test_bench_mistakes_exit_2_in_one_line(tmp_path, args, expected):
     done = run_command("zrl-bench", *args, cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_killed_learner_bench_leaves_no_role_suspended(tmp_path, no_leaks):
+    """zrl-bench learner suspends the fed learner while the bare loop runs. SIGKILLed then, the bench cannot
+    resume it; its watchdog does, so the learner acts on its parent-death signal and every role exits."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    from conftest import command, zrl_processes
+    from zrl.launch import sweep_stale
+
+    proc = subprocess.Popen(command("zrl-bench", "learner", "--config", SMOKE, "--seconds", "40", "--capacity", "16"),
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:  # the progress lines
+            if "round 1 of" in line:
+                break
+            assert time.monotonic() < deadline, "no round began"
+        time.sleep(3)  # inside the first bare segment (20 s): the learner is stopped
+        learner = [p for p in zrl_processes() if "zrl-learner" in " ".join(p.info["cmdline"] or [])]
+        assert learner and learner[0].status() == "stopped"
+        children = psutil.Process(proc.pid).children(recursive=True)  # roles, the bare loop, the watchdog
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _, alive = psutil.wait_procs(children, timeout=30)
+        assert not alive, [(p.pid, p.name()) for p in alive]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    sweep_stale()  # the rings of the killed bench: what the next zrl-launch or zrl-bench does

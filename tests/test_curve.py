@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 
 import pytest
 import zmq
 import zmq.auth
 
-from conftest import REPO, metrics_rows, run_command
+from conftest import REPO, command, metrics_rows, run_command
 from zrl import transport
 from zrl.config import ConfigError, TransportConfig
 
@@ -44,8 +45,19 @@ def test_bad_key_folders_name_the_file(tmp_path, keys):
     with pytest.raises(ConfigError, match="client.key_secret can be read by other users"):
         transport.load_curve_keys(str(keys))
     os.chmod(keys / "client.key_secret", 0o600)
+    good = (keys / "server.key").read_text()
+    (keys / "server.key").write_text(good.replace('public-key = "', 'public-key = "abc'))  # 43 characters
+    with pytest.raises(ConfigError, match="server.key holds no valid public key"):
+        transport.load_curve_keys(str(keys))
     (keys / "server.key").write_text("not a key\n")
     with pytest.raises(ConfigError, match="server.key"):
+        transport.load_curve_keys(str(keys))
+    (keys / "server.key").write_text(good)
+    (keys / "authorized" / "client.key").write_text("metadata\ncurve\n    public-key = \"short\"\n")
+    with pytest.raises(ConfigError, match="authorized/client.key holds no valid public key"):
+        transport.load_curve_keys(str(keys))
+    (keys / "authorized" / "client.key").unlink()
+    with pytest.raises(ConfigError, match="holds no client public key"):
         transport.load_curve_keys(str(keys))
 
 
@@ -83,7 +95,7 @@ def test_bound_sockets_admit_only_authorized_clients(keys):
             sock.close()
         others.term()
         transport.term(ctx)
-        transport._curve = None  # this process's later sockets are plain again
+        transport.configure(TransportConfig())  # this process's later sockets are plain again
 
 
 def test_a_run_binds_every_interface_only_with_keys(tmp_path, keys, no_leaks):
@@ -96,3 +108,16 @@ def test_a_run_binds_every_interface_only_with_keys(tmp_path, keys, no_leaks):
     assert done.returncode == 0, done.stderr[-3000:]
     rows = metrics_rows(tmp_path)
     assert int(rows[-1]["learner_step"]) > 0 and int(rows[-1]["env_frames"]) >= 20000
+
+
+def test_a_worker_that_fails_before_its_sockets_exist_still_reports_over_curve(tmp_path, keys, no_leaks):
+    """The crash report travels on a socket made after the failure: it must use the keys too, or the
+    launcher's CURVE server drops it and the traceback is lost."""
+    faults = REPO / "tests" / "faults"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(faults), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run(command("zrl-launch", "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlCrashInWorker-v0"',
+                                  "--workers", "1", "--set", "workers.max_restarts=0", "--set",
+                                  f"transport.curve_keys={str(keys)!r}", "--quiet"),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "injected fault while a worker builds its env" in done.stderr and "zrl-worker-0's traceback:" in done.stderr

@@ -93,3 +93,12 @@ def test_bad_input_is_refused():
     replay.insert(_transitions([0]), [1.0])
     with pytest.raises(ValueError, match="non-finite"):
         replay.update(np.array([0]), replay.stamps[[0]], np.array([np.nan]))
+
+
+def test_a_loss_of_zero_keeps_a_transition_in_the_replay():
+    replay = PrioritizedReplay(2)
+    replay.insert(_transitions([0, 1]), [0.0, 1.0])
+    assert replay.tree.priorities[0] > 0  # the floor: drawable, not evicted
+    replay.update(np.array([1]), replay.stamps[[1]], np.array([0.0]))
+    assert replay.update(np.array([1]), replay.stamps[[1]], np.array([2.0])) == 1  # still updatable
+    assert replay.tree.priorities[1] == 2.0

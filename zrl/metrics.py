@@ -34,8 +34,12 @@ class CsvLog:
 
     def __init__(self, path: str | Path, columns: tuple[str, ...]) -> None:
         self.path = Path(path)
-        self.columns = columns
         new = not self.path.exists() or self.path.stat().st_size == 0
+        if not new:  # a resumed run keeps the header its file has, so that rows stay aligned under it
+            with open(self.path, newline="") as fh:
+                header = next(csv.reader(fh), None)
+            columns = tuple(header) if header else columns
+        self.columns = columns
         self._fh = open(self.path, "a", newline="")
         self._writer = csv.DictWriter(self._fh, fieldnames=columns)
         if new:

@@ -7,18 +7,21 @@ endpoints are unix sockets in the run's private folder (mode 0700) or tcp on 127
 With ``transport.curve_keys`` (a folder ``zrl-keys`` made) every socket speaks CurveZMQ: a bound socket
 is a CURVE server with the run's server key, and a context that binds runs a ZAP authenticator that
 admits only the client keys in ``<folder>/authorized``; a connecting socket is a CURVE client with the
-client key. Traffic is encrypted, and a peer without an authorized key gets no message through.
+client key. A process picks its keys once (:func:`configure`), so every socket it makes, its crash report's
+included, uses them. Traffic is encrypted, and a peer without an authorized key gets no message through.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 import zmq
 import zmq.auth
+import zmq.utils.z85
 from zmq.auth.thread import ThreadAuthenticator
 
 from zrl.config import ConfigError, TransportConfig
@@ -52,39 +55,68 @@ class CurveKeys:
 
 def make_curve_keys(folder: str) -> None:
     """A new key folder: server and client certificates (secret files mode 0600) and ``authorized/`` with the
-    client's public key. The folder must not exist yet (keys are never overwritten)."""
+    client's public key. The folder must not exist yet (keys are never overwritten); a failed attempt
+    leaves nothing behind."""
+    if not zmq.has("curve"):
+        raise ConfigError("this libzmq was built without CURVE; install pyzmq's wheel, which has it")
     root = Path(folder)
     root.mkdir(mode=0o700, parents=True)
-    for name in ("server", "client"):
-        _, secret = zmq.auth.create_certificates(str(root), name)
-        os.chmod(secret, 0o600)
-    (root / "authorized").mkdir(mode=0o700)
-    (root / "authorized" / "client.key").write_bytes((root / "client.key").read_bytes())
+    try:
+        for name in ("server", "client"):
+            _, secret = zmq.auth.create_certificates(str(root), name)
+            os.chmod(secret, 0o600)
+        (root / "authorized").mkdir(mode=0o700)
+        (root / "authorized" / "client.key").write_bytes((root / "client.key").read_bytes())
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def _z85_key(path: Path, key: bytes | None, what: str) -> bytes:
+    """A CurveZMQ key as it must be: 40 Z85 characters, 32 bytes decoded."""
+    try:
+        if key is not None and len(key) == 40 and len(zmq.utils.z85.decode(key)) == 32:
+            return key
+    except (ValueError, KeyError, TypeError):
+        pass
+    raise ConfigError(f"transport.curve_keys: {path} holds no valid {what} key (40 Z85 characters); make the "
+                      "folder again with zrl-keys")  # fmt: skip
 
 
 def load_curve_keys(folder: str) -> CurveKeys:
     """The keys of a folder ``make_curve_keys`` made; ConfigError naming the file that is missing, unreadable,
     readable by others, or not a key."""
-    root = Path(folder).expanduser()
     key = "transport.curve_keys"
+    if not zmq.has("curve"):
+        raise ConfigError(f"{key}: this libzmq was built without CURVE; install pyzmq's wheel, which has it")
+    root = Path(folder).expanduser()
     if not root.is_dir():
         raise ConfigError(f"{key}: {root} is not a folder; make one with zrl-keys {root}")
     keys: dict[str, bytes] = {}
     for name in CURVE_FILES:
         path = root / name
-        if name.endswith("_secret") and path.is_file() and path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        secret_file = name.endswith("_secret")
+        if secret_file and path.is_file() and path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise ConfigError(f"{key}: {path} can be read by other users; chmod 600 {path}")
         try:
             public, secret = zmq.auth.load_certificate(str(path))
         except (OSError, ValueError) as err:
             raise ConfigError(f"{key}: {path}: not a readable CurveZMQ certificate ({err}); make the folder with "
                               "zrl-keys") from None  # fmt: skip
-        if name.endswith("_secret") and not secret:
-            raise ConfigError(f"{key}: {path} holds no secret key; make the folder with zrl-keys")
-        keys[name] = secret if name.endswith("_secret") else public
+        keys[name] = _z85_key(path, secret, "secret") if secret_file else _z85_key(path, public, "public")
     authorized = root / "authorized"
-    if not authorized.is_dir() or not any(authorized.glob("*.key")):
+    clients = sorted(authorized.glob("*.key")) if authorized.is_dir() else []
+    if not clients:
         raise ConfigError(f"{key}: {authorized} holds no client public key (*.key); a server would admit no one")
+    if authorized.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"{key}: {authorized} can be written by other users, who could admit themselves; "
+                          f"chmod 700 {authorized}")  # fmt: skip
+    for path in clients:
+        try:
+            public, _ = zmq.auth.load_certificate(str(path))
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"{key}: {path}: not a readable CurveZMQ certificate ({err})") from None
+        _z85_key(path, public, "public")
     return CurveKeys(keys["server.key"], keys["server.key_secret"], keys["client.key"], keys["client.key_secret"],
                      str(authorized))  # fmt: skip
 
@@ -93,13 +125,19 @@ _curve: CurveKeys | None = None
 _authenticators: dict[int, ThreadAuthenticator] = {}
 
 
-def context(cfg: TransportConfig) -> zmq.Context:
-    """This process's context; with ``cfg.curve_keys``, CURVE on every socket made after, and a ZAP
-    authenticator for the sockets it binds. Close with :func:`term`."""
+def configure(cfg: TransportConfig) -> None:
+    """This process's sockets from now on: CURVE with ``cfg.curve_keys``, plain without. Roles call it first
+    thing, so that even a crash report sent before their context exists reaches the launcher."""
     global _curve
+    _curve = load_curve_keys(cfg.curve_keys) if cfg.curve_keys else None
+
+
+def context(cfg: TransportConfig, binds: bool = True) -> zmq.Context:
+    """This process's context, after :func:`configure`; with keys, a ZAP authenticator that admits only the
+    authorized client keys to the sockets it binds (``binds``). Close with :func:`term`."""
+    configure(cfg)
     ctx = zmq.Context()
-    if cfg.curve_keys:
-        _curve = load_curve_keys(cfg.curve_keys)
+    if _curve is not None and binds:
         auth = ThreadAuthenticator(ctx)
         auth.start()
         auth.configure_curve(domain="*", location=_curve.authorized)

@@ -65,6 +65,11 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
         batch(env_index=np.array([0, 2], np.int32)),
         batch(actions=np.full((2, t), 6, np.int32)),
         batch(rewards=np.full((2, t), np.inf, np.float32)),
+        protocol.ReplayIndex(replay=np.zeros(1, np.int32), worker_ids=np.zeros(1, np.int32),
+                             env_index=np.zeros(1, np.int32), first_frame=np.zeros(1, np.int64),
+                             policy_versions=np.zeros(1, np.int64), counts=np.zeros(1, np.int64),
+                             sample_calls=np.full(5, -1, np.int64), feature_rows=np.zeros(0, np.int32),
+                             features=np.zeros((0, 0, 0), np.float32)).encode(),  # it would go into checkpoints
         batch(length=t + 1, actions=np.zeros((2, t + 1), np.int32), rewards=np.zeros((2, t + 1), np.float32),
               discounts=np.ones((2, t + 1), np.float32), behaviour_logits=np.zeros((2, t + 1, a), np.float32),
               behaviour_values=np.zeros((2, t + 1), np.float32)),  # fmt: skip

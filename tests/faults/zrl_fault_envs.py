@@ -35,6 +35,21 @@ class CrashAtStep(gymnasium.Env):
 register(id="ZrlCrashAtStep5-v0", entry_point=CrashAtStep, kwargs={"crash_step": 5})
 
 
+class CrashInWorker(CrashAtStep):
+    """Builds in the launcher (which probes the env) but raises when a worker builds it: a failure before the
+    worker has made any socket of its own."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+
+        if multiprocessing.current_process().name.startswith("zrl-worker"):
+            raise RuntimeError("injected fault while a worker builds its env")
+        super().__init__(crash_step=10**9)
+
+
+register(id="ZrlCrashInWorker-v0", entry_point=CrashInWorker)
+
+
 class Identity(gymnasium.Env):
     """A vector-observation env whose every observation says where it came from: ``[instance_hi,
     instance_lo, counter, last_action]``. The instance is a random 24-bit number drawn when the env is made

@@ -10,6 +10,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import multiprocessing as mp
+import os
+import queue
 import subprocess
 import sys
 import tempfile
@@ -148,7 +150,7 @@ def transport_mode(cfg: Config, spec, seconds: float, progress: Progress) -> dic
 # -- learner -----------------------------------------------------------------------------------------------
 
 
-def _bare_learner(cfg: Config, spec, commands, out) -> None:
+def _bare_learner(cfg: Config, spec, commands, out, parent: int) -> None:
     """A bare PyTorch loop: the learner's V-trace step on one preallocated batch of the same shape, with the
     learner role's threads and device, in a process of its own as the learner has. It runs one timed segment
     per number of seconds it is sent (steps/s back through ``out``) and ends at None."""
@@ -182,7 +184,7 @@ def _bare_learner(cfg: Config, spec, commands, out) -> None:
     model.train()
     sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)  # warm-up
     out.put(0.0)  # ready
-    while (seconds := commands.get()) is not None:
+    while (seconds := _next_command(commands, parent)) is not None:
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds or steps < 1:
             sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)
@@ -192,13 +194,24 @@ def _bare_learner(cfg: Config, spec, commands, out) -> None:
         out.put(steps / (time.perf_counter() - start))
 
 
+def _next_command(commands, parent: int):
+    """The next command, or None once the bench process that sends them is gone."""
+    while os.getppid() == parent:
+        try:
+            return commands.get(timeout=0.5)
+        except queue.Empty:
+            continue
+    return None
+
+
 class BareLearner:
     """The bare loop's process, kept alive so that its segments can alternate with the fed learner's."""
 
     def __init__(self, cfg: Config, spec) -> None:
         ctx = mp.get_context("spawn")
         self._commands, self._out = ctx.Queue(), ctx.Queue()
-        self._proc = ctx.Process(target=_bare_learner, args=(cfg, spec, self._commands, self._out), name="zrl-bench-bare")
+        self._proc = ctx.Process(target=_bare_learner, args=(cfg, spec, self._commands, self._out, os.getpid()),
+                                 name="zrl-bench-bare")  # fmt: skip
 
     def __enter__(self) -> BareLearner:
         self._proc.start()

@@ -34,6 +34,18 @@ class RoleDied(RuntimeError):
     """A role process of the benchmarked pipeline exited while it was being measured."""
 
 
+def _resume_orphans(parent: int, pids: list[int]) -> None:
+    """The watchdog: once ``parent`` is gone, SIGCONT each of ``pids`` (their pending parent-death SIGTERM
+    then stops them in order), and exit."""
+    while os.getppid() == parent:
+        time.sleep(0.5)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 class Pipeline:
     def __init__(self, cfg: Config, spec: envs.EnvSpec, *, with_learner: bool, workdir: Path) -> None:
         self.cfg, self.spec, self.with_learner, self.workdir = cfg, spec, with_learner, workdir
@@ -42,6 +54,7 @@ class Pipeline:
         self.learner: protocol.LearnerStats | None = None
         self.procs: dict[str, mp.Process] = {}
         self._paused: set[str] = set()
+        self._watchdog: mp.Process | None = None
         self.rings: list = []
         self._socks: list[zmq.Socket] = []
         self._private: str | None = None
@@ -133,7 +146,14 @@ class Pipeline:
                 proc.join(STOP_GRACE_S)
 
     def pause(self, name: str) -> None:
-        """Suspend one role (SIGSTOP), e.g. the learner while the bare loop has the cores."""
+        """Suspend one role (SIGSTOP), e.g. the learner while the bare loop has the cores. A watchdog process
+        resumes it should this process die meanwhile (even by SIGKILL): a stopped role would otherwise never
+        act on its parent-death signal and would keep its memory and rings for good."""
+        if self._watchdog is None:
+            ctx = mp.get_context("spawn")
+            self._watchdog = ctx.Process(target=_resume_orphans, name="zrl-bench-watchdog",
+                                         args=(os.getpid(), [p.pid for p in self.procs.values()]), daemon=True)  # fmt: skip
+            self._watchdog.start()
         os.kill(self.procs[name].pid, signal.SIGSTOP)
         self._paused.add(name)
 
@@ -145,6 +165,9 @@ class Pipeline:
         for name in list(self._paused):
             if self.procs[name].exitcode is None:
                 self.resume(name)
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.join(5)
         if self.procs:
             self._stop.set()
             self._workers_stop.set()

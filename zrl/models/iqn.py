@@ -18,7 +18,10 @@ from zrl.algos.iqn import cosine_basis
 
 
 def _scaled_noise(n: int, generator: torch.Generator | None, device) -> torch.Tensor:
-    x = torch.randn(n, generator=generator, device=device)
+    if generator is not None and generator.device != torch.device(device):  # a CPU generator for a GPU layer
+        x = torch.randn(n, generator=generator, device=generator.device).to(device)
+    else:
+        x = torch.randn(n, generator=generator, device=device)
     return x.sign() * x.abs().sqrt()
 
 

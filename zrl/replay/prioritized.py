@@ -5,7 +5,9 @@ their priorities through a :class:`SumTree`.
 A transition is ``(worker, env, frame of s_t, action a_t, n-step return, discount of the bootstrap, frame of
 s_{t+n})``. Frames stay in the rings: the learner rebuilds both stacks at gather time. Priorities arrive
 already raised to the power omega (the worker's or the learner's ``loss ** omega``); a negative priority
-means "not known yet" and takes the largest priority stored.
+means "not known yet" and takes the largest priority stored. Known priorities are at least
+``MIN_PRIORITY``, so that a transition with a loss of 0 can still be drawn again (a leaf of 0 means
+evicted).
 
 Each slot carries a stamp that grows with every write, so that a priority update for a slot that was
 overwritten after it was sampled is dropped rather than given to the new transition. :meth:`evict` zeroes
@@ -19,6 +21,9 @@ from typing import NamedTuple
 import numpy as np
 
 from zrl.replay.sumtree import SumTree, importance_weights
+
+
+MIN_PRIORITY = 1e-6
 
 
 class Transitions(NamedTuple):
@@ -68,9 +73,11 @@ class PrioritizedReplay:
         if priorities.shape != (n,):
             raise ValueError(f"{n} transitions but {priorities.size} priorities")
         unknown = priorities < 0
+        priorities = np.maximum(priorities, MIN_PRIORITY)
         if unknown.any():  # the largest known: stored, or arriving with these
-            largest = max(self.tree.max_priority(), float(priorities.max()))
-            priorities = np.where(unknown, largest if largest > 0 else 1.0, priorities)
+            known = priorities[~unknown]
+            largest = max(self.tree.max_priority(), float(known.max()) if known.size else 0.0)
+            priorities = np.where(unknown, largest if largest > MIN_PRIORITY else 1.0, priorities)
         slots = (self.next_slot + np.arange(n)) % self.capacity
         for name, column in self.columns.items():
             column[slots] = getattr(transitions, name)
@@ -103,7 +110,7 @@ class PrioritizedReplay:
         self.stale_updates += int((~current).sum())
         # An evicted transition (leaf 0) stays evicted: its frames are gone.
         live = current & (self.tree.priorities[slots] > 0)
-        self.tree.update(slots[live], np.maximum(priorities[live], 0.0))
+        self.tree.update(slots[live], np.maximum(priorities[live], MIN_PRIORITY))
         return int(live.sum())
 
     def evict(self, oldest_frame: np.ndarray) -> int:

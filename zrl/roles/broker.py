@@ -298,6 +298,7 @@ class Broker:
 
 def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
+    transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report("zrl-broker", wiring):
         _run(cfg, wiring, stop_event)
 

@@ -121,6 +121,23 @@ def batch_misfit(batch: protocol.Batch, cfg: Config, rings: int, num_actions: in
     return None
 
 
+def index_misfit(index: protocol.ReplayIndex, cfg: Config, rings: int) -> str | None:
+    """Why a replay index cannot be this run's broker's (it goes into checkpoints, and a resume reads it)."""
+    if len(index.sample_calls) != len(cfg.replay) or (index.sample_calls.size and index.sample_calls.min() < 0):
+        return f"sample calls for {len(index.sample_calls)} replays, not {len(cfg.replay)}"
+    n = len(index.replay)
+    if n and not (0 <= index.replay.min() and index.replay.max() < len(cfg.replay)
+                  and 0 <= index.worker_ids.min() and index.worker_ids.max() < rings
+                  and 0 <= index.env_index.min() and index.env_index.max() < cfg.workers.envs_per_worker
+                  and index.first_frame.min() >= 0 and index.counts.min() >= 0):  # fmt: skip
+        return "a replay, worker, env, frame or count outside the run"
+    if index.feature_rows.size and not (0 <= index.feature_rows.min() and index.feature_rows.max() < n):
+        return "feature rows outside the index"
+    if index.features.size and not np.isfinite(index.features).all():
+        return "non-finite features"
+    return None
+
+
 def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
     """The batch's per-step arrays for the units that gathered cleanly, time-major ``[T, B]``."""
     pick = np.flatnonzero(ok)
@@ -197,6 +214,7 @@ def set_rng_state(state: dict, device: torch.device) -> None:
 
 def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFrom | None = None) -> None:
     start_role("zrl-learner", wiring.launcher_pid)
+    transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report("zrl-learner", wiring):
         _run(cfg, wiring, run_dir, stop_event, start)
 
@@ -340,7 +358,10 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
                 decode_errors += 1
                 continue
             if isinstance(message, protocol.ReplayIndex):
-                replay_index = message
+                if index_misfit(message, cfg, len(rings)):
+                    decode_errors += 1
+                else:
+                    replay_index = message
                 continue
             if not isinstance(message, protocol.Batch) or batch_misfit(message, cfg, len(rings), wiring.num_actions):
                 decode_errors += 1

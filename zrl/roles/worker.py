@@ -28,6 +28,7 @@ from zrl.roles.common import Every, RunWiring, WorkerStart, crash_report, should
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
     start_role(f"zrl-worker-{worker_id}", wiring.launcher_pid)
+    transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report(f"zrl-worker-{worker_id}", wiring):
         _run(worker_id, cfg, wiring, stop_event, start)
 
@@ -52,7 +53,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
     rng = np.random.default_rng([cfg.run.seed, worker_id, offset])
     trained = _trained_actions(wiring.replay_from, m, t_len) if wiring.replay_from else None
 
-    ctx = transport.context(cfg.transport)
+    ctx = transport.context(cfg.transport, binds=False)
     unrolls = transport.socket(ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
     weights = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights)
