@@ -9,7 +9,7 @@ few V-trace steps on the replay, so that stored and current features differ as t
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import time
 from types import SimpleNamespace
@@ -144,14 +144,12 @@ class Replay:
 
     def broker(self, kind: str, capacity: int, lam: float, feature_steps: int, precision: str, strategy: int = 3):
         """A broker with one ``kind`` replay holding every unit, its scorer loaded with the current policy."""
-        cfg = self.cfg
-        sets = [f"learner.batch_size={cfg.learner.batch_size}", f"learner.unroll_length={cfg.learner.unroll_length}",
-                f"model.feature_size={cfg.model.feature_size}", f'broker.precision="{precision}"',
-                f"env.id={json.dumps(cfg.env.id)}", "run.max_env_frames=10000000000"]  # fmt: skip
-        ecfg = config_mod.load(None, sets, {"replay": json.dumps([{
-            "type": kind, "capacity": capacity, "sample_ratio": 1.0, "strategy": strategy,
-            "lambda_batch_multiplier": lam, "alfa_annealing_factor": 1e9, "feature_steps": feature_steps,
-            "fill_fraction": 1.0}])})  # fmt: skip
+        cfg = self.cfg  # the user's config (model, stack, env...), with one replay of ``kind`` holding everything
+        replay = config_mod.ReplayConfig(type=kind, capacity=capacity, sample_ratio=1.0, strategy=strategy,
+                                         lambda_batch_multiplier=lam, alfa_annealing_factor=1e9,
+                                         feature_steps=feature_steps, fill_fraction=1.0)  # fmt: skip
+        ecfg = dataclasses.replace(cfg, replay=(replay,), broker=dataclasses.replace(cfg.broker, precision=precision),
+                                   run=dataclasses.replace(cfg.run, max_env_frames=10**10))  # fmt: skip
         wiring = SimpleNamespace(frame_shape=self.spec.frame_shape, frame_dtype=self.spec.frame_dtype,
                                  num_actions=self.spec.num_actions)  # fmt: skip
         scorer = FeatureScorer(ecfg, wiring, [self.ring])
