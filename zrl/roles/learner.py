@@ -157,22 +157,40 @@ def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -
 
 class ActionLog:
     """A deterministic run's trained actions per env, in the order trained, for its checkpoints: a resumed
-    run's worker plays them again to bring its environments to where they were."""
+    run's worker plays them again to bring its environments to where they were. One int16 buffer per env
+    that doubles when full, so that appending and checkpointing stay cheap as the run grows."""
 
     def __init__(self, envs: int) -> None:
-        self._parts: list[list[np.ndarray]] = [[] for _ in range(envs)]
+        self._buf = np.zeros((envs, 1024), np.int16)
+        self._len = np.zeros(envs, np.int64)
+
+    def _room(self, env: int, n: int) -> None:
+        need = int(self._len[env]) + n
+        if need > self._buf.shape[1]:
+            grown = np.zeros((len(self._buf), max(need, 2 * self._buf.shape[1])), np.int16)
+            grown[:, : self._buf.shape[1]] = self._buf
+            self._buf = grown
+
+    def _put(self, env: int, row: np.ndarray) -> None:
+        self._room(env, len(row))
+        at = int(self._len[env])
+        self._buf[env, at : at + len(row)] = row
+        self._len[env] = at + len(row)
 
     def add(self, actions: np.ndarray) -> None:
-        for parts, row in zip(self._parts, actions):
-            parts.append(row.astype(np.int16))
+        for env, row in enumerate(actions):
+            self._put(env, row)
 
     def append(self, env_index: np.ndarray, actions: np.ndarray) -> None:
-        for e, row in zip(env_index, actions):
-            self._parts[int(e)].append(row.astype(np.int16))
+        for env, row in zip(env_index, actions):
+            self._put(int(env), row)
 
     def array(self) -> np.ndarray:
         """``[envs, steps]``; every env has trained the same number of steps, since batches hold whole unrolls."""
-        return np.stack([np.concatenate(p) if p else np.zeros(0, np.int16) for p in self._parts])
+        steps = int(self._len.min()) if len(self._len) else 0
+        if (self._len != steps).any():
+            raise RuntimeError(f"trained actions of unequal length per env: {self._len.tolist()}")
+        return self._buf[:, :steps].copy()
 
 
 INDEX_EVERY_S = 10.0  # how often the learner asks the broker for its replay index (for checkpoints)
