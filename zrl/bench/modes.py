@@ -26,6 +26,7 @@ from zrl.bench import envs as benv, transport as btransport
 from zrl.bench.facts import cores
 from zrl.bench.roles import Pipeline, frames_rate
 from zrl.config import Config, ReplayConfig, check as config_check
+from zrl.launch import PRIVATE_PREFIX
 
 Progress = Callable[[str], None]
 
@@ -38,6 +39,12 @@ TARGETS = {
     "elite_prepare_to_learner_step": 1.0,  # an elite batch is prepared faster than the learner consumes one
 }
 LEARNER_SEGMENT_S = 10.0  # the learner mode alternates bare and fed segments of about this length
+
+
+def _workdir() -> tempfile.TemporaryDirectory:
+    """A scratch folder named as a launcher's private folder (``zrl-<pid>-...``), so that if this process is
+    killed the next zrl-launch or zrl-bench sweeps it with the rest of what a dead process left."""
+    return tempfile.TemporaryDirectory(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-bench-")
 
 
 def _with(cfg: Config, **sections) -> Config:
@@ -91,7 +98,7 @@ def env_mode(cfg: Config, workers: int, envs: int, seconds: float, progress: Pro
 def sampling_point(cfg: Config, spec, workers: int, envs: int, seconds: float, warmup: float, policy: str) -> dict:
     """Workers, rings and broker with a fixed (network) or uniform policy and no learner: frames/s."""
     cfg = _with(cfg, workers={"count": workers, "envs_per_worker": envs, "policy": policy, "stats_interval_s": 0.5})
-    with tempfile.TemporaryDirectory(prefix="zrl-bench-") as tmp, Pipeline(cfg, spec, with_learner=False,
+    with _workdir() as tmp, Pipeline(cfg, spec, with_learner=False,
                                                                           workdir=Path(tmp)) as p:  # fmt: skip
         p.watch(180, until=Pipeline.all_reported)
         if not p.all_reported():
@@ -260,7 +267,7 @@ def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Pro
     sections = {"wait": 0.0, "gather": 0.0, "publish": 0.0, "step": 0.0}
     progress(f"learner fed by the broker: filling a uniform replay of {capacity} units with "
              f"{cfg.workers.count} workers x {cfg.workers.envs_per_worker} envs, and building the bare loop")  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="zrl-bench-") as tmp, Pipeline(cfg, spec, with_learner=True,
+    with _workdir() as tmp, Pipeline(cfg, spec, with_learner=True,
                                                                           workdir=Path(tmp)) as p:  # fmt: skip
         full = lambda p: p.broker is not None and int(p.broker.replay_sizes.min()) >= capacity  # noqa: E731
         p.watch(600, until=full)
@@ -352,7 +359,7 @@ LAUNCH = "import sys; sys.argv[0] = 'zrl-launch'; from zrl.cli import launch_mai
 
 def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, warmup: float, sets: list[str]) -> dict:
     """The real zrl-launch for warm-up + seconds (run.max_seconds); figures from its metrics.csv after the warm-up."""
-    with tempfile.TemporaryDirectory(prefix="zrl-bench-") as tmp:
+    with _workdir() as tmp:
         cmd = [sys.executable, "-c", LAUNCH, "--workers", str(workers), "--envs-per-worker", str(envs),
                "--set", "run.log_interval_s=1.0", "--set", "run.max_env_frames=1000000000000", "--set",
                "run.checkpoint_every_steps=0", "--set", f"run.max_seconds={warmup + seconds}", "--quiet"]  # fmt: skip
