@@ -91,11 +91,11 @@ def main() -> int:
     args = ap.parse_args()
 
     results = tempfile.mkdtemp(prefix="zrl-soak-")
-    cmd = ["zrl-launch", "--config", args.config, "--workers", str(args.workers), "--envs-per-worker",
+    cmd = [sys.executable, str(REPO / "bin" / "zrl-launch"), "--config", args.config, "--workers", str(args.workers), "--envs-per-worker",
            str(args.envs_per_worker), "--set", f"run.results_dir={results}", "--set",
            f"run.max_seconds={args.minutes * 60 + 30:g}", "--set", "run.max_env_frames=10000000000",
            "--set", "run.checkpoint_every_minutes=5", "--set", "run.checkpoint_every_steps=0", "--quiet"]  # fmt: skip
-    print("soak:", " ".join(cmd), flush=True)
+    print("soak: zrl-launch", " ".join(cmd[2:]), flush=True)
     log_path = Path(results) / "zrl-launch.out"  # a file, not a pipe that could fill over the run and block it
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True)
