@@ -111,8 +111,9 @@ def main() -> int:
                   flush=True)  # fmt: skip
             time.sleep(max(0.0, args.every - (time.monotonic() - start) % args.every))
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # an orderly stop with a final checkpoint
+        interrupted = proc.poll() is None
+        if interrupted:
+            proc.send_signal(signal.SIGINT)  # an orderly stop with a final checkpoint (exit code 130)
         try:
             proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
@@ -121,7 +122,7 @@ def main() -> int:
         log.close()
         out = log_path.read_text()
         shutil.rmtree(results, ignore_errors=True)
-    if proc.returncode != 0:
+    if proc.returncode not in ((0, 130) if interrupted else (0,)):
         print(out[-3000:], file=sys.stderr)
         print(f"soak: zrl-launch exited with {proc.returncode}", file=sys.stderr)
         return 1
