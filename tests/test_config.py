@@ -220,3 +220,22 @@ def test_a_config_saved_with_the_old_algo_section_still_loads_from_a_checkpoint(
     saved = to_dict(load(None, ["vtrace.laser=true"]))
     saved = {**{k: v for k, v in saved.items() if k not in ("algo", "vtrace")}, "algo": saved["vtrace"]}
     assert from_dict(saved, "checkpoint").vtrace.laser is True
+
+
+def test_a_run_folder_config_written_with_the_old_algo_section_still_loads(tmp_path):
+    from zrl.config import load
+
+    path = tmp_path / "config.toml"
+    path.write_text("[algo]\nlaser = true\n")
+    assert load(path, stored=True).vtrace.laser is True
+    with pytest.raises(ConfigError, match=r"\[algo\] is now \[vtrace\]"):
+        load(path)  # a config a user writes gets the error that says what changed
+
+
+def test_apex_iqn_is_refused_before_anything_starts_until_its_roles_exist():
+    from zrl.config import load
+    from zrl.launch import preflight
+
+    cfg = load(None, ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]'])
+    with pytest.raises(ConfigError, match="not built yet"):
+        preflight(cfg)

@@ -846,15 +846,17 @@ def load(
     path: str | Path | None = None,
     sets: typing.Sequence[str] = (),
     options: dict[str, Any] | None = None,
+    stored: bool = False,
 ) -> Config:
-    """Resolve a config: defaults < run file < --set items < command-line options.
+    """Resolve a config: defaults < run file < --set items < command-line options. ``stored``: the file is
+    a run's own config.toml, written by an older zrl perhaps (its renamed sections are read as now).
 
     ``options`` maps dotted keys (e.g. ``"workers.count"``) to values; None values are ignored.
     """
     raw: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if path is not None:
-        _merge(raw, read_toml(path), str(path), sources)
+        _merge(raw, _renamed(read_toml(path)) if stored else read_toml(path), str(path), sources)
     for item in sets:
         section, key, value = parse_set(item)
         _merge(raw, {section: value} if section == "replay" or section in TOP_KEYS else {section: {key: value}},
@@ -879,13 +881,18 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     return out
 
 
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config zrl wrote before [algo] became [vtrace] (a run folder's, a checkpoint's), as it reads now."""
+    if isinstance(raw.get("algo"), dict):
+        return {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
+    return raw
+
+
 def from_dict(raw: dict[str, Any], source: str) -> Config:
     """Rebuild a config from to_dict output (e.g. stored in a checkpoint)."""
     layered: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    if isinstance(raw.get("algo"), dict):  # saved before [algo] became [vtrace]
-        raw = {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
-    _merge(layered, raw, source, sources)
+    _merge(layered, _renamed(raw), source, sources)
     return _build(layered, sources)
 
 
