@@ -81,9 +81,17 @@ def test_resolved_config_round_trips(tmp_path):
          ["replay[0].lambda_batch_multiplier", "must be >= 1"]),
         ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.25\n[[replay]]\ntype = 'uniform'\n"
          "capacity = 64\nsample_ratio = 0.75\n[learner]\nbatch_size = 6\n", ["replay[0].sample_ratio", "1.5"]),
-        ("[learner]\nclip_rho_threshold = 2.0\n", ["learner.clip_rho_threshold is no longer a key", "algo.clip_rho"]),
-        ("[algo]\nclear_policy_kl = 'forward'\n", ["algo.clear_policy_kl", "mu_pi, pi_mu"]),
-        ("[algo]\nlaser_kl_threshold = 0\n", ["algo.laser_kl_threshold", "must be > 0"]),
+        ("[learner]\nclip_rho_threshold = 2.0\n", ["learner.clip_rho_threshold is no longer a key", "vtrace.clip_rho"]),
+        ("[vtrace]\nclear_policy_kl = 'forward'\n", ["vtrace.clear_policy_kl", "mu_pi, pi_mu"]),
+        ("[vtrace]\nlaser_kl_threshold = 0\n", ["vtrace.laser_kl_threshold", "must be > 0"]),
+        ("[algo]\nlaser = true\n", ["[algo] is now [vtrace]", 'algo = "vtrace" or "apex_iqn"']),
+        ("algo = 'dqn'\n", ["algo", "vtrace, apex_iqn"]),
+        ("[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n", ["replay[0].type", 'needs algo = "apex_iqn"']),
+        ("algo = 'apex_iqn'\n", ["replay", 'exactly one [[replay]], of type "prioritized"']),
+        ("algo = 'apex_iqn'\n[apex]\nhead = 'qr'\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
+         ["apex.head", "iqn, c51"]),
+        ("algo = 'apex_iqn'\n[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n",
+         ["apex.learn_start", "more than the replay holds (1000)"]),
         ("[transport]\nbind_host = '0.0.0.0'\n", ["transport.bind_host", "CurveZMQ"]),
         ("[workers]\ncount = 0\n", ["workers.count", "must be > 0"]),
         ("[workers]\nproduce_ratio = 0.5\n", ["workers.produce_ratio", "starve the learner"]),
@@ -191,3 +199,43 @@ def test_deterministic_mode_needs_one_worker_one_queue_and_whole_unrolls_per_ver
     elite = 'replay=[{"type": "queue", "capacity": 8, "sample_ratio": 0.5}, {"type": "elite", "capacity": 64, "sample_ratio": 0.5}]'
     with pytest.raises(ConfigError, match=r"replay: run.deterministic needs a single queue replay"):
         config.load(None, det + [elite])
+
+
+def test_the_agent_is_named_by_the_top_level_algo_key(tmp_path):
+    from zrl.config import dumps, from_dict, load, to_dict
+
+    cfg = load(None, ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]',
+                      "apex.n_step=5"])  # fmt: skip
+    assert cfg.algo == "apex_iqn" and cfg.apex.n_step == 5 and cfg.replay[0].type == "prioritized"
+    path = tmp_path / "again.toml"
+    path.write_text(dumps(cfg))
+    assert path.read_text().splitlines()[1] == 'algo = "apex_iqn"'  # before any table, as TOML needs
+    assert load(path) == cfg
+    assert from_dict(to_dict(cfg), "checkpoint") == cfg
+
+
+def test_a_config_saved_with_the_old_algo_section_still_loads_from_a_checkpoint():
+    from zrl.config import from_dict, load, to_dict
+
+    saved = to_dict(load(None, ["vtrace.laser=true"]))
+    saved = {**{k: v for k, v in saved.items() if k not in ("algo", "vtrace")}, "algo": saved["vtrace"]}
+    assert from_dict(saved, "checkpoint").vtrace.laser is True
+
+
+def test_a_run_folder_config_written_with_the_old_algo_section_still_loads(tmp_path):
+    from zrl.config import load
+
+    path = tmp_path / "config.toml"
+    path.write_text("[algo]\nlaser = true\n")
+    assert load(path, stored=True).vtrace.laser is True
+    with pytest.raises(ConfigError, match=r"\[algo\] is now \[vtrace\]"):
+        load(path)  # a config a user writes gets the error that says what changed
+
+
+def test_apex_iqn_is_refused_before_anything_starts_until_its_roles_exist():
+    from zrl.config import load
+    from zrl.launch import preflight
+
+    cfg = load(None, ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]'])
+    with pytest.raises(ConfigError, match="not built yet"):
+        preflight(cfg)

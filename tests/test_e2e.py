@@ -116,7 +116,7 @@ ELITE_MIX = ('[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, {"type": "
 
 def test_pong_with_queue_and_elite_replay_reports_its_figures(tmp_path, no_leaks):
     """The reference platform's elite command, brought over with --replay, on real Pong with LASER on."""
-    result = run_command("zrl-launch", "--config", SMOKE, "--replay", ELITE_MIX, "--set", "algo.laser=true",
+    result = run_command("zrl-launch", "--config", SMOKE, "--replay", ELITE_MIX, "--set", "vtrace.laser=true",
                          "--set", "run.max_env_frames=40000", "--quiet", cwd=tmp_path, timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()

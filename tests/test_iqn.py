@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from zrl.algos.iqn import NStep, cosine_basis, double_q_targets, greedy_actions, nstep_returns, quantile_huber_loss
+from zrl.algos.iqn import (NStep, cosine_basis, double_q_targets, greedy_actions, iqn_losses, nstep_returns,
+                           quantile_huber_loss)
 
 
 def test_quantile_huber_loss_matches_a_hand_computed_case():
@@ -177,3 +178,29 @@ def test_nstep_builder_drops_windows_a_truncation_cuts():
     out = _run_builder(2, [1.0] * 4, [0.9] * 4, [False, True, False, False])
     # Step 1 is a truncation (the game is over without a terminal discount): steps 0 and 1 never complete.
     assert [t for _, t, *_ in out] == [2]
+
+
+def test_iqn_losses_train_the_online_network_only_and_fall_on_a_fixed_batch():
+    import copy
+
+    net = _net()
+    target = copy.deepcopy(net)
+    g = torch.Generator().manual_seed(0)
+    obs, next_obs = torch.randn(16, 1, 8, generator=g), torch.randn(16, 1, 8, generator=g)
+    actions = torch.randint(0, 3, (16,), generator=g)
+    nstep = nstep_returns(torch.randn(16, 3, generator=g), torch.full((16, 3), 0.9))
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    net.eval()  # no noise: the fall of the loss is the optimiser's, not luck's
+    target.eval()
+    first = None
+    for step in range(300):
+        losses = iqn_losses(net, target, obs, actions, nstep, next_obs, n=16, n_target=16, k=8,
+                            generator=torch.Generator().manual_seed(step))  # fmt: skip
+        assert losses.shape == (16,) and (losses >= 0).all()
+        opt.zero_grad()
+        losses.mean().backward()
+        if step == 0:
+            first = losses.mean().item()
+            assert all(p.grad is None for p in target.parameters())
+        opt.step()
+    assert losses.mean().item() < 0.5 * first

@@ -21,7 +21,10 @@ from zrl.protocol import (
     Episode,
     LearnerStats,
     ProtocolError,
+    PriorityUpdate,
     RoleError,
+    TransitionBatch,
+    Transitions,
     Unroll,
     WeightsRequest,
     Credit,
@@ -189,6 +192,27 @@ def make_replay_index(rng, N=6, G=3, K=5, F=8) -> ReplayIndex:
     )
 
 
+def make_transitions(rng, n=5) -> Transitions:
+    frames = rng.integers(0, 10**6, n)
+    return Transitions(worker_id=int(rng.integers(0, 8)), seq=int(rng.integers(0, 10**6)), policy_version=3,
+                       env_frames=int(rng.integers(0, 10**9)), count=n, env_index=rng.integers(0, 4, n, dtype=np.int32),
+                       frame=frames, action=rng.integers(0, 6, n, dtype=np.int32),
+                       nstep_return=rng.standard_normal(n, dtype=np.float32),
+                       bootstrap_discount=np.full(n, 0.99**3, np.float32), next_frame=frames + 3,
+                       priority=rng.random(n, dtype=np.float32))  # fmt: skip
+
+
+def make_transition_batch(rng, b=4) -> TransitionBatch:
+    frames = rng.integers(0, 10**6, b)
+    return TransitionBatch(batch_id=int(rng.integers(0, 10**6)), env_frames=int(rng.integers(0, 10**9)), size=b,
+                           worker_ids=rng.integers(0, 8, b, dtype=np.int32), env_index=rng.integers(0, 4, b, dtype=np.int32),
+                           frame=frames, action=rng.integers(0, 6, b, dtype=np.int32),
+                           nstep_return=rng.standard_normal(b, dtype=np.float32),
+                           bootstrap_discount=np.full(b, 0.97, np.float32), next_frame=frames + 3,
+                           slots=rng.integers(0, 10**6, b), stamps=rng.integers(1, 10**9, b),
+                           weights=rng.random(b, dtype=np.float32))  # fmt: skip
+
+
 FACTORIES = {
     "Unroll": make_unroll,
     "Unroll-nofeat": lambda rng: make_unroll(rng, F=0),
@@ -204,6 +228,12 @@ FACTORIES = {
     "IndexRequest": make_index_request,
     "ReplayIndex": make_replay_index,
     "ReplayIndex-nofeat": lambda rng: make_replay_index(rng, G=0, K=0, F=0),
+    "Transitions": lambda rng: make_transitions(rng),
+    "Transitions-empty": lambda rng: make_transitions(rng, n=0),
+    "TransitionBatch": lambda rng: make_transition_batch(rng),
+    "PriorityUpdate": lambda rng: PriorityUpdate(batch_id=int(rng.integers(0, 10**6)), size=3,
+                                                 slots=rng.integers(0, 10**6, 3), stamps=rng.integers(1, 10**9, 3),
+                                                 priorities=rng.random(3, dtype=np.float32)),  # fmt: skip
     "RoleError": lambda rng: RoleError(role="zrl-worker-1", pid=int(rng.integers(1, 2**22)),
                                        traceback='Traceback (most recent call last):\n  ...\nRuntimeError: boom\n'),
 }
@@ -249,7 +279,7 @@ def expect_error(data, *fragments):
 def test_message_types_tuple():
     assert set(MESSAGE_TYPES) == {
         Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest,
-        ReplayIndex, RoleError,
+        ReplayIndex, RoleError, Transitions, TransitionBatch, PriorityUpdate,
     }
     assert len({cls.TAG for cls in MESSAGE_TYPES}) == len(MESSAGE_TYPES)
     assert FORMAT_VERSION == 1

@@ -158,7 +158,7 @@ class LearnerConfig:
 
 
 @dataclass(frozen=True)
-class AlgoConfig:
+class VtraceConfig:
     clip_rho: float = 1.0
     """V-trace rho-bar: clip of the importance weight in the value targets; 0 means no clipping."""
     clip_c: float = 1.0
@@ -177,6 +177,54 @@ class AlgoConfig:
     """CLEAR value cloning: weight of the error between the current value and the worker's behaviour-time value; 0 switches it off."""
     clear_value_loss: str = "squared"
     """squared: sum of (V - V_mu)^2, the CLEAR paper's form; l2_norm: its square root, the reference platform's unsquared form."""
+
+
+@dataclass(frozen=True)
+class ApexConfig:
+    epsilon: float = 0.4
+    """Ape-X exploration: worker i of N acts epsilon-greedily with epsilon ** (1 + epsilon_alpha * i / (N - 1))."""
+    epsilon_alpha: float = 7.0
+    """The exponent's spread across workers in the Ape-X epsilon schedule."""
+    n_step: int = 3
+    """Steps of return in each transition's target (n-step double Q-learning)."""
+    priority_batch: int = 1000
+    """Transitions a worker collects before it computes their initial priorities with its network copies and sends them."""
+    worker_priorities: bool = True
+    """Workers compute initial priorities (loss ** priority_exponent); false sends them as unknown, which the replay gives its largest priority."""
+    priority_exponent: float = 0.5
+    """omega: a transition's priority is its loss to this power."""
+    importance_beta: float = 0.4
+    """Exponent of the importance weights (N * P) ** -beta at the start; it anneals linearly to 1."""
+    beta_anneal_steps: int = 0
+    """Learner steps over which beta reaches 1; 0 derives them from run.max_env_frames."""
+    learn_start: int = 80_000
+    """Transitions the replay holds before the learner starts."""
+    target_update: int = 2000
+    """Learner steps between copies of the online network into the target network."""
+    head: str = "iqn"
+    """iqn (implicit quantiles) or c51 (categorical on atoms, Rainbow only)."""
+    quantiles: int = 64
+    """IQN: N, fractions sampled for the online quantiles."""
+    target_quantiles: int = 64
+    """IQN: N', fractions sampled for the target quantiles."""
+    acting_quantiles: int = 32
+    """IQN: K, fractions whose mean quantile is the Q-value for acting and for the double-Q action."""
+    embedding_dim: int = 64
+    """IQN: length of the cosine embedding of a fraction."""
+    kappa: float = 1.0
+    """IQN: threshold of the quantile Huber loss."""
+    noisy: bool = True
+    """Dueling heads of factorised noisy linear layers; workers then act greedily on the noisy Q-values (epsilon still applies when > 0)."""
+    noisy_sigma0: float = 0.1
+    """Initial noise scale of the noisy layers, divided by the square root of their fan-in."""
+    atoms: int = 51
+    """C51: atoms of the return distribution."""
+    v_min: float = -10.0
+    """C51: smallest atom."""
+    v_max: float = 10.0
+    """C51: largest atom."""
+    replay_ratio: float = 0.0
+    """Keep about one learner update per this many worker env steps (summed over workers); 0: workers run free."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +279,9 @@ class TransportConfig:
     """Every blocking receive polls this long before it checks whether to stop."""
 
 
-REPLAY_TYPES = ("queue", "uniform", "elite", "attentive")
+REPLAY_TYPES = ("queue", "uniform", "elite", "attentive", "prioritized")
+ALGOS = ("vtrace", "apex_iqn")
+APEX_HEADS = ("iqn", "c51")
 WORKER_POLICIES = ("network", "uniform")
 FEATURE_REPLAYS = ("elite", "attentive")
 DISTANCES = ("ln_norm", "cos_dist", "kl_div")
@@ -244,10 +294,11 @@ REPLAY_KEYS = {
     "uniform": _REPLAY_COMMON + ("fill_fraction",),
     "elite": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED + ("elite_insertion", "elite_batch_size"),
     "attentive": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED + ("elite_insertion", "elite_batch_size"),
+    "prioritized": _REPLAY_COMMON,  # capacity in transitions; the [apex] section holds the rest
 }
 MOVED_KEYS = {
-    "learner.clip_rho_threshold": "algo.clip_rho",
-    "learner.clip_pg_rho_threshold": "algo.clip_pg_rho",
+    "learner.clip_rho_threshold": "vtrace.clip_rho",
+    "learner.clip_pg_rho_threshold": "vtrace.clip_pg_rho",
     "model.send_features": None,  # workers send features whenever an elite or attentive replay needs them
 }
 OPTIMIZERS = ("rmsprop", "adam")
@@ -264,17 +315,21 @@ SAFE_ON_RESUME = (
     "learner.torch_threads", "broker.torch_threads", "broker.prefetch_batches", "transport.kind",
     "transport.hwm", "transport.poll_timeout_ms",
 )  # fmt: skip
+TOP_KEYS: dict[str, type] = {"algo": str}  # keys outside any section
 OPTION_FLAGS = {"workers.count": "--workers", "workers.envs_per_worker": "--envs-per-worker"}
 
 
 @dataclass(frozen=True)
 class Config:
+    algo: str = "vtrace"
+    """The agent: vtrace (IMPALA with V-trace, CLEAR and LASER; the [vtrace] section) or apex_iqn (Rainbow-IQN Ape-X with prioritized replay; the [apex] section)."""
     run: RunConfig = field(default_factory=RunConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    vtrace: VtraceConfig = field(default_factory=VtraceConfig)
+    apex: ApexConfig = field(default_factory=ApexConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     replay: tuple[ReplayConfig, ...] = (ReplayConfig(),)
     transport: TransportConfig = field(default_factory=TransportConfig)
@@ -289,7 +344,8 @@ SECTIONS: dict[str, type] = {
     "workers": WorkersConfig,
     "model": ModelConfig,
     "learner": LearnerConfig,
-    "algo": AlgoConfig,
+    "vtrace": VtraceConfig,
+    "apex": ApexConfig,
     "broker": BrokerConfig,
     "transport": TransportConfig,
 }
@@ -329,7 +385,7 @@ def check(cfg: Config) -> None:
         "learner.publish_every": cfg.learner.publish_every,
         "broker.prefetch_batches": cfg.broker.prefetch_batches,
         "broker.torch_threads": cfg.broker.torch_threads,
-        "algo.laser_kl_threshold": cfg.algo.laser_kl_threshold,
+        "vtrace.laser_kl_threshold": cfg.vtrace.laser_kl_threshold,
         "transport.hwm": cfg.transport.hwm,
         "transport.poll_timeout_ms": cfg.transport.poll_timeout_ms,
     }
@@ -352,11 +408,11 @@ def check(cfg: Config) -> None:
         "learner.baseline_cost": cfg.learner.baseline_cost,
         "learner.entropy_cost": cfg.learner.entropy_cost,
         "learner.grad_norm_clip": cfg.learner.grad_norm_clip,
-        "algo.clip_rho": cfg.algo.clip_rho,
-        "algo.clip_c": cfg.algo.clip_c,
-        "algo.clip_pg_rho": cfg.algo.clip_pg_rho,
-        "algo.clear_policy_weight": cfg.algo.clear_policy_weight,
-        "algo.clear_value_weight": cfg.algo.clear_value_weight,
+        "vtrace.clip_rho": cfg.vtrace.clip_rho,
+        "vtrace.clip_c": cfg.vtrace.clip_c,
+        "vtrace.clip_pg_rho": cfg.vtrace.clip_pg_rho,
+        "vtrace.clear_policy_weight": cfg.vtrace.clear_policy_weight,
+        "vtrace.clear_value_weight": cfg.vtrace.clear_value_weight,
     }
     for key, value in non_negative.items():
         if not value >= 0:
@@ -373,8 +429,8 @@ def check(cfg: Config) -> None:
     _choice("learner.optimizer", cfg.learner.optimizer, OPTIMIZERS)
     _choice("learner.precision", cfg.learner.precision, PRECISIONS)
     _choice("broker.precision", cfg.broker.precision, PRECISIONS)
-    _choice("algo.clear_policy_kl", cfg.algo.clear_policy_kl, CLONING_KL)
-    _choice("algo.clear_value_loss", cfg.algo.clear_value_loss, CLONING_VALUE)
+    _choice("vtrace.clear_policy_kl", cfg.vtrace.clear_policy_kl, CLONING_KL)
+    _choice("vtrace.clear_value_loss", cfg.vtrace.clear_value_loss, CLONING_VALUE)
     _choice("model.kind", cfg.model.kind, MODEL_KINDS)
     _choice("transport.kind", cfg.transport.kind, TRANSPORT_KINDS)
     _choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
@@ -401,7 +457,9 @@ def check(cfg: Config) -> None:
         from zrl.transport import load_curve_keys  # transport imports this module
 
         load_curve_keys(cfg.transport.curve_keys)
+    _choice("algo", cfg.algo, ALGOS)
     _check_replays(cfg)
+    _check_apex(cfg)
     _check_deterministic(cfg)
     if 0 < cfg.workers.produce_ratio < 1:
         _fail("workers.produce_ratio", f"{cfg.workers.produce_ratio} would send less than one batch per weights "
@@ -433,6 +491,36 @@ def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
         _fail(key, f"{value!r} is not one of {', '.join(valid)}{extra}")
 
 
+def _check_apex(cfg: Config) -> None:
+    prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
+    if cfg.algo != "apex_iqn":
+        if prioritized:
+            _fail(f"replay[{prioritized[0]}].type", 'a prioritized replay holds Ape-X transitions: it needs algo = "apex_iqn"')
+        return
+    if len(cfg.replay) != 1 or not prioritized:
+        _fail("replay", 'algo = "apex_iqn" takes exactly one [[replay]], of type "prioritized" (capacity in transitions)')
+    a = cfg.apex
+    _choice("apex.head", a.head, APEX_HEADS)
+    for key in ("n_step", "priority_batch", "target_update", "quantiles", "target_quantiles", "acting_quantiles",
+                "embedding_dim", "learn_start"):  # fmt: skip
+        if getattr(a, key) < 1:
+            _fail(f"apex.{key}", f"must be >= 1, got {getattr(a, key)}")
+    if not 0.0 <= a.epsilon <= 1.0:
+        _fail("apex.epsilon", f"must be in [0, 1], got {a.epsilon}")
+    for key in ("epsilon_alpha", "priority_exponent", "noisy_sigma0", "replay_ratio", "beta_anneal_steps"):
+        if getattr(a, key) < 0:
+            _fail(f"apex.{key}", f"must be >= 0, got {getattr(a, key)}")
+    if not 0.0 <= a.importance_beta <= 1.0:
+        _fail("apex.importance_beta", f"must be in [0, 1], got {a.importance_beta}")
+    if a.kappa <= 0:
+        _fail("apex.kappa", f"must be > 0, got {a.kappa}")
+    if a.head == "c51" and (a.atoms < 2 or not a.v_min < a.v_max):
+        _fail("apex.atoms", f"C51 needs at least 2 atoms and v_min < v_max, got {a.atoms}, {a.v_min}, {a.v_max}")
+    capacity = cfg.replay[prioritized[0]].capacity
+    if a.learn_start > capacity:
+        _fail("apex.learn_start", f"{a.learn_start} transitions is more than the replay holds ({capacity})")
+
+
 def _check_replays(cfg: Config) -> None:
     if not cfg.replay:
         _fail("replay", "at least one [[replay]] table is needed")
@@ -451,7 +539,7 @@ def _check_replays(cfg: Config) -> None:
                 f"{key}.sample_ratio",
                 f"learner.batch_size {batch} x sample_ratio {rep.sample_ratio} = {share:g} is not a whole number of unrolls",
             )
-        if rep.type != "queue" and round(share) > rep.capacity:
+        if rep.type not in ("queue", "prioritized") and round(share) > rep.capacity:
             _fail(
                 f"{key}.capacity",
                 f"{rep.capacity} unrolls is less than one batch takes from this replay "
@@ -535,7 +623,7 @@ def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:
 
 
 REFERENCE_TYPES = {"queue": "queue", "standard": "uniform", "uniform": "uniform", "elite": "elite",
-                   "attentive": "attentive", "custom": None}  # fmt: skip
+                   "attentive": "attentive", "prioritized": "prioritized", "custom": None}  # fmt: skip
 REFERENCE_SAMPLERS = {"elite_sampling": "elite", "attentive_sampling": "attentive"}
 
 
@@ -636,12 +724,19 @@ def _unknown(source: str, key: str, valid: list[str]) -> ConfigError:
 def _all_keys() -> list[str]:
     keys = [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in dataclasses.fields(cls)]
     keys += [f"replay.{f.name}" for f in dataclasses.fields(ReplayConfig)]
-    return keys + list(SECTIONS) + ["replay"]
+    return keys + list(SECTIONS) + ["replay"] + list(TOP_KEYS)
 
 
 def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> None:
     """Merge one layer of raw values into base, checking section and key names."""
     for section, body in layer.items():
+        if section in TOP_KEYS:
+            if section == "algo" and isinstance(body, dict):
+                raise ConfigError(f"{source}: [algo] is now [vtrace] (V-trace's clips, CLEAR and LASER); the top-level "
+                                  'key algo = "vtrace" or "apex_iqn" names the agent')  # fmt: skip
+            base[section] = body
+            sources[section] = source
+            continue
         if section == "replay":
             if not isinstance(body, list) or not all(isinstance(t, dict) for t in body):
                 raise ConfigError(f"{source}: replay must be a list of tables ([[replay]])")
@@ -689,6 +784,9 @@ def _build(raw: dict, sources: dict[str, str]) -> Config:
         src = sources.get("replay", BUILTIN)
         replays.append(ReplayConfig(**{k: _coerce(f"replay[{i}].{k}", v, hints[k], src) for k, v in table.items()}))
     sections["replay"] = tuple(replays)
+    for key, tp in TOP_KEYS.items():
+        if key in raw:
+            sections[key] = _coerce(key, raw[key], tp, sources.get(key, BUILTIN))
     try:
         return Config(**sections)
     except ConfigError as err:
@@ -729,6 +827,11 @@ def parse_set(item: str) -> tuple[str, str, Any]:
     dotted, text = (part.strip() for part in item.split("=", 1))
     if dotted == "replay":
         return "replay", "", replays_from_json(text, f"--set {item}")
+    if dotted in TOP_KEYS:
+        try:
+            return dotted, "", tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            return dotted, "", text
     if dotted.count(".") != 1:
         raise ConfigError(f"--set {item}: the key must be section.key, e.g. learner.batch_size")
     section, key = dotted.split(".")
@@ -743,18 +846,21 @@ def load(
     path: str | Path | None = None,
     sets: typing.Sequence[str] = (),
     options: dict[str, Any] | None = None,
+    stored: bool = False,
 ) -> Config:
-    """Resolve a config: defaults < run file < --set items < command-line options.
+    """Resolve a config: defaults < run file < --set items < command-line options. ``stored``: the file is
+    a run's own config.toml, written by an older zrl perhaps (its renamed sections are read as now).
 
     ``options`` maps dotted keys (e.g. ``"workers.count"``) to values; None values are ignored.
     """
     raw: dict[str, Any] = {}
     sources: dict[str, str] = {}
     if path is not None:
-        _merge(raw, read_toml(path), str(path), sources)
+        _merge(raw, _renamed(read_toml(path)) if stored else read_toml(path), str(path), sources)
     for item in sets:
         section, key, value = parse_set(item)
-        _merge(raw, {section: value} if section == "replay" else {section: {key: value}}, f"--set {item}", sources)
+        _merge(raw, {section: value} if section == "replay" or section in TOP_KEYS else {section: {key: value}},
+               f"--set {item}", sources)  # fmt: skip
     for dotted, value in (options or {}).items():
         if value is None:
             continue
@@ -768,18 +874,25 @@ def load(
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {key: getattr(cfg, key) for key in TOP_KEYS}
     for name in SECTIONS:
         out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(getattr(cfg, name)).items()}
     out["replay"] = [{k: v for k, v in dataclasses.asdict(r).items() if k in REPLAY_KEYS[r.type]} for r in cfg.replay]
     return out
 
 
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config zrl wrote before [algo] became [vtrace] (a run folder's, a checkpoint's), as it reads now."""
+    if isinstance(raw.get("algo"), dict):
+        return {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
+    return raw
+
+
 def from_dict(raw: dict[str, Any], source: str) -> Config:
     """Rebuild a config from to_dict output (e.g. stored in a checkpoint)."""
     layered: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    _merge(layered, raw, source, sources)
+    _merge(layered, _renamed(raw), source, sources)
     return _build(layered, sources)
 
 
@@ -800,6 +913,7 @@ def dumps(cfg: Config) -> str:
     """The resolved config as TOML text that ``load`` reads back to an equal Config."""
     data = to_dict(cfg)
     lines = ["# zrl resolved config: every key, as this run used it."]
+    lines += [f"{key} = {_toml_value(data[key])}" for key in TOP_KEYS]
     for name in SECTIONS:
         lines.append(f"\n[{name}]")
         lines += [f"{k} = {_toml_value(v)}" for k, v in data[name].items()]
@@ -837,6 +951,8 @@ def defaults_toml() -> str:
         "# Run files override only what differs. Precedence: command-line options > --set section.key=value",
         "# > the run file > these defaults. Generated from zrl/config.py (python -m zrl.config > config/defaults.toml).",
     ]
+    for key in TOP_KEYS:
+        lines += ["", f"# {docs['Config'][key]}", f"{key} = {_toml_value(data[key])}"]
     for name, cls in SECTIONS.items():
         lines.append(f"\n[{name}]")
         for key, value in data[name].items():

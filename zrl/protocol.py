@@ -490,6 +490,62 @@ class RoleError(_Message):
 
 TRACEBACK_CHARS = 16_000
 
+
+# Ape-X (algo apex_iqn): n-step transitions as frame numbers, sampled by priority.
+
+
+@_message("transitions", dims={"N": "count"})
+@dataclass(frozen=True, slots=True, eq=False)
+class Transitions(_Message):
+    """worker -> broker: ``count`` n-step transitions whose frames are in the worker's ring (s_t at ``frame``,
+    s_{t+n} at ``next_frame``), with their initial priorities (loss ** omega; negative: not known)."""
+
+    worker_id: int = _int(minimum=0)
+    seq: int = _int(minimum=0)
+    policy_version: int = _int(minimum=0)
+    env_frames: int = _int(minimum=0)
+    count: int = _int(minimum=0)
+    env_index: np.ndarray = _array("int32", ("N",))
+    frame: np.ndarray = _array("int64", ("N",))
+    action: np.ndarray = _array("int32", ("N",))
+    nstep_return: np.ndarray = _array("float32", ("N",))
+    bootstrap_discount: np.ndarray = _array("float32", ("N",))
+    next_frame: np.ndarray = _array("int64", ("N",))
+    priority: np.ndarray = _array("float32", ("N",))
+
+
+@_message("transition_batch", dims={"B": "size"})
+@dataclass(frozen=True, slots=True, eq=False)
+class TransitionBatch(_Message):
+    """broker -> learner: ``size`` transitions drawn by priority, with their importance weights, and the
+    slots and stamps the learner's new priorities must name."""
+
+    batch_id: int = _int(minimum=0)
+    env_frames: int = _int(minimum=0)
+    size: int = _int(minimum=0)
+    worker_ids: np.ndarray = _array("int32", ("B",))
+    env_index: np.ndarray = _array("int32", ("B",))
+    frame: np.ndarray = _array("int64", ("B",))
+    action: np.ndarray = _array("int32", ("B",))
+    nstep_return: np.ndarray = _array("float32", ("B",))
+    bootstrap_discount: np.ndarray = _array("float32", ("B",))
+    next_frame: np.ndarray = _array("int64", ("B",))
+    slots: np.ndarray = _array("int64", ("B",))
+    stamps: np.ndarray = _array("int64", ("B",))
+    weights: np.ndarray = _array("float32", ("B",))
+
+
+@_message("priority_update", dims={"B": "size"})
+@dataclass(frozen=True, slots=True, eq=False)
+class PriorityUpdate(_Message):
+    """learner -> broker (on its own channel): the new priorities of a batch's transitions."""
+
+    batch_id: int = _int(minimum=0)
+    size: int = _int(minimum=0)
+    slots: np.ndarray = _array("int64", ("B",))
+    stamps: np.ndarray = _array("int64", ("B",))
+    priorities: np.ndarray = _array("float32", ("B",))
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Unroll,
     Batch,
@@ -502,12 +558,15 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     IndexRequest,
     ReplayIndex,
     RoleError,
+    Transitions,
+    TransitionBatch,
+    PriorityUpdate,
 )
 assert set(MESSAGE_TYPES) == set(_REGISTRY.values())
 
 Message = Union[
     Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest, ReplayIndex,
-    RoleError,
+    RoleError, Transitions, TransitionBatch, PriorityUpdate,
 ]
 
 

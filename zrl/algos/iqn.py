@@ -65,3 +65,30 @@ def double_q_targets(nstep: NStep, online_next: torch.Tensor, target_next: torch
     action = greedy_actions(online_next)  # [B]
     chosen = target_next.gather(2, action.view(-1, 1, 1).expand(-1, target_next.shape[1], 1)).squeeze(2)
     return (nstep.returns.unsqueeze(1) + nstep.bootstrap_discount.unsqueeze(1) * chosen).detach()
+
+
+def iqn_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor,
+               n: int = 64, n_target: int = 64, k: int = 32, kappa: float = 1.0,
+               generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """Per-transition IQN losses ``[B]`` for ``obs [B, ...]``, ``actions [B]`` and the n-th next observations
+    ``next_obs``: the online quantiles of the taken action at ``n`` fractions against the n-step double-Q
+    targets at ``n_target`` (action chosen by the online network's mean of ``k`` quantiles, valued by the
+    target network). ``online`` and ``target`` are callables ``(obs, taus [B, N]) -> quantiles [B, N, A]``.
+    The gradient flows into the online network's quantiles only: the learner weights these losses by the
+    importance weights, and their power omega is a transition's new priority (the worker's first one too)."""
+    b = len(obs)
+    device = obs.device
+
+    def fractions(count: int) -> torch.Tensor:
+        if generator is None:
+            return torch.rand(b, count, device=device)
+        return torch.rand(b, count, generator=generator, device=generator.device).to(device)
+
+    taus = fractions(n)
+    quantiles = online(obs, taus)  # [B, N, A]
+    taken = quantiles.gather(2, actions.long().view(b, 1, 1).expand(b, n, 1)).squeeze(2)  # [B, N]
+    with torch.no_grad():
+        online_next = online(next_obs, fractions(k))  # [B, K, A]
+        target_next = target(next_obs, fractions(n_target))  # [B, N', A]
+        targets = double_q_targets(nstep, online_next, target_next)
+    return quantile_huber_loss(taken, taus, targets, kappa)

@@ -96,7 +96,7 @@ def drifted(model, cfg, spec, ring, messages, steps: int):
         batch = make_batch(0, [_unit(m, i) for m, i in pick])
         frames, steps_, ok = gatherer.gather(batch)
         obs = stack_observations(frames, steps_, cfg.env.frame_stack)
-        sgd_step(model, opt, sched, obs, batch_tensors(batch, ok, torch.device("cpu")), lcfg, cfg.algo)
+        sgd_step(model, opt, sched, obs, batch_tensors(batch, ok, torch.device("cpu")), lcfg, cfg.vtrace)
     return model
 
 
@@ -116,7 +116,7 @@ def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        sgd_step(model, opt, sched, obs, tensors, lcfg, cfg.algo)
+        sgd_step(model, opt, sched, obs, tensors, lcfg, cfg.vtrace)
         times.append(time.perf_counter() - t0)
     return float(np.median(times[1:]))
 

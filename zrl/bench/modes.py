@@ -189,12 +189,12 @@ def _bare_learner(cfg: Config, spec, commands, out, parent: int) -> None:
              "behaviour_logits": torch.randn(t, b, spec.num_actions), "behaviour_values": torch.randn(t, b)}  # fmt: skip
     batch = {k: v.to(device) for k, v in batch.items()}
     model.train()
-    sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)  # warm-up
+    sgd_step(model, opt, sched, obs, batch, lcfg, cfg.vtrace)  # warm-up
     out.put(0.0)  # ready
     while (seconds := _next_command(commands, parent)) is not None:
         steps, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds or steps < 1:
-            sgd_step(model, opt, sched, obs, batch, lcfg, cfg.algo)
+            sgd_step(model, opt, sched, obs, batch, lcfg, cfg.vtrace)
             steps += 1
         if device.type == "cuda":
             torch.cuda.synchronize()

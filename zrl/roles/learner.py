@@ -19,7 +19,7 @@ from shm.ring import Ring
 
 from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.losses import vtrace_loss
-from zrl.config import AlgoConfig, Config, LearnerConfig, lr_decay_steps, to_dict
+from zrl.config import Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
 from zrl.roles.common import RunWiring, StartFrom, crash_report, keep_freed_memory, should_stop, start_role
@@ -60,7 +60,7 @@ class Step(NamedTuple):
 
 
 def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig,
-             algo: AlgoConfig = AlgoConfig()) -> Step:  # fmt: skip
+             algo: VtraceConfig = VtraceConfig()) -> Step:  # fmt: skip
     """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on batch-major
     observations ``[B, T+1, S, *shape]`` and time-major ``[T, B]`` batch arrays; returns the loss parts."""
     b, steps = obs.shape[:2]
@@ -406,7 +406,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
             t2 = time.perf_counter()
             timing["gather"] += t2 - t1
             model.train()
-            step = sgd_step(model, optimizer, scheduler, obs, tensors, lcfg, cfg.algo)
+            step = sgd_step(model, optimizer, scheduler, obs, tensors, lcfg, cfg.vtrace)
             learner_step += 1
             samples += int(ok.sum()) * lcfg.unroll_length
             frames_trained += int(ok.sum()) * frames_per_unit
