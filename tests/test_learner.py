@@ -113,3 +113,56 @@ def test_kept_freed_memory_is_reused_without_page_faults():
     assert ten <= 2 * first  # at most two of the ten fault their pages in again
     _, first, ten = faults("default")
     assert ten >= 9 * first * 0.9
+
+
+def _iqn_setup(noisy=False):
+    import copy
+
+    from zrl.config import ApexConfig
+    from zrl.models.iqn import build_iqn_model
+
+    apex = ApexConfig(noisy=noisy, quantiles=8, target_quantiles=8, acting_quantiles=4, embedding_dim=16)
+    torch.manual_seed(0)
+    online = build_iqn_model(ModelConfig(kind="mlp", mlp_hidden=(32, 32)), apex, (4,), "float32", 1, 3)
+    target = copy.deepcopy(online)
+    g = torch.Generator().manual_seed(1)
+    batch = dict(obs=torch.randn(16, 1, 4, generator=g), actions=torch.randint(0, 3, (16,), generator=g),
+                 next_obs=torch.randn(16, 1, 4, generator=g))  # fmt: skip
+    from zrl.algos.iqn import nstep_returns
+
+    nstep = nstep_returns(torch.randn(16, 3, generator=g), torch.full((16, 3), 0.99))
+    return apex, online, target, batch, nstep
+
+
+def test_iqn_step_changes_the_online_network_and_returns_new_priorities():
+    from zrl.roles.learner import iqn_sgd_step
+
+    apex, online, target, b, nstep = _iqn_setup(noisy=True)
+    before = flat_parameters(online).copy()
+    target_before = flat_parameters(target).copy()
+    opt = torch.optim.Adam(online.parameters(), lr=5e-5, eps=3.125e-4)
+    step = iqn_sgd_step(online, target, opt, b["obs"], b["actions"], nstep, b["next_obs"], torch.ones(16), apex, 10.0)
+    assert not np.array_equal(before, flat_parameters(online))
+    np.testing.assert_array_equal(target_before, flat_parameters(target))  # the target moves only when copied
+    assert step.priorities.shape == (16,) and (step.priorities > 0).all() and np.isfinite(step.loss)
+
+
+def test_iqn_step_with_zero_importance_weights_changes_nothing():
+    from zrl.roles.learner import iqn_sgd_step
+
+    apex, online, target, b, nstep = _iqn_setup()
+    before = flat_parameters(online).copy()
+    opt = torch.optim.SGD(online.parameters(), lr=0.1)
+    step = iqn_sgd_step(online, target, opt, b["obs"], b["actions"], nstep, b["next_obs"], torch.zeros(16), apex, 0.0)
+    np.testing.assert_array_equal(before, flat_parameters(online))
+    assert (step.priorities > 0).all()  # the losses, and so the priorities, are there all the same
+
+
+def test_the_atari_iqn_network_takes_stacked_frames():
+    from zrl.config import ApexConfig
+    from zrl.models.iqn import build_iqn_model
+
+    net = build_iqn_model(ModelConfig(), ApexConfig(), (84, 84), "uint8", 4, 6)
+    obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
+    assert net(obs, torch.rand(2, 8)).shape == (2, 8, 6)
+    assert net.q_values(obs, 32).shape == (2, 6)

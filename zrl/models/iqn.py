@@ -92,3 +92,35 @@ class IQNNet(nn.Module):
         """Q ``[B, A]``: the mean of ``k`` quantiles at uniformly drawn fractions."""
         taus = torch.rand(len(obs), k, generator=generator, device=obs.device)
         return self(obs, taus).mean(dim=1)
+
+
+def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> IQNNet:
+    """The IQN network for ``cfg`` (a ModelConfig: the Nature torso for 84x84 frames, an MLP otherwise) with
+    ``apex``'s (an ApexConfig) embedding, dueling noisy heads and sigma0."""
+    import numpy as np
+
+    from zrl.models import _init
+
+    kind = cfg.kind
+    if kind == "auto":
+        kind = "atari" if tuple(frame_shape) == (84, 84) else "mlp"
+    if kind == "atari":
+        if tuple(frame_shape) != (84, 84):
+            raise ValueError(f"model.kind = 'atari' needs 84x84 frames, the environment gives {frame_shape}")
+        relu = math.sqrt(2)
+        torso = nn.Sequential(
+            _init(nn.Conv2d(stack, 32, 8, stride=4), relu), nn.ReLU(),
+            _init(nn.Conv2d(32, 64, 4, stride=2), relu), nn.ReLU(),
+            _init(nn.Conv2d(64, 64, 3, stride=1), relu), nn.ReLU(),
+            nn.Flatten(),
+        )  # fmt: skip
+        width, hidden = 64 * 7 * 7, cfg.hidden_size
+    else:
+        layers: list[nn.Module] = [nn.Flatten()]
+        size = stack * int(np.prod(frame_shape))
+        for w in cfg.mlp_hidden:
+            layers += [_init(nn.Linear(size, w), math.sqrt(2)), nn.ReLU()]
+            size = w
+        torso, width, hidden = nn.Sequential(*layers), size, max(cfg.mlp_hidden)
+    return IQNNet(torso, width, num_actions, embedding_dim=apex.embedding_dim, hidden=hidden, noisy=apex.noisy,
+                  sigma0=apex.noisy_sigma0, scale=np.dtype(frame_dtype) == np.uint8)  # fmt: skip

@@ -19,7 +19,8 @@ from shm.ring import Ring
 
 from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.losses import vtrace_loss
-from zrl.config import Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
+from zrl.algos.iqn import NStep, iqn_losses
+from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
 from zrl.roles.common import RunWiring, StartFrom, crash_report, keep_freed_memory, should_stop, start_role
@@ -98,6 +99,28 @@ def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, to
     parts = (loss.total, loss.pg, loss.baseline, loss.entropy, loss.mean_rho, loss.policy_cloning, loss.value_cloning,
              loss.masked_fraction)  # fmt: skip
     return Step(*(float(x.detach()) for x in parts), grad_norm=grad_norm)
+
+
+class IQNStep(NamedTuple):
+    loss: float  # the importance-weighted mean of the per-transition losses
+    grad_norm: float
+    priorities: np.ndarray  # [B] float32: loss ** priority_exponent, the transitions' new priorities
+
+
+def iqn_sgd_step(online, target, optimizer, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep,
+                 next_obs: torch.Tensor, weights: torch.Tensor, apex: ApexConfig, grad_norm_clip: float,
+                 generator: torch.Generator | None = None) -> IQNStep:  # fmt: skip
+    """One IQN update on B transitions: the importance-weighted mean of their quantile Huber losses against
+    n-step double-Q targets, and their new priorities."""
+    losses = iqn_losses(online, target, obs, actions, nstep, next_obs, n=apex.quantiles, n_target=apex.target_quantiles,
+                        k=apex.acting_quantiles, kappa=apex.kappa, generator=generator)  # fmt: skip
+    loss = (weights * losses).mean()
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(online.parameters(), grad_norm_clip or math.inf))
+    optimizer.step()
+    priorities = losses.detach().float().clamp_min(0).pow(apex.priority_exponent).cpu().numpy()
+    return IQNStep(float(loss.detach()), grad_norm, priorities)
 
 
 def batch_misfit(batch: protocol.Batch, cfg: Config, rings: int, num_actions: int) -> str | None:
