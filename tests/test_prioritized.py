@@ -102,3 +102,57 @@ def test_a_loss_of_zero_keeps_a_transition_in_the_replay():
     replay.update(np.array([1]), replay.stamps[[1]], np.array([0.0]))
     assert replay.update(np.array([1]), replay.stamps[[1]], np.array([2.0])) == 1  # still updatable
     assert replay.tree.priorities[1] == 2.0
+
+
+def _message(worker=0, frames=(10, 11, 12), priority=(1.0, 2.0, -1.0), **change):
+    from zrl import protocol
+
+    frames = np.asarray(frames, np.int64)
+    n = len(frames)
+    fields = dict(worker_id=worker, seq=0, policy_version=0, env_frames=0, count=n, env_index=np.zeros(n, np.int32),
+                  frame=frames, action=np.ones(n, np.int32), nstep_return=np.ones(n, np.float32),
+                  bootstrap_discount=np.full(n, 0.97, np.float32), next_frame=frames + 3,
+                  priority=np.asarray(priority, np.float32))  # fmt: skip
+    fields.update(change)
+    return protocol.Transitions(**fields)
+
+
+def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
+    from zrl import protocol
+    from zrl.replay.prioritized import ApexReplay
+
+    apex = ApexReplay(capacity=100, batch_size=4, learn_start=5, workers=2, envs_per_worker=2, num_actions=3,
+                      beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
+    assert apex.insert(_message()) is None
+    assert apex.next_batch(1, 0, np.zeros(2, np.int64)) is None  # 3 < learn_start
+    assert apex.insert(_message(worker=1, frames=(50, 51, 52))) is None
+    batch = apex.next_batch(2, 123, np.zeros(2, np.int64))
+    assert isinstance(batch, protocol.TransitionBatch) and batch.size == 4 and batch.env_frames == 123
+    np.testing.assert_array_equal(batch.next_frame, batch.frame + 3)
+    assert protocol.decode(batch.encode()).batch_id == 2  # it crosses the wire as any message
+    update = protocol.PriorityUpdate(batch_id=2, size=4, slots=batch.slots, stamps=batch.stamps,
+                                     priorities=np.full(4, 9.0, np.float32))  # fmt: skip
+    assert apex.update(update) is None
+    assert set(apex.replay.tree.priorities[np.unique(batch.slots)]) == {9.0}
+    # worker 0's ring no longer holds frames below 20: its transitions are never drawn again
+    for i in range(20):
+        b = apex.next_batch(3 + i, 0, np.array([20, 0]))
+        assert (b.worker_ids == 1).all()
+
+
+def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
+    from zrl.replay.prioritized import ApexReplay
+
+    apex = ApexReplay(capacity=100, batch_size=4, learn_start=1, workers=2, envs_per_worker=2, num_actions=3,
+                      beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
+    bad = [
+        _message(worker=2),
+        _message(env_index=np.array([0, 2, 0], np.int32)),
+        _message(action=np.array([0, 3, 0], np.int32)),
+        _message(frame=np.array([-1, 2, 3], np.int64)),
+        _message(next_frame=np.array([9, 14, 15], np.int64)),  # s_{t+n} before s_t
+        _message(nstep_return=np.array([np.nan, 0, 0], np.float32)),
+        _message(bootstrap_discount=np.array([1.5, 0, 0], np.float32)),
+    ]
+    assert all(apex.insert(m) is not None for m in bad)
+    assert len(apex.replay) == 0

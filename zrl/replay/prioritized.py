@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from zrl.replay.sumtree import SumTree, importance_weights
+from zrl import protocol
+from zrl.replay.sumtree import SumTree, annealed_beta, importance_weights
 
 
 MIN_PRIORITY = 1e-6
@@ -125,3 +126,72 @@ class PrioritizedReplay:
             self.tree.update(gone, np.zeros(gone.size))
             self.evicted += int(gone.size)
         return int(gone.size)
+
+
+class ApexReplay:
+    """The broker's side of Ape-X: worker ``Transitions`` messages in, ``TransitionBatch`` messages out,
+    ``PriorityUpdate`` messages applied. Messages that cannot be from this run are refused (a reason is
+    returned), never stored."""
+
+    def __init__(self, capacity: int, batch_size: int, learn_start: int, workers: int, envs_per_worker: int,
+                 num_actions: int, beta_start: float, beta_anneal_steps: int, seed: int) -> None:  # fmt: skip
+        self.replay = PrioritizedReplay(capacity)
+        self.batch_size, self.learn_start = batch_size, learn_start
+        self.workers, self.envs_per_worker, self.num_actions = workers, envs_per_worker, num_actions
+        self.beta_start, self.beta_anneal_steps = beta_start, beta_anneal_steps
+        self.rng = np.random.default_rng([seed, 7])
+        self.batches = 0
+
+    def misfit(self, msg: protocol.Transitions) -> str | None:
+        """Why a well-formed Transitions message cannot be from this run's workers, or None."""
+        if not 0 <= msg.worker_id < self.workers:
+            return f"worker_id {msg.worker_id} is not one of the {self.workers} workers"
+        if msg.count == 0:
+            return None
+        if not (0 <= msg.env_index.min() and msg.env_index.max() < self.envs_per_worker):
+            return f"an env index outside 0..{self.envs_per_worker - 1}"
+        if not (0 <= msg.action.min() and msg.action.max() < self.num_actions):
+            return f"actions outside the {self.num_actions} of this env"
+        if msg.frame.min() < 0 or (msg.next_frame < msg.frame).any():
+            return "a negative frame number, or s_{t+n} before s_t"
+        if not all(np.isfinite(a).all() for a in (msg.nstep_return, msg.bootstrap_discount, msg.priority)):
+            return "non-finite returns, discounts or priorities"
+        if msg.bootstrap_discount.min() < 0 or msg.bootstrap_discount.max() > 1:
+            return "a bootstrap discount outside [0, 1]"
+        return None
+
+    def insert(self, msg: protocol.Transitions) -> str | None:
+        """Store a worker's transitions with their initial priorities; the reason if refused."""
+        why = self.misfit(msg)
+        if why is None and msg.count:
+            n = msg.count
+            self.replay.insert(Transitions(np.full(n, msg.worker_id, np.int32), msg.env_index, msg.frame, msg.action,
+                                           msg.nstep_return, msg.bootstrap_discount, msg.next_frame), msg.priority)  # fmt: skip
+        return why
+
+    def next_batch(self, batch_id: int, env_frames: int, oldest_frame: np.ndarray) -> protocol.TransitionBatch | None:
+        """A TransitionBatch once the replay holds ``learn_start`` transitions (transitions whose frames are
+        older than ``oldest_frame[worker]`` are evicted first), or None."""
+        if len(self.replay) < self.learn_start:
+            return None
+        self.replay.evict(oldest_frame)
+        sample = self.replay.sample(self.batch_size, annealed_beta(self.batches, self.beta_start, self.beta_anneal_steps),
+                                    self.rng)  # fmt: skip
+        if sample is None:
+            return None
+        self.batches += 1
+        t = sample.transitions
+        return protocol.TransitionBatch(batch_id=batch_id, env_frames=env_frames, size=self.batch_size,
+                                        worker_ids=t.worker_id, env_index=t.env_index, frame=t.frame, action=t.action,
+                                        nstep_return=t.nstep_return, bootstrap_discount=t.bootstrap_discount,
+                                        next_frame=t.next_frame, slots=sample.slots, stamps=sample.stamps,
+                                        weights=sample.weights)  # fmt: skip
+
+    def update(self, msg: protocol.PriorityUpdate) -> str | None:
+        """Apply the learner's new priorities; the reason if refused."""
+        if msg.size and not (0 <= msg.slots.min() and msg.slots.max() < self.replay.capacity):
+            return "a slot outside the replay"
+        if msg.size and (not np.isfinite(msg.priorities).all() or msg.priorities.min() < 0):
+            return "non-finite or negative priorities"
+        self.replay.update(msg.slots, msg.stamps, msg.priorities)
+        return None
