@@ -204,3 +204,17 @@ def test_iqn_losses_train_the_online_network_only_and_fall_on_a_fixed_batch():
             assert all(p.grad is None for p in target.parameters())
         opt.step()
     assert losses.mean().item() < 0.5 * first
+
+
+def test_epsilon_greedy_explores_at_its_rate_and_is_greedy_otherwise():
+    import numpy as np
+
+    from zrl.algos.apex import epsilon_greedy
+
+    q = np.tile(np.array([[0.0, 2.0, 1.0]]), (20_000, 1))
+    rng = np.random.default_rng(0)
+    assert (epsilon_greedy(q, 0.0, rng) == 1).all()
+    actions = epsilon_greedy(q, 0.3, rng)
+    # Greedy 70% of the time, plus a third of the 30% that explore: 0.8 of the actions are 1.
+    assert abs((actions == 1).mean() - 0.8) < 0.01
+    assert abs((actions == 0).mean() - 0.1) < 0.01

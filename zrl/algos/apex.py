@@ -78,3 +78,13 @@ class NStepBuilder:
 
 _NSTEP_DTYPES = {"env_index": np.int32, "frame": np.int64, "action": np.int32, "nstep_return": np.float32,
                  "bootstrap_discount": np.float32, "next_frame": np.int64}  # fmt: skip
+
+
+def epsilon_greedy(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
+    """Actions ``[M]`` for Q-values ``[M, A]``: uniformly random with probability ``epsilon``, greedy (the
+    first of equal maxima) otherwise."""
+    q_values = np.asarray(q_values)
+    m, a = q_values.shape
+    greedy = q_values.argmax(axis=1)
+    explore = rng.random(m) < epsilon
+    return np.where(explore, rng.integers(0, a, m), greedy).astype(np.int32)
