@@ -218,3 +218,19 @@ def test_epsilon_greedy_explores_at_its_rate_and_is_greedy_otherwise():
     # Greedy 70% of the time, plus a third of the 30% that explore: 0.8 of the actions are 1.
     assert abs((actions == 1).mean() - 0.8) < 0.01
     assert abs((actions == 0).mean() - 0.1) < 0.01
+
+
+def test_worker_priorities_are_the_losses_to_the_power_omega():
+    from zrl.algos.iqn import initial_priorities
+
+    net = _net()
+    net.eval()
+    g = torch.Generator().manual_seed(0)
+    obs, next_obs = torch.randn(6, 1, 8, generator=g), torch.randn(6, 1, 8, generator=g)
+    actions = torch.randint(0, 3, (6,), generator=g)
+    nstep = nstep_returns(torch.randn(6, 3, generator=g), torch.full((6, 3), 0.9))
+    losses = iqn_losses(net, net, obs, actions, nstep, next_obs, n=8, n_target=8, k=4,
+                        generator=torch.Generator().manual_seed(5)).detach()  # fmt: skip
+    p = initial_priorities(net, obs, actions, nstep, next_obs, 0.5, n=8, n_target=8, k=4,
+                           generator=torch.Generator().manual_seed(5))  # fmt: skip
+    torch.testing.assert_close(p, losses.sqrt())

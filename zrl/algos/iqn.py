@@ -92,3 +92,14 @@ def iqn_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep: 
         target_next = target(next_obs, fractions(n_target))  # [B, N', A]
         targets = double_q_targets(nstep, online_next, target_next)
     return quantile_huber_loss(taken, taus, targets, kappa)
+
+
+def initial_priorities(net, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor,
+                       omega: float, n: int = 64, n_target: int = 64, k: int = 32, kappa: float = 1.0,
+                       generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """A worker's priorities for its transitions, ``loss ** omega`` ``[B]``: its one network copy stands in for
+    both the online and the target network (Ape-X's actors hold no target network)."""
+    with torch.no_grad():
+        losses = iqn_losses(net, net, obs, actions, nstep, next_obs, n=n, n_target=n_target, k=k, kappa=kappa,
+                            generator=generator)  # fmt: skip
+    return losses.clamp_min(0).pow(omega)
