@@ -41,19 +41,28 @@ class _Heads(nn.Module):
         return Output(self.policy(hidden), self.value(hidden).squeeze(-1), features)
 
 
+NATURE_CONV_OUT = 64 * 7 * 7
+
+
+def nature_convs(stack: int) -> list[nn.Module]:
+    """The Nature DQN convolutions on ``stack`` 84x84 frames, flattened to NATURE_CONV_OUT features."""
+    relu = math.sqrt(2)
+    return [
+        _init(nn.Conv2d(stack, 32, 8, stride=4), relu), nn.ReLU(),
+        _init(nn.Conv2d(32, 64, 4, stride=2), relu), nn.ReLU(),
+        _init(nn.Conv2d(64, 64, 3, stride=1), relu), nn.ReLU(),
+        nn.Flatten(),
+    ]  # fmt: skip
+
+
 class AtariNet(nn.Module):
     """Nature DQN torso (conv 32x8/4, 64x4/2, 64x3/1, a hidden_size layer) on stacked 84x84 frames."""
 
     def __init__(self, stack: int, num_actions: int, hidden_size: int, feature_size: int) -> None:
         super().__init__()
-        relu = math.sqrt(2)
         self.torso = nn.Sequential(
-            _init(nn.Conv2d(stack, 32, 8, stride=4), relu), nn.ReLU(),
-            _init(nn.Conv2d(32, 64, 4, stride=2), relu), nn.ReLU(),
-            _init(nn.Conv2d(64, 64, 3, stride=1), relu), nn.ReLU(),
-            nn.Flatten(),
-            _init(nn.Linear(64 * 7 * 7, hidden_size), relu), nn.ReLU(),
-        )  # fmt: skip
+            *nature_convs(stack), _init(nn.Linear(NATURE_CONV_OUT, hidden_size), math.sqrt(2)), nn.ReLU()
+        )
         self.heads = _Heads(hidden_size, num_actions, feature_size)
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:

@@ -99,7 +99,7 @@ def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, s
     ``apex``'s (an ApexConfig) embedding, dueling noisy heads and sigma0."""
     import numpy as np
 
-    from zrl.models import _init
+    from zrl.models import NATURE_CONV_OUT, _init, nature_convs
 
     kind = cfg.kind
     if kind == "auto":
@@ -107,14 +107,7 @@ def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, s
     if kind == "atari":
         if tuple(frame_shape) != (84, 84):
             raise ValueError(f"model.kind = 'atari' needs 84x84 frames, the environment gives {frame_shape}")
-        relu = math.sqrt(2)
-        torso = nn.Sequential(
-            _init(nn.Conv2d(stack, 32, 8, stride=4), relu), nn.ReLU(),
-            _init(nn.Conv2d(32, 64, 4, stride=2), relu), nn.ReLU(),
-            _init(nn.Conv2d(64, 64, 3, stride=1), relu), nn.ReLU(),
-            nn.Flatten(),
-        )  # fmt: skip
-        width, hidden = 64 * 7 * 7, cfg.hidden_size
+        torso, width, hidden = nn.Sequential(*nature_convs(stack)), NATURE_CONV_OUT, cfg.hidden_size
     else:
         layers: list[nn.Module] = [nn.Flatten()]
         size = stack * int(np.prod(frame_shape))
