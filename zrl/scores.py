@@ -92,3 +92,42 @@ def record_normalised(rom: str, score: float) -> float | None:
         return None
     random, _, record = SCORES[rom]
     return (score - random) / (record - random)
+
+
+SABER_5_MIN_FRAMES = 5 * 60 * 60  # 5 minutes of play at 60 emulator frames per second
+SABER_30_MIN_FRAMES = 30 * 60 * 60
+
+
+class SaberEpisodes:
+    """Training-time SABER scores of M envs' episodes: the raw return after 5 minutes of play, after 30
+    minutes, and uncapped (what the episode scored in all). An episode shorter than a cap scores its whole
+    return at that cap."""
+
+    def __init__(self, num_envs: int) -> None:
+        import numpy as np
+
+        self._np = np
+        self.returns = np.zeros(num_envs)
+        self.frames = np.zeros(num_envs, np.int64)
+        self.at_5 = np.full(num_envs, np.nan)
+        self.at_30 = np.full(num_envs, np.nan)
+
+    def step(self, raw_rewards, frames_per_step: int, game_over) -> list[tuple[int, float, float, float, int]]:
+        """Add one env step of every env; returns ``(env, score_5min, score_30min, score, frames)`` for each
+        episode that ended with it."""
+        np = self._np
+        before = self.frames.copy()
+        self.frames += frames_per_step
+        # A cap crossed within this step: the return so far, before this step's reward counts past it.
+        for cap, at in ((SABER_5_MIN_FRAMES, self.at_5), (SABER_30_MIN_FRAMES, self.at_30)):
+            crossed = (before < cap) & (self.frames >= cap) & np.isnan(at)
+            at[crossed] = self.returns[crossed] + np.asarray(raw_rewards)[crossed] * (self.frames[crossed] == cap)
+        self.returns += np.asarray(raw_rewards, np.float64)
+        ended = []
+        for env in np.flatnonzero(np.asarray(game_over)):
+            total = float(self.returns[env])
+            score_5 = total if np.isnan(self.at_5[env]) else float(self.at_5[env])
+            score_30 = total if np.isnan(self.at_30[env]) else float(self.at_30[env])
+            ended.append((int(env), score_5, score_30, total, int(self.frames[env])))
+            self.returns[env], self.frames[env], self.at_5[env], self.at_30[env] = 0.0, 0, np.nan, np.nan
+        return ended
