@@ -82,3 +82,23 @@ def test_overwritten_units_are_flagged_not_used(rings):
     gatherer = Gatherer(rings, S, T, max_batch=4, frame_shape=SHAPE, frame_dtype="|u1")
     _, _, ok = gatherer.gather(batch)
     assert ok.tolist() == [False, True]
+
+
+def test_transition_stacks_equal_the_stacks_the_worker_acted_on(rings):
+    from zrl.gather import TransitionGatherer
+
+    seen = [_act(ring, 40, seed=i) for i, ring in enumerate(rings)]
+    # (worker, env, frame of s_t, frame of s_{t+3}, bootstrap discount)
+    picks = [(0, 0, 0, 3, 0.97), (0, 2, 10, 13, 0.97), (1, 1, 30, 33, 0.0), (1, 0, 37, 40, 0.97)]
+    w, e, f, nf, d = (np.array(c) for c in zip(*picks))
+    b = len(picks)
+    batch = protocol.TransitionBatch(batch_id=1, env_frames=0, size=b, worker_ids=w.astype(np.int32),
+                                     env_index=e.astype(np.int32), frame=f.astype(np.int64), action=np.zeros(b, np.int32),
+                                     nstep_return=np.zeros(b, np.float32), bootstrap_discount=d.astype(np.float32),
+                                     next_frame=nf.astype(np.int64), slots=np.arange(b), stamps=np.ones(b, np.int64),
+                                     weights=np.ones(b, np.float32))  # fmt: skip
+    obs, next_obs, ok = TransitionGatherer(rings, S, 8, SHAPE, "|u1").gather(batch)
+    assert ok.all() and obs.shape == (b, S, *SHAPE) and next_obs.shape == (b, S, *SHAPE)
+    for i, (wi, ei, fi, nfi, _) in enumerate(picks):
+        assert torch.equal(obs[i], torch.from_numpy(seen[wi][fi, ei]))
+        assert torch.equal(next_obs[i], torch.from_numpy(seen[wi][nfi, ei]))

@@ -10,6 +10,8 @@ blanks its own stacks the same way when it acts).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 
@@ -93,3 +95,26 @@ class ActingStack:
         self.array[:, :-1] = self.array[:, 1:]
         self.array[:, -1] = frames
         self.array[new_episode, :-1] = 0
+
+
+class TransitionGatherer:
+    """The two stacks of each n-step transition of a ``TransitionBatch``: s_t ending at ``frame`` and
+    s_{t+n} ending at ``next_frame``, each S frames with episode starts blanked, read straight from the
+    rings into buffers of their own."""
+
+    def __init__(self, rings: list[Ring], stack: int, max_batch: int, frame_shape: tuple[int, ...],
+                 frame_dtype: str, pin_memory: bool = False) -> None:  # fmt: skip
+        self.stack = stack
+        self._now = Gatherer(rings, stack, 0, max_batch, frame_shape, frame_dtype, pin_memory)
+        self._next = Gatherer(rings, stack, 0, max_batch, frame_shape, frame_dtype, pin_memory)
+
+    def gather(self, batch: protocol.TransitionBatch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """``obs [B, S, *shape]``, ``next_obs [B, S, *shape]`` and ok ``[B]``: False where a frame of s_t was
+        overwritten, or one of s_{t+n} that the target needs (its bootstrap discount is not 0)."""
+        now = SimpleNamespace(worker_ids=batch.worker_ids, env_index=batch.env_index, first_frame=batch.frame)
+        later = SimpleNamespace(worker_ids=batch.worker_ids, env_index=batch.env_index, first_frame=batch.next_frame)
+        frames, steps, ok = self._now.gather(now)
+        next_frames, next_steps, next_ok = self._next.gather(later)
+        obs = stack_observations(frames, steps, self.stack)[:, 0]
+        next_obs = stack_observations(next_frames, next_steps, self.stack)[:, 0]
+        return obs, next_obs, ok & (next_ok | (batch.bootstrap_discount == 0))
