@@ -102,3 +102,18 @@ def test_transition_stacks_equal_the_stacks_the_worker_acted_on(rings):
     for i, (wi, ei, fi, nfi, _) in enumerate(picks):
         assert torch.equal(obs[i], torch.from_numpy(seen[wi][fi, ei]))
         assert torch.equal(next_obs[i], torch.from_numpy(seen[wi][nfi, ei]))
+
+
+def test_a_transition_whose_next_stack_is_not_there_is_ok_only_without_bootstrap(rings):
+    from zrl.gather import TransitionGatherer
+
+    _act(rings[0], 20, seed=0)  # frames 0..20 written; frame 22 does not exist yet
+    b = 3
+    batch = protocol.TransitionBatch(batch_id=1, env_frames=0, size=b, worker_ids=np.zeros(b, np.int32),
+                                     env_index=np.zeros(b, np.int32), frame=np.array([10, 19, 19]),
+                                     action=np.zeros(b, np.int32), nstep_return=np.zeros(b, np.float32),
+                                     bootstrap_discount=np.array([0.97, 0.97, 0.0], np.float32),
+                                     next_frame=np.array([13, 22, 22]), slots=np.arange(b), stamps=np.ones(b, np.int64),
+                                     weights=np.ones(b, np.float32))  # fmt: skip
+    _, _, ok = TransitionGatherer(rings, S, 4, SHAPE, "|u1").gather(batch)
+    assert ok.tolist() == [True, False, True]

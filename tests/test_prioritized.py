@@ -122,7 +122,7 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
     from zrl.replay.prioritized import ApexReplay
 
     apex = ApexReplay(capacity=100, batch_size=4, learn_start=5, workers=2, envs_per_worker=2, num_actions=3,
-                      beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
+                      n_step=3, beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
     assert apex.insert(_message()) is None
     assert apex.next_batch(1, 0, np.zeros(2, np.int64)) is None  # 3 < learn_start
     assert apex.insert(_message(worker=1, frames=(50, 51, 52))) is None
@@ -134,17 +134,26 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
                                      priorities=np.full(4, 9.0, np.float32))  # fmt: skip
     assert apex.update(update) is None
     assert set(apex.replay.tree.priorities[np.unique(batch.slots)]) == {9.0}
+    assert (np.diff(batch.worker_ids) >= 0).all()  # sorted by worker, one block per ring
     # worker 0's ring no longer holds frames below 20: its transitions are never drawn again
+    apex.batches = 0  # the next batch scans for eviction
     for i in range(20):
         b = apex.next_batch(3 + i, 0, np.array([20, 0]))
         assert (b.worker_ids == 1).all()
+    for bad in (protocol.PriorityUpdate(batch_id=1, size=1, slots=np.array([100]), stamps=np.ones(1, np.int64),
+                                        priorities=np.ones(1, np.float32)),
+                protocol.PriorityUpdate(batch_id=1, size=1, slots=np.array([0]), stamps=np.ones(1, np.int64),
+                                        priorities=np.array([np.nan], np.float32)),
+                protocol.PriorityUpdate(batch_id=1, size=1, slots=np.array([0]), stamps=np.ones(1, np.int64),
+                                        priorities=np.array([-1.0], np.float32))):  # fmt: skip
+        assert apex.update(bad) is not None
 
 
 def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
     from zrl.replay.prioritized import ApexReplay
 
     apex = ApexReplay(capacity=100, batch_size=4, learn_start=1, workers=2, envs_per_worker=2, num_actions=3,
-                      beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
+                      n_step=3, beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
     bad = [
         _message(worker=2),
         _message(env_index=np.array([0, 2, 0], np.int32)),
@@ -153,6 +162,12 @@ def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
         _message(next_frame=np.array([9, 14, 15], np.int64)),  # s_{t+n} before s_t
         _message(nstep_return=np.array([np.nan, 0, 0], np.float32)),
         _message(bootstrap_discount=np.array([1.5, 0, 0], np.float32)),
+        _message(next_frame=np.array([14, 14, 15], np.int64)),  # s_{t+n} 4 frames on, with n = 3
+        _message(priority=np.array([np.inf, 1, 1], np.float32)),
+        _message(frames=np.arange(101), priority=np.ones(101)),  # more than the replay holds
     ]
     assert all(apex.insert(m) is not None for m in bad)
     assert len(apex.replay) == 0
+    with pytest.raises(ValueError, match="beta_anneal_steps"):
+        ApexReplay(capacity=10, batch_size=2, learn_start=1, workers=1, envs_per_worker=1, num_actions=2, n_step=3,
+                   beta_start=0.4, beta_anneal_steps=0, seed=0)

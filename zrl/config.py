@@ -519,6 +519,8 @@ def _check_apex(cfg: Config) -> None:
     capacity = cfg.replay[prioritized[0]].capacity
     if a.learn_start > capacity:
         _fail("apex.learn_start", f"{a.learn_start} transitions is more than the replay holds ({capacity})")
+    if a.priority_batch > capacity:
+        _fail("apex.priority_batch", f"a worker's block of {a.priority_batch} transitions does not fit the replay ({capacity})")
 
 
 def _check_replays(cfg: Config) -> None:

@@ -133,9 +133,14 @@ class ApexReplay:
     ``PriorityUpdate`` messages applied. Messages that cannot be from this run are refused (a reason is
     returned), never stored."""
 
+    EVICT_EVERY = 16  # batches between eviction scans (O(capacity)); a stale row drawn meanwhile fails at gather
+
     def __init__(self, capacity: int, batch_size: int, learn_start: int, workers: int, envs_per_worker: int,
-                 num_actions: int, beta_start: float, beta_anneal_steps: int, seed: int) -> None:  # fmt: skip
+                 num_actions: int, n_step: int, beta_start: float, beta_anneal_steps: int, seed: int) -> None:  # fmt: skip
+        if beta_anneal_steps < 1:
+            raise ValueError(f"beta_anneal_steps must be >= 1 (derive it from the budget first), got {beta_anneal_steps}")
         self.replay = PrioritizedReplay(capacity)
+        self.n_step = n_step
         self.batch_size, self.learn_start = batch_size, learn_start
         self.workers, self.envs_per_worker, self.num_actions = workers, envs_per_worker, num_actions
         self.beta_start, self.beta_anneal_steps = beta_start, beta_anneal_steps
@@ -148,12 +153,15 @@ class ApexReplay:
             return f"worker_id {msg.worker_id} is not one of the {self.workers} workers"
         if msg.count == 0:
             return None
+        if msg.count > self.replay.capacity:
+            return f"{msg.count} transitions do not fit a replay of {self.replay.capacity}"
         if not (0 <= msg.env_index.min() and msg.env_index.max() < self.envs_per_worker):
             return f"an env index outside 0..{self.envs_per_worker - 1}"
         if not (0 <= msg.action.min() and msg.action.max() < self.num_actions):
             return f"actions outside the {self.num_actions} of this env"
-        if msg.frame.min() < 0 or (msg.next_frame < msg.frame).any():
-            return "a negative frame number, or s_{t+n} before s_t"
+        ahead = msg.next_frame - msg.frame
+        if msg.frame.min() < 0 or ahead.min() < 0 or ahead.max() > self.n_step:
+            return f"a negative frame number, or s_(t+n) not within {self.n_step} frames after s_t"
         if not all(np.isfinite(a).all() for a in (msg.nstep_return, msg.bootstrap_discount, msg.priority)):
             return "non-finite returns, discounts or priorities"
         if msg.bootstrap_discount.min() < 0 or msg.bootstrap_discount.max() > 1:
@@ -174,18 +182,20 @@ class ApexReplay:
         older than ``oldest_frame[worker]`` are evicted first), or None."""
         if len(self.replay) < self.learn_start:
             return None
-        self.replay.evict(oldest_frame)
+        if self.batches % self.EVICT_EVERY == 0:
+            self.replay.evict(oldest_frame)
         sample = self.replay.sample(self.batch_size, annealed_beta(self.batches, self.beta_start, self.beta_anneal_steps),
                                     self.rng)  # fmt: skip
         if sample is None:
             return None
         self.batches += 1
-        t = sample.transitions
+        order = np.argsort(sample.transitions.worker_id, kind="stable")  # one block per ring at gather
+        t = Transitions(*(column[order] for column in sample.transitions))
         return protocol.TransitionBatch(batch_id=batch_id, env_frames=env_frames, size=self.batch_size,
                                         worker_ids=t.worker_id, env_index=t.env_index, frame=t.frame, action=t.action,
                                         nstep_return=t.nstep_return, bootstrap_discount=t.bootstrap_discount,
-                                        next_frame=t.next_frame, slots=sample.slots, stamps=sample.stamps,
-                                        weights=sample.weights)  # fmt: skip
+                                        next_frame=t.next_frame, slots=sample.slots[order],
+                                        stamps=sample.stamps[order], weights=sample.weights[order])  # fmt: skip
 
     def update(self, msg: protocol.PriorityUpdate) -> str | None:
         """Apply the learner's new priorities; the reason if refused."""
