@@ -149,12 +149,13 @@ def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, sig
     for _ in range(10):
         proc = subprocess.Popen([sys.executable, str(script), str(folder)], stdout=subprocess.PIPE, env=env)
         assert proc.stdout.readline().strip() == b"ready"
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 60  # a loaded machine writes 16 MB slowly: wait for the first one
         while not checkpoint.periodic(folder) and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert checkpoint.periodic(folder), "the writer wrote no checkpoint in 60 s"
         time.sleep(rng.uniform(0.0, 0.3))
         proc.send_signal(signum)
-        proc.wait(10)
+        proc.wait(60)  # an interrupt lands once the write in progress returns; a loaded disk makes that slow
         proc.stdout.close()
         assert all(not p.name.startswith(".") for p in checkpoint.periodic(folder))
         good = next((state for _, state, err in checkpoint.newest_good(folder) if state is not None), None)
