@@ -97,14 +97,19 @@ class MLPNet(nn.Module):
         return Output(heads.policy(hidden), heads.value(self.value_torso(x)).squeeze(-1), features)
 
 
-def build_model(cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> nn.Module:
-    """The network ``cfg.kind`` asks for; auto picks the conv net for 84x84 frames."""
+def model_kind(cfg: ModelConfig, frame_shape: tuple[int, ...]) -> str:
+    """atari or mlp: what ``cfg.kind`` means for these frames (auto: the conv net for 84x84 frames)."""
     kind = cfg.kind
     if kind == "auto":
         kind = "atari" if tuple(frame_shape) == (84, 84) else "mlp"
-    if kind == "atari":
-        if tuple(frame_shape) != (84, 84):
-            raise ValueError(f"model.kind = 'atari' needs 84x84 frames, the environment gives {frame_shape}")
+    if kind == "atari" and tuple(frame_shape) != (84, 84):
+        raise ValueError(f"model.kind = 'atari' needs 84x84 frames, the environment gives {frame_shape}")
+    return kind
+
+
+def build_model(cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> nn.Module:
+    """The network ``cfg.kind`` asks for; auto picks the conv net for 84x84 frames."""
+    if model_kind(cfg, frame_shape) == "atari":
         return AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size)
     in_size = stack * int(np.prod(frame_shape))
     return MLPNet(in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale=np.dtype(frame_dtype) == np.uint8)

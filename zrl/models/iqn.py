@@ -99,14 +99,9 @@ def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, s
     ``apex``'s (an ApexConfig) embedding, dueling noisy heads and sigma0."""
     import numpy as np
 
-    from zrl.models import NATURE_CONV_OUT, _init, nature_convs
+    from zrl.models import NATURE_CONV_OUT, _init, model_kind, nature_convs
 
-    kind = cfg.kind
-    if kind == "auto":
-        kind = "atari" if tuple(frame_shape) == (84, 84) else "mlp"
-    if kind == "atari":
-        if tuple(frame_shape) != (84, 84):
-            raise ValueError(f"model.kind = 'atari' needs 84x84 frames, the environment gives {frame_shape}")
+    if model_kind(cfg, frame_shape) == "atari":
         torso, width, hidden = nn.Sequential(*nature_convs(stack)), NATURE_CONV_OUT, cfg.hidden_size
     else:
         layers: list[nn.Module] = [nn.Flatten()]
