@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,22 @@ def command(name: str, *args: str) -> list[str]:
 
 
 def run_command(name: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(command(name, *args), cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    """Run a command to its end. One past ``timeout`` gets Ctrl-C first, as a user would give it, so that a hung
+    run fails its test with its own output and cleans up after itself; it is killed only if that fails."""
+    with subprocess.Popen(command(name, *args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:  # fmt: skip
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            try:
+                out, err = proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            raise AssertionError(f"{name} ran past {timeout:g} s; its stdout ends:\n{out[-3000:]}\nits stderr ends:\n"
+                                 f"{err[-3000:]}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def metrics_rows(cwd: Path) -> list[dict]:

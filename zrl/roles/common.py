@@ -160,6 +160,53 @@ class Every:
         return False
 
 
+class WeightsFeed:
+    """A worker's copy of the learner's weights: the broadcasts on SUB, and direct requests when a broadcast is
+    overdue. A broadcast can be lost, one sent before this SUB's subscription reached the learner above all,
+    and a request's answer cannot; a worker that waits on a lost version would otherwise wait for ever."""
+
+    def __init__(self, ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int, stop_event,
+                 ask_after_s: float = 1.0) -> None:  # fmt: skip
+        self.ctx, self.wiring, self.requester_id = ctx, wiring, requester_id
+        self.poll_ms, self.stop_event, self.ask_after_s = poll_ms, stop_event, ask_after_s
+        self.sub = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights)
+
+    def ask(self) -> tuple[int, np.ndarray] | None:
+        """The learner's current weights (version, flat float32), asked for; None if the run stops first."""
+        return wait_for_weights(self.ctx, self.wiring, self.requester_id, self.poll_ms, self.stop_event)
+
+    def newer(self, than: int, wait_ms: int) -> tuple[int, np.ndarray] | None:
+        """A broadcast version above ``than`` if one comes within ``wait_ms`` (older ones are skipped)."""
+        deadline = time.monotonic() + wait_ms / 1000
+        while self.sub.poll(max(0, int((deadline - time.monotonic()) * 1000)), zmq.POLLIN):
+            try:
+                version, _, flat = protocol.decode_weights(self.sub.recv())
+            except protocol.ProtocolError:
+                continue
+            if version > than:  # a broadcast queued before the worker's first request may be older
+                return version, flat
+        return None
+
+    def at_least(self, version: int, idle=lambda: None) -> tuple[int, np.ndarray] | None:
+        """Weights of ``version`` or newer: broadcast, or asked for after ``ask_after_s`` without them; ``idle``
+        runs between polls (a heartbeat). None if the run stops first."""
+        asked = time.monotonic()
+        while not should_stop(self.stop_event, self.wiring.launcher_pid):
+            got = self.newer(version - 1, self.poll_ms)
+            if got is not None:
+                return got
+            if time.monotonic() - asked >= self.ask_after_s:
+                got = self.ask()
+                if got is None or got[0] >= version:
+                    return got
+                asked = time.monotonic()
+            idle()
+        return None
+
+    def close(self) -> None:
+        self.sub.close()
+
+
 def wait_for_weights(ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int,
                      stop_event) -> tuple[int, np.ndarray] | None:  # fmt: skip
     """Ask the learner for its current weights (version, flat float32); None if the run stops first."""

@@ -23,7 +23,7 @@ from zrl.config import Config, needs_features, unrolls_per_version
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
-from zrl.roles.common import Every, RunWiring, WorkerStart, crash_report, should_stop, start_role, wait_for_weights
+from zrl.roles.common import Every, RunWiring, WeightsFeed, WorkerStart, crash_report, should_stop, start_role
 
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
@@ -56,9 +56,9 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
     ctx = transport.context(cfg.transport, binds=False)
     unrolls = transport.socket(ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
-    weights = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights)
+    weights = WeightsFeed(ctx, wiring, worker_id, poll_ms, stop_event)
     try:
-        first = wait_for_weights(ctx, wiring, worker_id, poll_ms, stop_event)
+        first = weights.ask()
         if first is None:
             return
         policy_version, flat = first
@@ -128,15 +128,17 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
                 weights_wait_time_s=timing["weights_wait"],
             ).encode())  # fmt: skip
 
-        def take_weights(wait_ms: int) -> None:
+        def use_weights(got: tuple[int, np.ndarray] | None) -> None:
             nonlocal policy_version, weight_updates, ahead
-            if weights.poll(wait_ms, zmq.POLLIN):
-                version, _, flat = protocol.decode_weights(weights.recv())
-                if version > policy_version:  # a broadcast queued before the start request may be older
-                    policy_version = version
-                    load_flat(model, flat)
-                    weight_updates += 1
-                    ahead = 0
+            if got is not None and got[0] > policy_version:
+                policy_version = got[0]
+                load_flat(model, got[1])
+                weight_updates += 1
+                ahead = 0
+
+        def heartbeat() -> None:
+            if report.due():
+                send_stats()
 
         if trained is not None:
             # A deterministic resume: the same envs, seeded as before, play every trained action again (the
@@ -189,10 +191,8 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
 
             if deterministic:
                 # Lockstep: unroll n is played with weights version n // max_ahead, no sooner and no later.
-                while policy_version < played // max_ahead and not should_stop(stop_event, wiring.launcher_pid):
-                    take_weights(poll_ms)
-                    if report.due():
-                        send_stats()  # the heartbeat, while the learner trains
+                if policy_version < played // max_ahead:
+                    use_weights(weights.at_least(played // max_ahead, heartbeat))  # heartbeats while it trains
             else:
                 # New weights between unrolls; a throttled worker that is max_ahead unrolls ahead waits for them.
                 # Until the first new version arrives the learner has not started (its replays are filling),
@@ -202,7 +202,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
                 while True:
                     if max_ahead and ahead >= max_ahead and weight_updates:
                         wait_ms = max(0, min(poll_ms, int((deadline - time.perf_counter()) * 1000)))
-                    take_weights(wait_ms)
+                    use_weights(weights.newer(policy_version, wait_ms))
                     if wait_ms == 0 or ahead == 0 or should_stop(stop_event, wiring.launcher_pid):
                         break
                     if time.perf_counter() >= deadline:
