@@ -232,10 +232,9 @@ def test_a_run_folder_config_written_with_the_old_algo_section_still_loads(tmp_p
         load(path)  # a config a user writes gets the error that says what changed
 
 
-def test_apex_iqn_is_refused_before_anything_starts_until_its_roles_exist():
-    from zrl.config import load
-    from zrl.launch import preflight
-
-    cfg = load(None, ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]'])
-    with pytest.raises(ConfigError, match="not built yet"):
-        preflight(cfg)
+def test_apex_settings_it_cannot_run_are_refused_naming_the_key():
+    base = ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]']
+    with pytest.raises(ConfigError, match="apex.head.*C51"):
+        config.load(None, [*base, "apex.head=c51"])
+    with pytest.raises(ConfigError, match="run.deterministic"):
+        config.load(None, [*base, "run.deterministic=true", "workers.count=1"])

@@ -15,7 +15,7 @@ from conftest import REPO, command, run_command
 from zrl import checkpoint
 from zrl.config import from_dict
 from zrl.envs import probe
-from zrl.models import build_model
+from zrl.models import build_agent_model
 
 SMOKE = REPO / "config" / "smoke.toml"
 RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "checkpoints"]
@@ -39,7 +39,7 @@ def _assert_loadable(run_dir: Path) -> Path:
     state = checkpoint.load(latest)
     cfg = from_dict(state["config"], str(latest))
     spec = probe(cfg.env)
-    model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+    model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     model.load_state_dict(state["model"])
     assert state["learner_step"] > 0
     assert all(torch.isfinite(p).all() for p in model.parameters())

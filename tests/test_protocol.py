@@ -93,6 +93,8 @@ def make_episode(rng) -> Episode:
         length_env_steps=1000,
         env_frames=123_456_789,
         wall_time=time.time(),
+        score_5min=1.0,
+        score_30min=2.0,
     )
 
 
@@ -359,6 +361,8 @@ def test_scalar_coercion_on_construction():
         length_env_steps=3,
         env_frames=10,
         wall_time=np.float32(1.5),
+        score_5min=np.float32(5),
+        score_30min=5,
     )
     assert type(e.worker_id) is int and type(e.env_index) is int
     assert type(e.raw_return) is float and e.raw_return == 5.0

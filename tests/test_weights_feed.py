@@ -77,7 +77,7 @@ def test_a_lost_broadcast_is_asked_for_instead_of_waited_on(learner):
         stop.set()  # a feed that waits for ever is stopped: the test fails, and does not hang
         waiter.join()
         got = result[0]
-        assert got is not None and got[0] == 1 and np.all(got[1] == 1)
+        assert got is not None and got.version == 1 and np.all(got.flat == 1)
         assert learner.requests == 1
     finally:
         feed.close()
@@ -92,13 +92,13 @@ def test_broadcasts_come_through_without_asking_and_older_ones_are_skipped(learn
         while got is None and time.monotonic() < deadline:  # until the subscription has reached the PUB
             learner.pub.send(learner.weights(1))
             got = feed.newer(0, 50)
-        assert got is not None and got[0] == 1
+        assert got is not None and got.version == 1
         while feed.newer(1, 0) or feed.sub.poll(200, zmq.POLLIN):  # the other copies of 1
             feed.sub.recv()
         learner.pub.send(learner.weights(1))  # a stale copy ahead of the version waited for
         learner.pub.send(learner.weights(2))
         got = feed.at_least(2)
-        assert got is not None and got[0] == 2 and np.all(got[1] == 2)
+        assert got is not None and got.version == 2 and np.all(got.flat == 2)
         assert learner.requests == 0
     finally:
         feed.close()

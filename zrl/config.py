@@ -182,7 +182,7 @@ class VtraceConfig:
 @dataclass(frozen=True)
 class ApexConfig:
     epsilon: float = 0.4
-    """Ape-X exploration: worker i of N acts epsilon-greedily with epsilon ** (1 + epsilon_alpha * i / (N - 1))."""
+    """Ape-X exploration: worker i of N acts epsilon-greedily with epsilon ** (1 + epsilon_alpha * i / (N - 1)) (unused when noisy: the noise explores)."""
     epsilon_alpha: float = 7.0
     """The exponent's spread across workers in the Ape-X epsilon schedule."""
     n_step: int = 3
@@ -214,7 +214,7 @@ class ApexConfig:
     kappa: float = 1.0
     """IQN: threshold of the quantile Huber loss."""
     noisy: bool = True
-    """Dueling heads of factorised noisy linear layers; workers then act greedily on the noisy Q-values (epsilon still applies when > 0)."""
+    """Dueling heads of factorised noisy linear layers; workers then act greedily on the noisy Q-values (epsilon is not used)."""
     noisy_sigma0: float = 0.1
     """Initial noise scale of the noisy layers, divided by the square root of their fan-in."""
     atoms: int = 51
@@ -514,8 +514,14 @@ def _check_apex(cfg: Config) -> None:
         _fail("apex.importance_beta", f"must be in [0, 1], got {a.importance_beta}")
     if a.kappa <= 0:
         _fail("apex.kappa", f"must be > 0, got {a.kappa}")
+    if a.head == "c51":
+        _fail("apex.head", 'the C51 head\'s numerics exist (zrl/algos/c51.py), but no network or learner step uses '
+              'them yet in this version; use head = "iqn"')  # fmt: skip
     if a.head == "c51" and (a.atoms < 2 or not a.v_min < a.v_max):
         _fail("apex.atoms", f"C51 needs at least 2 atoms and v_min < v_max, got {a.atoms}, {a.v_min}, {a.v_max}")
+    if cfg.run.deterministic:
+        _fail("run.deterministic", 'algo = "apex_iqn" runs are not deterministic (workers and learner run free); '
+              "set run.deterministic = false")  # fmt: skip
     capacity = cfg.replay[prioritized[0]].capacity
     if a.learn_start > capacity:
         _fail("apex.learn_start", f"{a.learn_start} transitions is more than the replay holds ({capacity})")
@@ -575,9 +581,20 @@ def replay_share(cfg: Config, rep: ReplayConfig) -> int:
     return round(cfg.learner.batch_size * rep.sample_ratio)
 
 
+def apex_anneal_steps(cfg: Config, frames_per_step: int) -> int:
+    """Learner steps over which Ape-X's importance exponent beta reaches 1: apex.beta_anneal_steps, or from the
+    budget, one step per apex.replay_ratio env steps after learn_start (4 when the ratio is off, Rainbow's)."""
+    if cfg.apex.beta_anneal_steps:
+        return cfg.apex.beta_anneal_steps
+    steps = cfg.run.max_env_frames // frames_per_step - cfg.apex.learn_start
+    return max(1, int(steps // (cfg.apex.replay_ratio or 4)))
+
+
 def fill_target(cfg: Config, rep: ReplayConfig) -> int:
-    """Units a replay must hold before training starts: one batch's share for a queue, else
-    fill_fraction x capacity (and never less than the share)."""
+    """Units a replay must hold before training starts: one batch's share for a queue, apex.learn_start
+    transitions for a prioritized replay, else fill_fraction x capacity (and never less than the share)."""
+    if rep.type == "prioritized":
+        return cfg.apex.learn_start
     share = replay_share(cfg, rep)
     return share if rep.type == "queue" else max(share, math.ceil(rep.fill_fraction * rep.capacity - 1e-9))
 

@@ -155,7 +155,7 @@ def _play(job: Job) -> list[dict[str, Any]]:
 
     from zrl.envs import atari_rom, make_vector_env
     from zrl.gather import ActingStack
-    from zrl.models import build_model
+    from zrl.models import build_agent_model
 
     torch.set_num_threads(1)
     state = checkpoint.load(job.ckpt)
@@ -174,10 +174,11 @@ def _play(job: Job) -> list[dict[str, Any]]:
                 mapping = minimal_actions(rom)
             else:
                 mapping = np.arange(env.num_actions)
-            model = build_model(cfg.model, env.frame_shape, env.frame_dtype.str, cfg.env.frame_stack, len(mapping))
+            model = build_agent_model(cfg, env.frame_shape, env.frame_dtype.str, len(mapping))
             model.load_state_dict(state["model"])
             model.eval()
         rng = np.random.default_rng(seed)
+        q_generator = torch.Generator().manual_seed(seed)
         stack = ActingStack(1, cfg.env.frame_stack, env.frame_shape, env.frame_dtype.str)
         first = env.reset()
         stack.reset(first)
@@ -190,8 +191,11 @@ def _play(job: Job) -> list[dict[str, Any]]:
         ended_by = "game over"
         while True:
             with torch.no_grad():
-                logits = model(obs).logits.numpy()[0]
-            if job.greedy:
+                if cfg.algo == "apex_iqn":  # Q-values (noisy layers at their means); the policy is greedy on them
+                    logits = model.q_values(obs, cfg.apex.acting_quantiles, q_generator).numpy()[0]
+                else:
+                    logits = model(obs).logits.numpy()[0]
+            if job.greedy or cfg.algo == "apex_iqn":
                 choice = int(np.argmax(logits))
             else:
                 choice = int(np.argmax(logits - np.log(-np.log(rng.random(logits.shape)))))

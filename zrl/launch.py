@@ -24,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import zmq
 
 import shm
@@ -54,6 +55,13 @@ def ring_slots(cfg: Config) -> int:
     """
     if cfg.workers.ring_slots:
         return cfg.workers.ring_slots
+    if cfg.algo == "apex_iqn":
+        # Ape-X: the replay's transitions, one frame each, spread over the workers (twice a fair share, as
+        # above), plus a worker's block awaiting its priorities and the n-step window and stacks.
+        m, apex = cfg.workers.envs_per_worker, cfg.apex
+        capacity = cfg.replay[0].capacity
+        per_worker = min(capacity, math.ceil(2 * capacity / cfg.workers.count))
+        return math.ceil((per_worker + apex.priority_batch) / m) + apex.n_step + 2 * cfg.env.frame_stack + 2
     held = max(queue_capacity(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
     in_flight = held + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
     per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
@@ -82,14 +90,11 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
 
 def preflight(cfg: Config) -> envs.EnvSpec:
     """Every check that needs no process: environment, model shape, device, results folder."""
-    if cfg.algo == "apex_iqn":  # the config, replay and numerics exist; the roles do not run it yet
-        raise ConfigError('algo = "apex_iqn": the Ape-X roles (workers\' transitions, the prioritized broker, the IQN '
-                          'learner) are not built yet in this version; use algo = "vtrace"')  # fmt: skip
     spec = envs.probe(cfg.env)
-    from zrl.models import build_model
+    from zrl.models import build_agent_model
 
     try:
-        build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+        build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     except ValueError as err:
         raise ConfigError(f"model.kind: {err}") from None
     if cfg.learner.device.startswith("cuda"):
@@ -189,9 +194,9 @@ def make_run_dir(cfg: Config) -> Path:
 
 def checkpoint_bytes(cfg: Config, spec: envs.EnvSpec) -> int:
     """About what one checkpoint takes: the weights and two optimiser moments of each, plus a margin."""
-    from zrl.models import build_model
+    from zrl.models import build_agent_model
 
-    model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+    model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     return int(sum(p.numel() for p in model.parameters()) * 4 * 3 * 1.1) + 1_000_000
 
 
@@ -206,6 +211,10 @@ def check_room(folder: Path, need: int) -> None:
                           "--set run.results_dir=PATH")  # fmt: skip
 
 
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
 @dataclass
 class Tally:
     """What the launcher knows of the run, from the stats messages."""
@@ -213,7 +222,9 @@ class Tally:
     workers: dict[int, protocol.WorkerStats] = field(default_factory=dict)
     broker: protocol.BrokerStats | None = None
     learner: protocol.LearnerStats | None = None
-    returns: deque = field(default_factory=lambda: deque(maxlen=100))
+    returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
+    scores_5min: deque = field(default_factory=lambda: deque(maxlen=100))  # and SABER-style, capped at 5 minutes
+    scores_30min: deque = field(default_factory=lambda: deque(maxlen=100))  # and at 30 minutes
     episodes: int = 0
     frames_start: int = 0  # env frames of the run before this launch (resume)
     best_return: float = float("-inf")
@@ -596,7 +607,10 @@ class Launcher:
         if isinstance(msg, protocol.Episode):
             t.episodes += 1
             t.returns.append(msg.raw_return)
-            episodes.write({"episode": t.episodes, "raw_return": msg.raw_return, "length_frames": msg.length_frames,
+            t.scores_5min.append(msg.score_5min)
+            t.scores_30min.append(msg.score_30min)
+            episodes.write({"episode": t.episodes, "raw_return": msg.raw_return, "score_5min": msg.score_5min,
+                            "score_30min": msg.score_30min, "length_frames": msg.length_frames,
                             "length_env_steps": msg.length_env_steps, "env_frames": t.env_frames,
                             "wall_time": f"{msg.wall_time:.3f}", "worker_id": msg.worker_id,
                             "env_index": msg.env_index})  # fmt: skip
@@ -630,7 +644,8 @@ class Launcher:
             log.warning("could not update %s: %s", folder / checkpoint.BEST, err)
             return
         t.best_return = mean
-        record = {"mean_return_100": mean, "episodes": t.episodes, "checkpoint": path.name,
+        record = {"mean_return_100": mean, "mean_score_5min_100": _mean(t.scores_5min),
+                  "mean_score_30min_100": _mean(t.scores_30min), "episodes": t.episodes, "checkpoint": path.name,
                   "env_frames": t.env_frames}  # fmt: skip
         checkpoint.write_atomic(folder / "best.json", (json.dumps(record, indent=2) + "\n").encode())
         log.info("best.pt: %s, mean return(100) %.2f over %d episodes", path.name, mean, len(t.returns))
@@ -644,6 +659,8 @@ class Launcher:
                 rows = [r for r in csv.DictReader(fh) if r.get("episode", "").isdigit()]
             t.episodes = max((int(r["episode"]) for r in rows), default=0)
             t.returns.extend(float(r["raw_return"]) for r in rows[-100:])
+            for scores, column in ((t.scores_5min, "score_5min"), (t.scores_30min, "score_30min")):
+                scores.extend(float(r.get(column) or r["raw_return"]) for r in rows[-100:])  # older runs: uncapped
         # frames the workers made after the checkpoint's last batch were counted too: never count backwards
         for name in ("metrics.csv", "episodes.csv"):
             if (run_dir / name).is_file():
@@ -736,11 +753,11 @@ def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_
 
 def _usable(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
     """A checkpoint that loads, verifies and fits this config's game and network, or ConfigError."""
-    from zrl.models import build_model
+    from zrl.models import build_agent_model
 
     try:
         state = checkpoint.load(path)
-        model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+        model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
         checkpoint.check_compatible(state, path, cfg.env.id, model)
     except checkpoint.CheckpointError as err:
         raise ConfigError(str(err)) from None

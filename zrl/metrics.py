@@ -6,8 +6,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
-EPISODE_COLUMNS = ("episode", "raw_return", "length_frames", "length_env_steps", "env_frames", "wall_time",
-                   "worker_id", "env_index")  # fmt: skip
+EPISODE_COLUMNS = ("episode", "raw_return", "score_5min", "score_30min", "length_frames", "length_env_steps",
+                   "env_frames", "wall_time", "worker_id", "env_index")  # fmt: skip
 
 METRIC_COLUMNS = (
     "wall_time", "elapsed_s", "env_frames", "frames_per_s", "learner_step", "policy_version", "policy_lag",

@@ -353,11 +353,13 @@ class Episode(_Message):
     worker_id: int = _int()
     pid: int = _int()  # the sender's, which the launcher checks against the worker it started
     env_index: int = _int()
-    raw_return: float = _float()
+    raw_return: float = _float()  # the whole episode's raw score (SABER's uncapped score)
     length_frames: int = _int()
     length_env_steps: int = _int()
     env_frames: int = _int()
     wall_time: float = _float()
+    score_5min: float = _float()  # the raw score after 5 minutes of play (18,000 frames), SABER-style
+    score_30min: float = _float()  # after 30 minutes (108,000 frames); the whole score for shorter episodes
 
 
 @_message("worker_stats")

@@ -26,7 +26,7 @@ from zmq.auth.thread import ThreadAuthenticator
 
 from zrl.config import ConfigError, TransportConfig
 
-ENDPOINT_NAMES = ("unrolls", "batches", "credits", "weights", "weights_req", "stats")
+ENDPOINT_NAMES = ("unrolls", "batches", "credits", "weights", "weights_req", "stats", "priorities")
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Endpoints:
     weights: str  # learner PUB (bind) -> workers SUB
     weights_req: str  # workers DEALER -> learner ROUTER (bind): current weights on (re)start
     stats: str  # every role PUSH -> launcher PULL (bind): stats, heartbeats, episodes
+    priorities: str  # Ape-X: learner PUSH -> broker PULL (bind): the trained transitions' new priorities
 
 
 CURVE_FILES = ("server.key", "server.key_secret", "client.key", "client.key_secret")

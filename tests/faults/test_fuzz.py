@@ -59,7 +59,7 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
                discounts=np.ones((1, t), np.float32), behaviour_logits=np.zeros((1, t, a), np.float32),
                behaviour_values=np.zeros((1, t), np.float32)),  # fmt: skip
         protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
-                         env_frames=10**15, wall_time=0.0).encode(),  # fmt: skip
+                         env_frames=10**15, wall_time=0.0, score_5min=0.0, score_30min=0.0).encode(),  # fmt: skip
         protocol.Credit(batches=1).encode(),  # a valid message, but on the stats channel it is no stats
         batch(worker_ids=np.array([0, 5], np.int32)),  # no such ring: a careless learner would index past its rings
         batch(env_index=np.array([0, 2], np.int32)),

@@ -300,7 +300,12 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
     transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report("zrl-broker", wiring):
-        _run(cfg, wiring, stop_event)
+        if cfg.algo == "apex_iqn":
+            from zrl.roles.apex import run_broker
+
+            run_broker(cfg, wiring, stop_event)
+        else:
+            _run(cfg, wiring, stop_event)
 
 
 def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
@@ -362,7 +367,7 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
             first = wait_for_weights(ctx, wiring, -1, poll_ms, stop_event)
             if first is None:
                 return
-            scorer.load(*first)
+            scorer.load(first.version, first.flat)
         while not should_stop(stop_event, wiring.launcher_pid):
             poller.poll(poll_ms)
             while (data := transport.recv(credits_sock, 0)) is not None:

@@ -10,6 +10,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import zmq
@@ -160,6 +161,34 @@ class Every:
         return False
 
 
+class EpisodeReporter:
+    """A worker's finished episodes, sent to the launcher with their SABER-style scores (capped at 5 and at 30
+    minutes of play, and uncapped)."""
+
+    def __init__(self, stats: zmq.Socket, worker_id: int, num_envs: int, frames_per_step: int) -> None:
+        from zrl.scores import SaberEpisodes
+
+        self.stats, self.worker_id, self.frames_per_step = stats, worker_id, frames_per_step
+        self.saber = SaberEpisodes(num_envs)
+
+    def step(self, raw_rewards: np.ndarray, game_over: np.ndarray, env_frames: int, send: bool = True) -> None:
+        """Add one step of every env; send the episodes it ends (unless ``send`` is False: a replay of steps
+        whose episodes were reported before)."""
+        for env, score_5, score_30, score, frames in self.saber.step(raw_rewards, self.frames_per_step, game_over):
+            if send:
+                transport.send_nowait(self.stats, protocol.Episode(
+                    worker_id=self.worker_id, pid=os.getpid(), env_index=env, raw_return=score,
+                    length_frames=frames, length_env_steps=frames // self.frames_per_step, env_frames=env_frames,
+                    wall_time=time.time(), score_5min=score_5, score_30min=score_30,
+                ).encode())  # fmt: skip
+
+
+class Weights(NamedTuple):
+    version: int
+    flat: np.ndarray  # float32, every parameter in order
+    learner_step: int  # the learner step they were published at
+
+
 class WeightsFeed:
     """A worker's copy of the learner's weights: the broadcasts on SUB, and direct requests when a broadcast is
     overdue. A broadcast can be lost, one sent before this SUB's subscription reached the learner above all,
@@ -171,23 +200,23 @@ class WeightsFeed:
         self.poll_ms, self.stop_event, self.ask_after_s = poll_ms, stop_event, ask_after_s
         self.sub = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights)
 
-    def ask(self) -> tuple[int, np.ndarray] | None:
+    def ask(self) -> Weights | None:
         """The learner's current weights (version, flat float32), asked for; None if the run stops first."""
         return wait_for_weights(self.ctx, self.wiring, self.requester_id, self.poll_ms, self.stop_event)
 
-    def newer(self, than: int, wait_ms: int) -> tuple[int, np.ndarray] | None:
+    def newer(self, than: int, wait_ms: int) -> Weights | None:
         """A broadcast version above ``than`` if one comes within ``wait_ms`` (older ones are skipped)."""
         deadline = time.monotonic() + wait_ms / 1000
         while self.sub.poll(max(0, int((deadline - time.monotonic()) * 1000)), zmq.POLLIN):
             try:
-                version, _, flat = protocol.decode_weights(self.sub.recv())
+                version, step, flat = protocol.decode_weights(self.sub.recv())
             except protocol.ProtocolError:
                 continue
             if version > than:  # a broadcast queued before the worker's first request may be older
-                return version, flat
+                return Weights(version, flat, step)
         return None
 
-    def at_least(self, version: int, idle=lambda: None) -> tuple[int, np.ndarray] | None:
+    def at_least(self, version: int, idle=lambda: None) -> Weights | None:
         """Weights of ``version`` or newer: broadcast, or asked for after ``ask_after_s`` without them; ``idle``
         runs between polls (a heartbeat). None if the run stops first."""
         asked = time.monotonic()
@@ -197,7 +226,7 @@ class WeightsFeed:
                 return got
             if time.monotonic() - asked >= self.ask_after_s:
                 got = self.ask()
-                if got is None or got[0] >= version:
+                if got is None or got.version >= version:
                     return got
                 asked = time.monotonic()
             idle()
@@ -208,8 +237,8 @@ class WeightsFeed:
 
 
 def wait_for_weights(ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int,
-                     stop_event) -> tuple[int, np.ndarray] | None:  # fmt: skip
-    """Ask the learner for its current weights (version, flat float32); None if the run stops first."""
+                     stop_event) -> Weights | None:  # fmt: skip
+    """Ask the learner for its current weights; None if the run stops first."""
     req = transport.socket(ctx, zmq.DEALER, hwm=4, connect=wiring.endpoints.weights_req)
     try:
         ask = protocol.WeightsRequest(worker_id=requester_id).encode()
@@ -218,8 +247,8 @@ def wait_for_weights(ctx: zmq.Context, wiring: RunWiring, requester_id: int, pol
                 continue
             reply = transport.recv(req, 2000)
             if reply is not None:
-                version, _, flat = protocol.decode_weights(reply)
-                return version, flat
+                version, step, flat = protocol.decode_weights(reply)
+                return Weights(version, flat, step)
         return None
     finally:
         req.close()

@@ -257,7 +257,12 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
     start_role("zrl-learner", wiring.launcher_pid)
     transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report("zrl-learner", wiring):
-        _run(cfg, wiring, run_dir, stop_event, start)
+        if cfg.algo == "apex_iqn":
+            from zrl.roles.apex import run_learner
+
+            run_learner(cfg, wiring, run_dir, stop_event, start)
+        else:
+            _run(cfg, wiring, run_dir, stop_event, start)
 
 
 def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFrom | None) -> None:

@@ -23,14 +23,19 @@ from zrl.config import Config, needs_features, unrolls_per_version
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
-from zrl.roles.common import Every, RunWiring, WeightsFeed, WorkerStart, crash_report, should_stop, start_role
+from zrl.roles.common import EpisodeReporter, Every, RunWiring, Weights, WeightsFeed, WorkerStart, crash_report, should_stop, start_role
 
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
     start_role(f"zrl-worker-{worker_id}", wiring.launcher_pid)
     transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report(f"zrl-worker-{worker_id}", wiring):
-        _run(worker_id, cfg, wiring, stop_event, start)
+        if cfg.algo == "apex_iqn":
+            from zrl.roles.apex import run_worker
+
+            run_worker(worker_id, cfg, wiring, stop_event, start)
+        else:
+            _run(worker_id, cfg, wiring, stop_event, start)
 
 
 def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart) -> None:
@@ -61,13 +66,12 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
         first = weights.ask()
         if first is None:
             return
-        policy_version, flat = first
+        policy_version, flat = first.version, first.flat
         load_flat(model, flat)
 
         stack = ActingStack(m, stack_depth, wiring.frame_shape, wiring.frame_dtype)
         obs = torch.from_numpy(stack.array)  # shares memory with the stack
-        episode_return = np.zeros(m, np.float64)
-        episode_steps = np.zeros(m, np.int64)
+        reporter = EpisodeReporter(stats, worker_id, m, wiring.frames_per_step)
         frames = env.reset()
         stack.reset(frames)
         first_frame = ring.write(frame=frames, episode_step=stack.episode_step)
@@ -98,20 +102,9 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
             t1 = time.perf_counter()
             step = env.step(action)
             t2 = time.perf_counter()
-            episode_return[:] += step.raw_rewards
-            episode_steps[:] += 1
             if episodes:
                 env_steps += m
-            if step.game_over.any():
-                for i in np.flatnonzero(step.game_over) if episodes else ():
-                    transport.send_nowait(stats, protocol.Episode(
-                        worker_id=worker_id, pid=os.getpid(), env_index=int(i), raw_return=float(episode_return[i]),
-                        length_frames=int(episode_steps[i]) * frames_per_step,
-                        length_env_steps=int(episode_steps[i]), env_frames=env_steps * frames_per_step,
-                        wall_time=time.time(),
-                    ).encode())  # fmt: skip
-                episode_return[step.game_over] = 0.0
-                episode_steps[step.game_over] = 0
+            reporter.step(step.raw_rewards, step.game_over, env_steps * frames_per_step, send=episodes)
             stack.push(step.frames, step.game_over)
             t3 = time.perf_counter()
             slot = ring.write(frame=step.frames, episode_step=stack.episode_step)
@@ -128,11 +121,11 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
                 weights_wait_time_s=timing["weights_wait"],
             ).encode())  # fmt: skip
 
-        def use_weights(got: tuple[int, np.ndarray] | None) -> None:
+        def use_weights(got: Weights | None) -> None:
             nonlocal policy_version, weight_updates, ahead
-            if got is not None and got[0] > policy_version:
-                policy_version = got[0]
-                load_flat(model, got[1])
+            if got is not None and got.version > policy_version:
+                policy_version = got.version
+                load_flat(model, got.flat)
                 weight_updates += 1
                 ahead = 0
 

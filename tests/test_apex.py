@@ -1,0 +1,100 @@
+"""Rainbow-IQN Ape-X on the real pipeline: worker priorities reach the replay with their transitions, the
+learner's priorities change it, and a Pong run with 2 workers writes its files and every episode's SABER
+scores."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from conftest import REPO, run_command
+from shm.ring import Ring, RingSpec
+from test_e2e import _assert_loadable, _rows
+
+from zrl import protocol
+from zrl.algos.apex import NStepBuilder
+from zrl.algos.iqn import NStep
+from zrl.config import ApexConfig, ModelConfig, load
+from zrl.gather import TransitionGatherer
+from zrl.models.iqn import build_iqn_model
+from zrl.replay.prioritized import ApexReplay
+from zrl.roles.apex import _first_priorities
+from zrl.roles.learner import iqn_sgd_step
+
+PONG = REPO / "config" / "apex_iqn_pong.toml"
+
+
+def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_change_the_tree():
+    apex = ApexConfig(noisy=False, quantiles=8, target_quantiles=8, acting_quantiles=4, embedding_dim=16, n_step=3)
+    torch.manual_seed(0)
+    net = build_iqn_model(ModelConfig(kind="mlp", mlp_hidden=(16,)), apex, (4,), "float32", 2, 3)
+    spec = RingSpec(64, {"frame": ((2, 4), "float32"), "episode_step": ((2,), "int32")})
+    name = f"zrl_test_apex_{np.random.default_rng().integers(1 << 30)}"
+    ring = Ring.create(name, spec)
+    try:
+        rng = np.random.default_rng(1)
+        builder, found = NStepBuilder(2, 3), []
+        frame = ring.write(frame=rng.normal(size=(2, 4)), episode_step=np.zeros(2, np.int32))
+        for t in range(12):
+            nxt = ring.write(frame=rng.normal(size=(2, 4)), episode_step=np.full(2, t + 1, np.int32))
+            found.append(builder.step(np.full(2, frame), rng.integers(0, 3, 2), rng.normal(size=2).astype(np.float32),
+                                      np.full(2, 0.99, np.float32), np.zeros(2, bool), np.full(2, nxt)))  # fmt: skip
+            frame = nxt
+        cols = {k: np.concatenate([f[k] for f in found]) for k in found[0]}
+        gatherer = TransitionGatherer([ring], 2, 256, (4,), "float32")
+        priority = _first_priorities(net, gatherer, cols, apex, torch.Generator().manual_seed(2))
+        n = len(priority)
+        assert n == 2 * (12 - 2) and np.isfinite(priority).all() and (priority > 0).all()
+        sent = protocol.Transitions(worker_id=0, seq=0, policy_version=0, env_frames=24, count=n, priority=priority,
+                                    **{k: cols[k] for k in ("env_index", "frame", "action", "nstep_return",
+                                                            "bootstrap_discount", "next_frame")})  # fmt: skip
+        replay = ApexReplay(100, 8, 1, 1, 2, 3, 3, 0.4, 10, 0)
+        assert replay.insert(protocol.decode(sent.encode())) is None
+        np.testing.assert_allclose(replay.replay.tree.priorities[:n], np.maximum(priority, 1e-6), rtol=1e-6)
+
+        batch = protocol.decode(replay.next_batch(1, 24, np.zeros(1, np.int64)).encode())
+        obs, next_obs, ok = TransitionGatherer([ring], 2, 8, (4,), "float32").gather(batch)
+        assert ok.all()
+        target = build_iqn_model(ModelConfig(kind="mlp", mlp_hidden=(16,)), apex, (4,), "float32", 2, 3)
+        step = iqn_sgd_step(net, target, torch.optim.Adam(net.parameters(), 1e-3), obs,
+                            torch.from_numpy(batch.action.copy()), NStep(torch.from_numpy(batch.nstep_return.copy()),
+                            torch.from_numpy(batch.bootstrap_discount.copy())), next_obs, torch.from_numpy(batch.weights.copy()),
+                            apex, 10.0)  # fmt: skip
+        before = replay.replay.tree.priorities[batch.slots].copy()
+        update = protocol.PriorityUpdate(batch_id=1, size=8, slots=batch.slots, stamps=batch.stamps,
+                                         priorities=step.priorities.astype(np.float32) + 5.0)  # fmt: skip
+        assert replay.update(protocol.decode(update.encode())) is None
+        after = replay.replay.tree.priorities[batch.slots]
+        for slot, got in zip(batch.slots, after):  # a slot drawn twice holds one of its two new priorities
+            given = (step.priorities + 5.0)[batch.slots == slot]
+            assert np.isclose(given, got, rtol=1e-6).any(), (slot, got, given)
+        assert not np.allclose(before, after)
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path, no_leaks):
+    cfg = load(PONG)
+    assert cfg.algo == "apex_iqn" and cfg.replay[0].type == "prioritized"
+    small = ("--workers", "2", "--envs-per-worker", "2", "--set", "run.max_env_frames=16000",
+             "--set", 'replay=[{"type": "prioritized", "capacity": 6000}]', "--set", "apex.learn_start=1000",
+             "--set", "apex.priority_batch=100", "--set", "apex.replay_ratio=0", "--set", "learner.batch_size=8",
+             "--set", "learner.publish_every=5", "--set", "run.log_interval_s=1", "--quiet")  # fmt: skip
+    result = run_command("zrl-launch", "--config", PONG, *small, cwd=tmp_path, timeout=420)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert {"config.toml", "episodes.csv", "metrics.csv", "checkpoints"} <= {p.name for p in run_dir.iterdir()}
+    last = _rows(run_dir / "metrics.csv")[-1]
+    assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0, last
+    assert int(last["env_frames"]) >= 16000
+    episodes = _rows(run_dir / "episodes.csv")
+    assert episodes, "no episode finished"
+    for e in episodes:  # Pong episodes here are shorter than 5 minutes: every cap holds the whole score
+        scores = [float(e[k]) for k in ("score_5min", "score_30min", "raw_return")]
+        assert all(math.isfinite(s) and -21 <= s <= 21 for s in scores), e
+        assert scores[0] == scores[1] == scores[2], e
+    _assert_loadable(run_dir)
