@@ -237,7 +237,6 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
         poller.register(sock, zmq.POLLIN)
     worker_frames: dict[int, int] = {}
     received = decode_errors = batches_sent = credits = credits_granted = 0
-    started_at: int | None = None  # env steps when the first batch went out (the replay ratio counts from it)
     insert_time = prepare_time = 0.0
     report = Every(1.0)
 
@@ -291,9 +290,10 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 worker_frames[msg.worker_id] = max(worker_frames.get(msg.worker_id, 0), msg.env_frames)
             insert_time += time.perf_counter() - t0
             while credits > 0:
-                if apex.replay_ratio and started_at is not None:
-                    if batches_sent >= 1 + (env_steps() - started_at) / apex.replay_ratio:
-                        break  # the learner is ahead of the workers: wait for their transitions
+                # The learner's share of the env steps past learn_start, the same count the workers pace
+                # themselves by: workers that ran ahead while the replay filled let the learner catch up.
+                if apex.replay_ratio and batches_sent >= 1 + (env_steps() - apex.learn_start) / apex.replay_ratio:
+                    break  # the learner is ahead of the workers: wait for their transitions
                 t1 = time.perf_counter()
                 oldest = np.array([ring.head - ring.capacity + reach_back for ring in rings], np.int64)
                 frames = wiring.env_frames_start + sum(worker_frames.values())
@@ -303,7 +303,6 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                     break
                 if not transport.send(batches, batch.encode(), poll_ms):
                     break  # the learner is not connected (yet, or any more); the sample is simply not used
-                started_at = env_steps() if started_at is None else started_at
                 credits -= 1
                 batches_sent += 1
             if report.due():
