@@ -41,7 +41,8 @@ from zrl.gather import ActingStack, TransitionGatherer
 from zrl.models import flat_parameters, load_flat
 from zrl.models.iqn import build_iqn_model
 from zrl.replay.prioritized import ApexReplay
-from zrl.roles.common import EpisodeReporter, Every, RunWiring, WeightsFeed, WorkerStart, keep_freed_memory, should_stop
+from zrl.roles.common import (EpisodeReporter, Every, RunWiring, WeightsFeed, WorkerStart, answer_weight_requests,
+                              keep_freed_memory, should_stop)
 
 PRIORITY_CHUNK = 256  # transitions per forward pass when a worker computes first priorities
 
@@ -386,14 +387,7 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
 
     def answer_requests() -> None:
         nonlocal decode_errors
-        while weights_rep.poll(0, zmq.POLLIN):
-            frames = weights_rep.recv_multipart()
-            try:
-                protocol.decode(frames[-1])
-            except protocol.ProtocolError:
-                decode_errors += 1
-                continue
-            weights_rep.send_multipart([frames[0], current], copy=False)
+        decode_errors += answer_weight_requests(weights_rep, current)
 
     def save() -> str:
         nonlocal saved_step

@@ -236,6 +236,21 @@ class WeightsFeed:
         self.sub.close()
 
 
+def answer_weight_requests(rep: zmq.Socket, current: bytes) -> int:
+    """The learner's side of :func:`wait_for_weights`: answer every waiting request on the ROUTER ``rep`` with
+    the encoded ``current`` weights; returns how many requests were malformed (unanswered)."""
+    malformed = 0
+    while rep.poll(0, zmq.POLLIN):
+        frames = rep.recv_multipart()
+        try:
+            protocol.decode(frames[-1])
+        except protocol.ProtocolError:
+            malformed += 1
+            continue
+        rep.send_multipart([frames[0], current], copy=False)
+    return malformed
+
+
 def wait_for_weights(ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int,
                      stop_event) -> Weights | None:  # fmt: skip
     """Ask the learner for its current weights; None if the run stops first."""

@@ -23,7 +23,8 @@ from zrl.algos.iqn import NStep, iqn_losses
 from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
-from zrl.roles.common import RunWiring, StartFrom, crash_report, keep_freed_memory, should_stop, start_role
+from zrl.roles.common import (RunWiring, StartFrom, answer_weight_requests, crash_report, keep_freed_memory, should_stop,
+                              start_role)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -323,14 +324,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
 
     def answer_requests() -> None:
         nonlocal decode_errors
-        while weights_rep.poll(0, zmq.POLLIN):
-            frames = weights_rep.recv_multipart()
-            try:
-                protocol.decode(frames[-1])
-            except protocol.ProtocolError:
-                decode_errors += 1
-                continue
-            weights_rep.send_multipart([frames[0], current], copy=False)
+        decode_errors += answer_weight_requests(weights_rep, current)
 
     saved_step = -1
 
