@@ -117,10 +117,12 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
             socks[i % len(socks)].send(data)
             if i % 500 == 0:
                 time.sleep(0.01)
-        deadline = time.monotonic() + 60
+        # The learner's batches PULL fair-queues the forger with the broker, so it takes one forged message per
+        # real batch, that is per step: on a slow machine its count rises at the learner's step rate.
+        deadline = time.monotonic() + 90
         while (_last(tmp_path, "learner_step") < step_before + 5 or _last(tmp_path, "decode_errors") < 1000
                or _last(tmp_path, "stats_decode_errors") < 1000
-               or _last(tmp_path, "learner_decode_errors") < 1000):  # fmt: skip
+               or _last(tmp_path, "learner_decode_errors") < 500):  # fmt: skip
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, f"training stopped, or the errors were not counted: {metrics_rows(tmp_path)[-1]}"
             time.sleep(0.3)

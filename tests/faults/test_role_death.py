@@ -42,10 +42,18 @@ def _learner_step(tmp_path: Path) -> int:
     return steps[-1] if steps else -1
 
 
-def _role(title: str) -> psutil.Process | None:
-    for proc in zrl_processes():
-        if " ".join(proc.info["cmdline"] or []).startswith(title):
-            return proc
+def _role(launcher: subprocess.Popen, title: str) -> psutil.Process | None:
+    """The role process of this launcher's run (not of another run on the same machine) with that title."""
+    try:
+        children = psutil.Process(launcher.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return None
+    for proc in children:
+        try:
+            if " ".join(proc.cmdline()).startswith(title):
+                return proc
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
     return None
 
 
@@ -73,7 +81,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
 
             def pick() -> bool:
                 nonlocal victim
-                alive = [p for p in (_role(f"zrl-worker-{i}") for i in range(2)) if p and p.pid not in killed]
+                alive = [p for p in (_role(proc, f"zrl-worker-{i}") for i in range(2)) if p and p.pid not in killed]
                 victim = rng.choice(alive) if len(alive) == 2 else None
                 return victim is not None
 
@@ -117,7 +125,7 @@ def test_restarted_workers_never_mix_their_frames_into_old_descriptors(tmp_path,
     try:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
         for _ in range(4):
-            victims = [p for p in (_role(f"zrl-worker-{i}") for i in range(2)) if p]
+            victims = [p for p in (_role(proc, f"zrl-worker-{i}") for i in range(2)) if p]
             rng.choice(victims).send_signal(signal.SIGKILL)
             time.sleep(rng.uniform(1.0, 2.5))
         code, out, err = _finish(proc, 240)
@@ -160,12 +168,12 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
                    "run.heartbeat_timeout_s=4", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
     try:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
-        victim = _role("zrl-worker-1")
+        victim = _role(proc, "zrl-worker-1")
         victim.send_signal(signal.SIGSTOP)
         stopped_at = time.monotonic()
         _wait(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, 30, "the hung worker's end")
         detected = time.monotonic() - stopped_at
-        _wait(lambda: _role("zrl-worker-1") is not None and _role("zrl-worker-1").pid != victim.pid, 30,
+        _wait(lambda: _role(proc, "zrl-worker-1") is not None and _role(proc, "zrl-worker-1").pid != victim.pid, 30,
               "a new zrl-worker-1")  # fmt: skip
         before = _learner_step(tmp_path)
         _wait(lambda: _learner_step(tmp_path) > before + 2, 120, "training to go on")
@@ -190,7 +198,7 @@ def test_a_dead_learner_or_broker_stops_the_run_in_order(tmp_path, no_leaks, rol
                    "run.checkpoint_every_steps=5", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
     try:
         _wait(lambda: _learner_step(tmp_path) > 6, 120, "a first checkpoint")
-        _role(role).send_signal(signal.SIGKILL)
+        _role(proc, role).send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         code, out, err = _finish(proc, 120)
         took = time.monotonic() - killed_at

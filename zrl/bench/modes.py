@@ -106,6 +106,9 @@ def sampling_point(cfg: Config, spec, workers: int, envs: int, seconds: float, w
         p.watch(warmup)
         start = dict(p.workers)
         p.watch(seconds)
+        # A window shorter than the report interval, or a loaded machine, can end before every worker has
+        # reported again: wait for each one's next report, so its rate is measured and not taken as zero.
+        p.watch(60, until=lambda q: all(q.workers[w].time > start[w].time for w in start))
         end = dict(p.workers)
         broker = p.broker
     return {"workers": workers, "envs_per_worker": envs, "policy": policy,
