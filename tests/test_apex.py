@@ -98,3 +98,18 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
         assert all(math.isfinite(s) and -21 <= s <= 21 for s in scores), e
         assert scores[0] == scores[1] == scores[2], e
     _assert_loadable(run_dir)
+
+
+def test_replay_ratio_holds_env_steps_per_learner_step(tmp_path: Path, no_leaks):
+    """apex.replay_ratio = 8 on CartPole, where the learner alone would run at about one step per two env
+    steps: the workers and the broker hold it near 8 env steps per update past learn_start."""
+    config = REPO / "config" / "apex_iqn_cartpole.toml"
+    result = run_command("zrl-launch", "--config", config, "--set", "run.max_env_frames=12000", "--set",
+                         "apex.replay_ratio=8", "--set", "run.log_interval_s=1", "--quiet", cwd=tmp_path,
+                         timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    learn_start = load(config).apex.learn_start
+    last = _rows(run_dir / "metrics.csv")[-1]
+    ratio = (int(last["env_frames"]) - learn_start) / int(last["learner_step"])
+    assert 6.0 <= ratio <= 10.0, (ratio, last)

@@ -126,6 +126,8 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
             priority = np.full(held, -1.0, np.float32)  # unknown: the replay gives them its largest
             if apex.worker_priorities:
                 priority = _first_priorities(model, gatherer, cols, apex, generator)
+                timing["inference"] += time.perf_counter() - t0  # forward passes, not sending
+                t0 = time.perf_counter()
             message = protocol.Transitions(
                 worker_id=worker_id, seq=seq, policy_version=policy_version, env_frames=env_steps * frames_per_step,
                 count=held, env_index=cols["env_index"], frame=cols["frame"], action=cols["action"],
@@ -167,13 +169,13 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
             if held >= apex.priority_batch and not flush():
                 return
             use(weights.newer(policy_version, 0))
-            if per_version and weight_updates:
+            if per_version:
                 # Ahead of the learner: this worker's share of the env steps the learner's latest weights
                 # (and one version more) account for, past the transitions the replay waits for to start.
                 allowed = (apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio) / cfg.workers.count
                 t4 = time.perf_counter()
                 deadline = t4 + cfg.workers.max_weights_wait_s
-                while env_steps - held > allowed + apex.priority_batch and time.perf_counter() < deadline:
+                while env_steps > allowed + apex.priority_batch and time.perf_counter() < deadline:
                     if should_stop(stop_event, wiring.launcher_pid):
                         return
                     got = weights.newer(policy_version, min(poll_ms, int((deadline - time.perf_counter()) * 1000) + 1))
