@@ -22,7 +22,7 @@ from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_iqn_model
 from zrl.replay.prioritized import ApexReplay
 from zrl.roles.apex import _first_priorities
-from zrl.roles.learner import iqn_sgd_step
+from zrl.roles.learner import apex_sgd_step
 
 PONG = REPO / "config" / "apex_iqn_pong.toml"
 
@@ -59,7 +59,7 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
         obs, next_obs, ok = TransitionGatherer([ring], 2, 8, (4,), "float32").gather(batch)
         assert ok.all()
         target = build_iqn_model(ModelConfig(kind="mlp", mlp_hidden=(16,)), apex, (4,), "float32", 2, 3)
-        step = iqn_sgd_step(net, target, torch.optim.Adam(net.parameters(), 1e-3), obs,
+        step = apex_sgd_step(net, target, torch.optim.Adam(net.parameters(), 1e-3), obs,
                             torch.from_numpy(batch.action.copy()), NStep(torch.from_numpy(batch.nstep_return.copy()),
                             torch.from_numpy(batch.bootstrap_discount.copy())), next_obs, torch.from_numpy(batch.weights.copy()),
                             apex, 10.0)  # fmt: skip
@@ -113,3 +113,20 @@ def test_replay_ratio_holds_env_steps_per_learner_step(tmp_path: Path, no_leaks)
     last = _rows(run_dir / "metrics.csv")[-1]
     ratio = (int(last["env_frames"]) - learn_start) / int(last["learner_step"])
     assert 6.0 <= ratio <= 10.0, (ratio, last)
+
+
+def test_the_c51_head_trains_on_the_pipeline_and_its_checkpoint_plays(tmp_path: Path, no_leaks):
+    """apex.head = "c51" through workers, broker and learner on CartPole, then zrl-eval on its checkpoint."""
+    config = REPO / "config" / "apex_iqn_cartpole.toml"
+    result = run_command("zrl-launch", "--config", config, "--set", "apex.head=c51", "--set", "apex.v_min=0",
+                         "--set", "apex.v_max=10", "--set", "run.max_env_frames=6000", "--quiet", cwd=tmp_path,
+                         timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    latest = _assert_loadable(run_dir)
+    state = torch.load(latest, weights_only=True)
+    assert state["model"]["support"].tolist() == torch.linspace(0, 10, 51).tolist()
+    assert int(_rows(run_dir / "metrics.csv")[-1]["learner_step"]) > 100
+    played = run_command("zrl-eval", latest, "--episodes", "2", cwd=tmp_path, timeout=300)
+    assert played.returncode == 0, played.stderr[-3000:]
+    assert "score" in played.stdout

@@ -234,7 +234,8 @@ def test_a_run_folder_config_written_with_the_old_algo_section_still_loads(tmp_p
 
 def test_apex_settings_it_cannot_run_are_refused_naming_the_key():
     base = ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]']
-    with pytest.raises(ConfigError, match="apex.head.*C51"):
-        config.load(None, [*base, "apex.head=c51"])
+    assert config.load(None, [*base, "apex.head=c51"]).apex.head == "c51"
+    with pytest.raises(ConfigError, match="apex.atoms.*v_min < v_max"):
+        config.load(None, [*base, "apex.head=c51", "apex.v_min=5", "apex.v_max=5"])
     with pytest.raises(ConfigError, match="run.deterministic"):
         config.load(None, [*base, "run.deterministic=true", "workers.count=1"])

@@ -221,7 +221,8 @@ def test_epsilon_greedy_explores_at_its_rate_and_is_greedy_otherwise():
 
 
 def test_worker_priorities_are_the_losses_to_the_power_omega():
-    from zrl.algos.iqn import initial_priorities
+    from zrl.algos.apex import first_priorities
+    from zrl.config import ApexConfig
 
     net = _net()
     net.eval()
@@ -231,6 +232,60 @@ def test_worker_priorities_are_the_losses_to_the_power_omega():
     nstep = nstep_returns(torch.randn(6, 3, generator=g), torch.full((6, 3), 0.9))
     losses = iqn_losses(net, net, obs, actions, nstep, next_obs, n=8, n_target=8, k=4,
                         generator=torch.Generator().manual_seed(5)).detach()  # fmt: skip
-    p = initial_priorities(net, obs, actions, nstep, next_obs, 0.5, n=8, n_target=8, k=4,
-                           generator=torch.Generator().manual_seed(5))  # fmt: skip
+    apex = ApexConfig(quantiles=8, target_quantiles=8, acting_quantiles=4, priority_exponent=0.5)
+    p = first_priorities(net, obs, actions, nstep, next_obs, apex, generator=torch.Generator().manual_seed(5))
     torch.testing.assert_close(p, losses.sqrt())
+
+
+def test_c51_loss_takes_the_online_action_and_the_target_distribution():
+    """Atoms 0, 1, 2; one transition, action 0 taken, return 0.5, bootstrap discount 0.5.
+
+    At the next state the online network prefers action 1 (its expected returns 0.2 and 1.8); the target
+    network rates action 0 higher (2 against 1), so plain max-Q would take action 0 and double Q takes 1.
+    The target network's distribution of action 1 is [0.5, 0, 0.5]: its atom 0 lands on 0.5 + 0.5 * 0 = 0.5
+    (half to atoms 0 and 1), its atom 2 on 1.5 (half to atoms 1 and 2): the target is [0.25, 0.5, 0.25].
+    The online distribution of action 0 at the state is [0.2, 0.5, 0.3]: the loss is
+    -(0.25 ln 0.2 + 0.5 ln 0.5 + 0.25 ln 0.3).
+    """
+    from zrl.algos.c51 import c51_losses, support
+
+    atoms = support(3, 0.0, 2.0)
+    at_state = torch.tensor([[0.2, 0.5, 0.3], [1 / 3, 1 / 3, 1 / 3]])
+    online_next = torch.tensor([[0.9, 0.0, 0.1], [0.1, 0.0, 0.9]])  # expected 0.2 and 1.8
+    target_next = torch.tensor([[0.0, 0.0, 1.0], [0.5, 0.0, 0.5]])  # expected 2 and 1
+
+    def net(table_next):
+        def call(obs):  # obs 0: the state; obs 1: the n-th next state
+            table = torch.where(obs.view(-1, 1, 1) == 0, at_state, table_next)
+            return table.log()
+
+        return call
+
+    obs, next_obs = torch.zeros(1, 1), torch.ones(1, 1)
+    nstep = NStep(torch.tensor([0.5]), torch.tensor([0.5]))
+    loss = c51_losses(net(online_next), net(target_next), obs, torch.tensor([0]), nstep, next_obs, atoms)
+    expected = -(0.25 * math.log(0.2) + 0.5 * math.log(0.5) + 0.25 * math.log(0.3))
+    assert loss.shape == (1,) and loss.item() == pytest.approx(expected, rel=1e-5)
+    ended = c51_losses(net(online_next), net(target_next), obs, torch.tensor([0]),
+                       NStep(torch.tensor([2.0]), torch.tensor([0.0])), next_obs, atoms)  # fmt: skip
+    assert ended.item() == pytest.approx(-math.log(0.3), rel=1e-5)  # an episode end: all mass on the return
+
+
+def test_c51_net_gives_a_distribution_per_action_and_its_expectation_as_q():
+    from torch import nn
+
+    from zrl.algos.c51 import support
+    from zrl.models.iqn import C51Net
+
+    torch.manual_seed(0)
+    net = C51Net(nn.Sequential(nn.Flatten(), nn.Linear(8, 16), nn.ReLU()), 16, 3, support(11, -5.0, 5.0), hidden=32,
+                 scale=False)  # fmt: skip
+    obs = torch.randn(2, 1, 8)
+    net.eval()
+    log_probs = net(obs)
+    assert log_probs.shape == (2, 3, 11)
+    torch.testing.assert_close(log_probs.exp().sum(dim=-1), torch.ones(2, 3))
+    torch.testing.assert_close(net.q_values(obs), (log_probs.exp() * torch.linspace(-5, 5, 11)).sum(dim=-1))
+    torch.testing.assert_close(net(obs), log_probs)  # eval: the noisy layers at their means
+    net.train()
+    assert not torch.allclose(net(obs), net(obs))

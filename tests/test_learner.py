@@ -115,15 +115,15 @@ def test_kept_freed_memory_is_reused_without_page_faults():
     assert ten >= 9 * first * 0.9
 
 
-def _iqn_setup(noisy=False):
+def _iqn_setup(noisy=False, head="iqn"):
     import copy
 
     from zrl.config import ApexConfig
-    from zrl.models.iqn import build_iqn_model
+    from zrl.models.iqn import build_apex_model
 
-    apex = ApexConfig(noisy=noisy, quantiles=8, target_quantiles=8, acting_quantiles=4, embedding_dim=16)
+    apex = ApexConfig(noisy=noisy, quantiles=8, target_quantiles=8, acting_quantiles=4, embedding_dim=16, head=head)
     torch.manual_seed(0)
-    online = build_iqn_model(ModelConfig(kind="mlp", mlp_hidden=(32, 32)), apex, (4,), "float32", 1, 3)
+    online = build_apex_model(ModelConfig(kind="mlp", mlp_hidden=(32, 32)), apex, (4,), "float32", 1, 3)
     target = copy.deepcopy(online)
     g = torch.Generator().manual_seed(1)
     batch = dict(obs=torch.randn(16, 1, 4, generator=g), actions=torch.randint(0, 3, (16,), generator=g),
@@ -134,26 +134,27 @@ def _iqn_setup(noisy=False):
     return apex, online, target, batch, nstep
 
 
-def test_iqn_step_changes_the_online_network_and_returns_new_priorities():
-    from zrl.roles.learner import iqn_sgd_step
+@pytest.mark.parametrize("head", ["iqn", "c51"])
+def test_apex_step_changes_the_online_network_and_returns_new_priorities(head):
+    from zrl.roles.learner import apex_sgd_step
 
-    apex, online, target, b, nstep = _iqn_setup(noisy=True)
+    apex, online, target, b, nstep = _iqn_setup(noisy=True, head=head)
     before = flat_parameters(online).copy()
     target_before = flat_parameters(target).copy()
     opt = torch.optim.Adam(online.parameters(), lr=5e-5, eps=3.125e-4)
-    step = iqn_sgd_step(online, target, opt, b["obs"], b["actions"], nstep, b["next_obs"], torch.ones(16), apex, 10.0)
+    step = apex_sgd_step(online, target, opt, b["obs"], b["actions"], nstep, b["next_obs"], torch.ones(16), apex, 10.0)
     assert not np.array_equal(before, flat_parameters(online))
     np.testing.assert_array_equal(target_before, flat_parameters(target))  # the target moves only when copied
     assert step.priorities.shape == (16,) and (step.priorities > 0).all() and np.isfinite(step.loss)
 
 
 def test_iqn_step_with_zero_importance_weights_changes_nothing():
-    from zrl.roles.learner import iqn_sgd_step
+    from zrl.roles.learner import apex_sgd_step
 
     apex, online, target, b, nstep = _iqn_setup()
     before = flat_parameters(online).copy()
     opt = torch.optim.SGD(online.parameters(), lr=0.1)
-    step = iqn_sgd_step(online, target, opt, b["obs"], b["actions"], nstep, b["next_obs"], torch.zeros(16), apex, 0.0)
+    step = apex_sgd_step(online, target, opt, b["obs"], b["actions"], nstep, b["next_obs"], torch.zeros(16), apex, 0.0)
     np.testing.assert_array_equal(before, flat_parameters(online))
     assert (step.priorities > 0).all()  # the losses, and so the priorities, are there all the same
 

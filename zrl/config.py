@@ -202,7 +202,8 @@ class ApexConfig:
     target_update: int = 2000
     """Learner steps between copies of the online network into the target network."""
     head: str = "iqn"
-    """iqn (implicit quantiles) or c51 (categorical on atoms, Rainbow only)."""
+    """iqn (implicit quantiles) or c51 (categorical on atoms, "Rainbow only"; set v_min and v_max to cover the
+    discounted returns, e.g. -10..10 for clipped Atari rewards)."""
     quantiles: int = 64
     """IQN: N, fractions sampled for the online quantiles."""
     target_quantiles: int = 64
@@ -514,9 +515,6 @@ def _check_apex(cfg: Config) -> None:
         _fail("apex.importance_beta", f"must be in [0, 1], got {a.importance_beta}")
     if a.kappa <= 0:
         _fail("apex.kappa", f"must be > 0, got {a.kappa}")
-    if a.head == "c51":
-        _fail("apex.head", 'the C51 head\'s numerics exist (zrl/algos/c51.py), but no network or learner step uses '
-              'them yet in this version; use head = "iqn"')  # fmt: skip
     if a.head == "c51" and (a.atoms < 2 or not a.v_min < a.v_max):
         _fail("apex.atoms", f"C51 needs at least 2 atoms and v_min < v_max, got {a.atoms}, {a.v_min}, {a.v_max}")
     if cfg.run.deterministic:

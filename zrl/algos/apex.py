@@ -1,8 +1,34 @@
-"""Ape-X's per-worker exploration (Horgan et al. 2018)."""
+"""Ape-X's per-worker exploration and n-step transitions (Horgan et al. 2018), and the per-transition losses
+of the Rainbow head that the config names (IQN or C51), which the learner minimises and whose power omega
+is a transition's priority."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from zrl.algos.c51 import c51_losses
+from zrl.algos.iqn import NStep, iqn_losses
+
+
+def transition_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor,
+                      apex, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """Per-transition losses ``[B]`` of ``apex.head`` (an ApexConfig's): IQN's quantile Huber losses with its
+    N, N', K and kappa, or C51's cross-entropies on the online network's support. ``online`` and ``target``
+    are the networks (``zrl.models.iqn``'s IQNNet or C51Net)."""
+    if apex.head == "c51":
+        return c51_losses(online, target, obs, actions, nstep, next_obs, online.support)
+    return iqn_losses(online, target, obs, actions, nstep, next_obs, n=apex.quantiles, n_target=apex.target_quantiles,
+                      k=apex.acting_quantiles, kappa=apex.kappa, generator=generator)  # fmt: skip
+
+
+def first_priorities(net, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor, apex,
+                     generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+    """A worker's priorities for its transitions, ``loss ** apex.priority_exponent`` ``[B]``: its one network
+    copy stands in for both the online and the target network (Ape-X's actors hold no target network)."""
+    with torch.no_grad():
+        losses = transition_losses(net, net, obs, actions, nstep, next_obs, apex, generator)
+    return losses.clamp_min(0).pow(apex.priority_exponent)
 
 
 def worker_epsilons(workers: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:

@@ -34,3 +34,21 @@ def project(returns: torch.Tensor, bootstrap_discount: torch.Tensor, next_probs:
 def cross_entropy(log_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.Tensor:
     """``-sum_i target_i log p_i`` per transition: ``[B]`` (the C51 loss, also its priority)."""
     return -(target_probs.detach() * log_probs).sum(dim=1)
+
+
+def c51_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep, next_obs: torch.Tensor,
+               atoms: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """Per-transition C51 losses ``[B]``: the cross-entropy of the online distribution of the taken action
+    against the n-step double-Q target distribution, projected onto ``atoms``: the action at the n-th next
+    state chosen by the online network's expected return, its distribution the target network's there.
+    ``online`` and ``target`` are callables ``obs -> log-probabilities [B, A, atoms]``; ``nstep`` has the
+    ``returns [B]`` and ``bootstrap_discount [B]`` (an ``zrl.algos.iqn.NStep``). The gradient flows into the
+    online network's distribution of the taken action only."""
+    b = len(obs)
+    rows = torch.arange(b, device=obs.device)
+    taken = online(obs)[rows, actions.long()]  # [B, atoms]
+    with torch.no_grad():
+        chosen = (online(next_obs).exp() * atoms).sum(dim=-1).argmax(dim=1)  # [B]
+        next_probs = target(next_obs).exp()[rows, chosen]  # [B, atoms]
+        targets = project(nstep.returns, nstep.bootstrap_discount, next_probs, atoms)
+    return cross_entropy(taken, targets)

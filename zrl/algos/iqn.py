@@ -75,7 +75,8 @@ def iqn_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep: 
     targets at ``n_target`` (action chosen by the online network's mean of ``k`` quantiles, valued by the
     target network). ``online`` and ``target`` are callables ``(obs, taus [B, N]) -> quantiles [B, N, A]``.
     The gradient flows into the online network's quantiles only: the learner weights these losses by the
-    importance weights, and their power omega is a transition's new priority (the worker's first one too)."""
+    importance weights, and their power omega is a transition's new priority (the worker's first one too:
+    ``zrl.algos.apex.first_priorities``)."""
     b = len(obs)
     device = obs.device
 
@@ -92,14 +93,3 @@ def iqn_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep: 
         target_next = target(next_obs, fractions(n_target))  # [B, N', A]
         targets = double_q_targets(nstep, online_next, target_next)
     return quantile_huber_loss(taken, taus, targets, kappa)
-
-
-def initial_priorities(net, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor,
-                       omega: float, n: int = 64, n_target: int = 64, k: int = 32, kappa: float = 1.0,
-                       generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
-    """A worker's priorities for its transitions, ``loss ** omega`` ``[B]``: its one network copy stands in for
-    both the online and the target network (Ape-X's actors hold no target network)."""
-    with torch.no_grad():
-        losses = iqn_losses(net, net, obs, actions, nstep, next_obs, n=n, n_target=n_target, k=k, kappa=kappa,
-                            generator=generator)  # fmt: skip
-    return losses.clamp_min(0).pow(omega)

@@ -116,11 +116,11 @@ def build_model(cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str
 
 
 def build_agent_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions: int) -> nn.Module:
-    """The network of ``cfg.algo`` (a Config): the actor-critic for vtrace, the IQN network for apex_iqn."""
+    """The network of ``cfg.algo`` (a Config): the actor-critic for vtrace, the IQN or C51 network (apex.head) for apex_iqn."""
     if cfg.algo == "apex_iqn":
-        from zrl.models.iqn import build_iqn_model
+        from zrl.models.iqn import build_apex_model
 
-        return build_iqn_model(cfg.model, cfg.apex, frame_shape, frame_dtype, cfg.env.frame_stack, num_actions)
+        return build_apex_model(cfg.model, cfg.apex, frame_shape, frame_dtype, cfg.env.frame_stack, num_actions)
     return build_model(cfg.model, frame_shape, frame_dtype, cfg.env.frame_stack, num_actions)
 
 

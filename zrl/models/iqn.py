@@ -1,9 +1,13 @@
-"""The Rainbow-IQN network: a torso (the Nature conv net, or an MLP for vector observations), the IQN
-cosine embedding of the quantile fractions, and dueling heads of factorised noisy linear layers.
+"""Rainbow's value networks: a torso (the Nature conv net, or an MLP for vector observations) and dueling heads
+of factorised noisy linear layers, under one of two distributional heads.
 
-``IQNNet(obs [B, stack, *frame_shape], taus [B, N])`` returns quantiles ``[B, N, A]``; the mean over the
-N is the Q-value. In train mode the noisy layers draw new noise at every forward pass; in eval mode they
-use their means only.
+- IQN: ``IQNNet(obs [B, stack, *frame_shape], taus [B, N])`` returns quantiles ``[B, N, A]`` at the
+  fractions ``taus``, through the IQN cosine embedding; the mean over the N is the Q-value.
+- C51 ("Rainbow only"): ``C51Net(obs)`` returns log-probabilities ``[B, A, atoms]`` on a fixed support;
+  the expectation under them is the Q-value.
+
+Both answer ``q_values(obs, k, generator)``. In train mode the noisy layers draw new noise at every forward
+pass; in eval mode they use their means only.
 """
 
 from __future__ import annotations
@@ -50,20 +54,27 @@ class NoisyLinear(nn.Module):
 
 
 class DuelingHead(nn.Module):
-    """``Q = V + A - mean(A)`` from two two-layer streams, noisy or plain."""
+    """``Q = V + A - mean(A)`` from two two-layer streams, noisy or plain: ``[..., A]``; with ``atoms`` > 0,
+    the same per atom (Rainbow's dueling over the atoms' logits): ``[..., A, atoms]``."""
 
-    def __init__(self, width: int, hidden: int, num_actions: int, noisy: bool, sigma0: float) -> None:
+    def __init__(self, width: int, hidden: int, num_actions: int, noisy: bool, sigma0: float, atoms: int = 0) -> None:
         super().__init__()
 
         def linear(i: int, o: int) -> nn.Module:
             return NoisyLinear(i, o, sigma0) if noisy else nn.Linear(i, o)
 
-        self.value = nn.Sequential(linear(width, hidden), nn.ReLU(), linear(hidden, 1))
-        self.advantage = nn.Sequential(linear(width, hidden), nn.ReLU(), linear(hidden, num_actions))
+        self.atoms = atoms
+        per = max(atoms, 1)
+        self.value = nn.Sequential(linear(width, hidden), nn.ReLU(), linear(hidden, per))
+        self.advantage = nn.Sequential(linear(width, hidden), nn.ReLU(), linear(hidden, num_actions * per))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        advantage = self.advantage(x)
-        return self.value(x) + advantage - advantage.mean(dim=-1, keepdim=True)
+        value, advantage = self.value(x), self.advantage(x)
+        if self.atoms:
+            value = value.unsqueeze(-2)  # [..., 1, atoms]
+            advantage = advantage.unflatten(-1, (-1, self.atoms))  # [..., A, atoms]
+            return value + advantage - advantage.mean(dim=-2, keepdim=True)
+        return value + advantage - advantage.mean(dim=-1, keepdim=True)
 
 
 class IQNNet(nn.Module):
@@ -94,21 +105,69 @@ class IQNNet(nn.Module):
         return self(obs, taus).mean(dim=1)
 
 
-def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> IQNNet:
-    """The IQN network for ``cfg`` (a ModelConfig: the Nature torso for 84x84 frames, an MLP otherwise) with
-    ``apex``'s (an ApexConfig) embedding, dueling noisy heads and sigma0."""
+class C51Net(nn.Module):
+    """Log-probabilities ``[B, A, atoms]`` of the return of each action on the support ``atoms`` (a buffer,
+    evenly spaced from v_min to v_max)."""
+
+    def __init__(self, torso: nn.Module, width: int, num_actions: int, support: torch.Tensor, *, hidden: int = 512,
+                 noisy: bool = True, sigma0: float = 0.1, scale: bool = True) -> None:  # fmt: skip
+        super().__init__()
+        self.torso = torso
+        self.register_buffer("support", support.clone())
+        self.head = DuelingHead(width, hidden, num_actions, noisy, sigma0, atoms=len(support))
+        self.num_actions = num_actions
+        self._scale = scale
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float() / 255.0 if self._scale and obs.dtype == torch.uint8 else obs.float()
+        return F.log_softmax(self.head(self.torso(x)), dim=-1)
+
+    def q_values(self, obs: torch.Tensor, k: int = 0, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Q ``[B, A]``: the expected return under each action's distribution (``k`` and ``generator`` are
+        IQN's and unused here)."""
+        return (self(obs).exp() * self.support).sum(dim=-1)
+
+
+def _torso(cfg, frame_shape: tuple[int, ...], stack: int) -> tuple[nn.Module, int, int]:
+    """The torso for ``cfg`` (a ModelConfig), its output width and the heads' hidden width: the Nature torso
+    for 84x84 frames, an MLP otherwise."""
     import numpy as np
 
     from zrl.models import NATURE_CONV_OUT, _init, model_kind, nature_convs
 
     if model_kind(cfg, frame_shape) == "atari":
-        torso, width, hidden = nn.Sequential(*nature_convs(stack)), NATURE_CONV_OUT, cfg.hidden_size
-    else:
-        layers: list[nn.Module] = [nn.Flatten()]
-        size = stack * int(np.prod(frame_shape))
-        for w in cfg.mlp_hidden:
-            layers += [_init(nn.Linear(size, w), math.sqrt(2)), nn.ReLU()]
-            size = w
-        torso, width, hidden = nn.Sequential(*layers), size, max(cfg.mlp_hidden)
+        return nn.Sequential(*nature_convs(stack)), NATURE_CONV_OUT, cfg.hidden_size
+    layers: list[nn.Module] = [nn.Flatten()]
+    size = stack * int(np.prod(frame_shape))
+    for w in cfg.mlp_hidden:
+        layers += [_init(nn.Linear(size, w), math.sqrt(2)), nn.ReLU()]
+        size = w
+    return nn.Sequential(*layers), size, max(cfg.mlp_hidden)
+
+
+def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> IQNNet:
+    """The IQN network for ``cfg`` (a ModelConfig) with ``apex``'s (an ApexConfig) embedding, dueling noisy
+    heads and sigma0."""
+    import numpy as np
+
+    torso, width, hidden = _torso(cfg, frame_shape, stack)
     return IQNNet(torso, width, num_actions, embedding_dim=apex.embedding_dim, hidden=hidden, noisy=apex.noisy,
                   sigma0=apex.noisy_sigma0, scale=np.dtype(frame_dtype) == np.uint8)  # fmt: skip
+
+
+def build_c51_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> C51Net:
+    """The C51 network for ``cfg`` with ``apex``'s atoms, v_min, v_max, dueling noisy heads and sigma0."""
+    import numpy as np
+
+    from zrl.algos.c51 import support
+
+    torso, width, hidden = _torso(cfg, frame_shape, stack)
+    return C51Net(torso, width, num_actions, support(apex.atoms, apex.v_min, apex.v_max), hidden=hidden,
+                  noisy=apex.noisy, sigma0=apex.noisy_sigma0, scale=np.dtype(frame_dtype) == np.uint8)  # fmt: skip
+
+
+def build_apex_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, stack: int,
+                     num_actions: int) -> IQNNet | C51Net:  # fmt: skip
+    """The network of ``apex.head``: IQN or C51."""
+    build = build_c51_model if apex.head == "c51" else build_iqn_model
+    return build(cfg, apex, frame_shape, frame_dtype, stack, num_actions)

@@ -1,15 +1,15 @@
 """Rainbow-IQN Ape-X on zrl's pipeline (``algo = "apex_iqn"``): the same worker, broker and learner processes,
 rings and sockets as V-trace; only the policy, the replay rule and the loss differ.
 
-- A worker acts epsilon-greedily on its IQN copy's Q-values (its epsilon from the Ape-X schedule; greedily on
-  noisy Q-values when noisy nets are on), writes frames into its ring once, and keeps n-step transitions as
+- A worker acts epsilon-greedily on its network copy's Q-values (IQN's, or C51's with ``apex.head = "c51"``;
+  its epsilon from the Ape-X schedule; greedily on noisy Q-values when noisy nets are on), writes frames into its ring once, and keeps n-step transitions as
   frame numbers. Every ``apex.priority_batch`` transitions it computes their first priorities, its
   network copy standing in for online and target network, and sends them in one ``Transitions`` message.
 - The broker keeps them in an :class:`ApexReplay` (a sum tree over the transitions), sends a
   ``TransitionBatch`` per learner credit, and applies the learner's ``PriorityUpdate`` messages, which come
   on their own PUSH/PULL channel (``priorities``, bound by the broker).
-- The learner gathers both stacks of each transition from the rings, takes an importance-weighted IQN step
-  against n-step double-Q targets from its target network, sends the new priorities back, copies the
+- The learner gathers both stacks of each transition from the rings, takes an importance-weighted IQN (or C51)
+  step against n-step double-Q targets from its target network, sends the new priorities back, copies the
   online network into the target every ``apex.target_update`` steps and publishes weights like V-trace's.
 
 ``apex.replay_ratio`` R > 0 keeps about one learner step per R env steps (summed over workers and envs),
@@ -33,13 +33,13 @@ import zmq
 from shm.ring import Ring
 
 from zrl import __version__, checkpoint, protocol, transport
-from zrl.algos.apex import NStepBuilder, epsilon_greedy, worker_epsilons
-from zrl.algos.iqn import NStep, initial_priorities
+from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
+from zrl.algos.iqn import NStep
 from zrl.config import Config, apex_anneal_steps, to_dict
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, TransitionGatherer
 from zrl.models import flat_parameters, load_flat
-from zrl.models.iqn import build_iqn_model
+from zrl.models.iqn import build_apex_model
 from zrl.replay.prioritized import ApexReplay
 from zrl.roles.common import (EpisodeReporter, Every, RunWiring, WeightsFeed, WorkerStart, answer_weight_requests,
                               keep_freed_memory, should_stop)
@@ -48,8 +48,8 @@ PRIORITY_CHUNK = 256  # transitions per forward pass when a worker computes firs
 
 
 def _model(cfg: Config, wiring: RunWiring) -> torch.nn.Module:
-    return build_iqn_model(cfg.model, cfg.apex, wiring.frame_shape, wiring.frame_dtype, cfg.env.frame_stack,
-                           wiring.num_actions)  # fmt: skip
+    return build_apex_model(cfg.model, cfg.apex, wiring.frame_shape, wiring.frame_dtype, cfg.env.frame_stack,
+                            wiring.num_actions)  # fmt: skip
 
 
 def env_steps_per_version(cfg: Config) -> float:
@@ -207,9 +207,8 @@ def _first_priorities(model, gatherer: TransitionGatherer, cols: dict[str, np.nd
                                bootstrap_discount=cols["bootstrap_discount"][lo:hi])  # fmt: skip
         obs, next_obs, ok = gatherer.gather(view)
         nstep = NStep(torch.from_numpy(cols["nstep_return"][lo:hi]), torch.from_numpy(cols["bootstrap_discount"][lo:hi]))
-        p = initial_priorities(model, obs, torch.from_numpy(cols["action"][lo:hi]), nstep, next_obs,
-                               apex.priority_exponent, n=apex.quantiles, n_target=apex.target_quantiles,
-                               k=apex.acting_quantiles, kappa=apex.kappa, generator=generator).numpy()  # fmt: skip
+        p = first_priorities(model, obs, torch.from_numpy(cols["action"][lo:hi]), nstep, next_obs, apex,
+                             generator).numpy()
         priority[lo:hi] = np.where(ok, p, -1.0)
     return priority
 
@@ -339,7 +338,7 @@ def transition_misfit(batch: protocol.TransitionBatch, cfg: Config, rings: int, 
 
 
 def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start) -> None:
-    from zrl.roles.learner import iqn_sgd_step, make_optimizer, resolve_device, rng_state, set_rng_state
+    from zrl.roles.learner import apex_sgd_step, make_optimizer, resolve_device, rng_state, set_rng_state
 
     if cfg.run.keep_freed_memory:
         keep_freed_memory()
@@ -466,7 +465,7 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
             nstep = NStep(column(batch.nstep_return), column(batch.bootstrap_discount))
             t2 = time.perf_counter()
             timing["gather"] += t2 - t1
-            step = iqn_sgd_step(online, target, optimizer, obs, column(batch.action), nstep, next_obs,
+            step = apex_sgd_step(online, target, optimizer, obs, column(batch.action), nstep, next_obs,
                                 column(batch.weights), apex, lcfg.grad_norm_clip)  # fmt: skip
             scheduler.step()
             transport.send_nowait(priorities, protocol.PriorityUpdate(

@@ -19,7 +19,8 @@ from shm.ring import Ring
 
 from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.losses import vtrace_loss
-from zrl.algos.iqn import NStep, iqn_losses
+from zrl.algos.apex import transition_losses
+from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
@@ -102,26 +103,26 @@ def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, to
     return Step(*(float(x.detach()) for x in parts), grad_norm=grad_norm)
 
 
-class IQNStep(NamedTuple):
+class ApexStep(NamedTuple):
     loss: float  # the importance-weighted mean of the per-transition losses
     grad_norm: float
     priorities: np.ndarray  # [B] float32: loss ** priority_exponent, the transitions' new priorities
 
 
-def iqn_sgd_step(online, target, optimizer, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep,
-                 next_obs: torch.Tensor, weights: torch.Tensor, apex: ApexConfig, grad_norm_clip: float,
-                 generator: torch.Generator | None = None) -> IQNStep:  # fmt: skip
-    """One IQN update on B transitions: the importance-weighted mean of their quantile Huber losses against
-    n-step double-Q targets, and their new priorities."""
-    losses = iqn_losses(online, target, obs, actions, nstep, next_obs, n=apex.quantiles, n_target=apex.target_quantiles,
-                        k=apex.acting_quantiles, kappa=apex.kappa, generator=generator)  # fmt: skip
+def apex_sgd_step(online, target, optimizer, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep,
+                  next_obs: torch.Tensor, weights: torch.Tensor, apex: ApexConfig, grad_norm_clip: float,
+                  generator: torch.Generator | None = None) -> ApexStep:  # fmt: skip
+    """One Rainbow update on B transitions: the importance-weighted mean of their losses against n-step
+    double-Q targets (IQN's quantile Huber or C51's cross-entropy, by ``apex.head``), and their new
+    priorities."""
+    losses = transition_losses(online, target, obs, actions, nstep, next_obs, apex, generator)
     loss = (weights * losses).mean()
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(online.parameters(), grad_norm_clip or math.inf))
     optimizer.step()
     priorities = losses.detach().float().clamp_min(0).pow(apex.priority_exponent).cpu().numpy()
-    return IQNStep(float(loss.detach()), grad_norm, priorities)
+    return ApexStep(float(loss.detach()), grad_norm, priorities)
 
 
 def batch_misfit(batch: protocol.Batch, cfg: Config, rings: int, num_actions: int) -> str | None:
