@@ -83,7 +83,9 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
     small = ("--workers", "2", "--envs-per-worker", "2", "--set", "run.max_env_frames=16000",
              "--set", 'replay=[{"type": "prioritized", "capacity": 6000}]', "--set", "apex.learn_start=1000",
              "--set", "apex.priority_batch=100", "--set", "apex.replay_ratio=0", "--set", "learner.batch_size=8",
-             "--set", "learner.publish_every=5", "--set", "run.log_interval_s=1", "--quiet")  # fmt: skip
+             "--set", "learner.publish_every=5", "--set", "run.log_interval_s=1", "--quiet",
+             # fewer quantiles: the files and scores are under test here, not IQN on Atari at full size
+             "--set", "apex.quantiles=8", "--set", "apex.target_quantiles=8", "--set", "apex.acting_quantiles=8")  # fmt: skip
     result = run_command("zrl-launch", "--config", PONG, *small, cwd=tmp_path, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
@@ -127,6 +129,10 @@ def test_the_c51_head_trains_on_the_pipeline_and_its_checkpoint_plays(tmp_path: 
     state = torch.load(latest, weights_only=True)
     assert state["model"]["support"].tolist() == torch.linspace(0, 10, 51).tolist()
     assert int(_rows(run_dir / "metrics.csv")[-1]["learner_step"]) > 100
+    episodes = _rows(run_dir / "episodes.csv")
+    # The run's frames at an episode's end count the episode itself, the first ones (before any worker's
+    # stats have come) too.
+    assert all(int(e["env_frames"]) >= int(e["length_frames"]) > 0 for e in episodes), episodes[:3]
     played = run_command("zrl-eval", latest, "--episodes", "2", cwd=tmp_path, timeout=300)
     assert played.returncode == 0, played.stderr[-3000:]
     assert "score" in played.stdout

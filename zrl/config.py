@@ -202,8 +202,7 @@ class ApexConfig:
     target_update: int = 2000
     """Learner steps between copies of the online network into the target network."""
     head: str = "iqn"
-    """iqn (implicit quantiles) or c51 (categorical on atoms, "Rainbow only"; set v_min and v_max to cover the
-    discounted returns, e.g. -10..10 for clipped Atari rewards)."""
+    """iqn (implicit quantiles) or c51 (categorical on atoms, "Rainbow only"; v_min..v_max must cover the discounted returns)."""
     quantiles: int = 64
     """IQN: N, fractions sampled for the online quantiles."""
     target_quantiles: int = 64

@@ -8,6 +8,7 @@ process and no socket file.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import json
@@ -238,6 +239,12 @@ class Tally:
     def env_frames(self) -> int:
         return self.frames_start + sum(w.env_frames for w in self.workers.values())
 
+    def frames_at(self, worker_id: int, own_frames: int) -> int:
+        """The run's env frames when worker ``worker_id`` had played ``own_frames``: its own count, which an
+        episode carries, and the others' latest reports (its stats may not have come yet)."""
+        others = sum(w.env_frames for wid, w in self.workers.items() if wid != worker_id)
+        return self.frames_start + others + own_frames
+
     def interval_figures(self) -> dict[str, float]:
         """Time shares since the last call: the learner's wait for batches as a fraction of its loop time,
         its seconds per step, and the broker's seconds per batch made (feature passes included)."""
@@ -466,6 +473,10 @@ class Launcher:
                 if proc.exitcode is None and silent <= timeout:
                     continue
                 self._drain(stats_sock, episodes, 200)  # its last words (a RoleError) may still be on the way
+                if proc.exitcode is None:  # hung: where it is stuck goes to stderr before it is killed
+                    with contextlib.suppress(OSError):
+                        os.kill(proc.pid, signal.SIGUSR1)  # faulthandler, registered by start_role
+                    time.sleep(0.5)
                 why = (f"exited with code {proc.exitcode}" if proc.exitcode is not None
                        else f"sent nothing for {silent:.0f} s (hung)")  # fmt: skip
                 if name.startswith("zrl-worker") and self._restart(procs, name, why, now):
@@ -611,7 +622,8 @@ class Launcher:
             t.scores_30min.append(msg.score_30min)
             episodes.write({"episode": t.episodes, "raw_return": msg.raw_return, "score_5min": msg.score_5min,
                             "score_30min": msg.score_30min, "length_frames": msg.length_frames,
-                            "length_env_steps": msg.length_env_steps, "env_frames": t.env_frames,
+                            "length_env_steps": msg.length_env_steps,
+                            "env_frames": t.frames_at(msg.worker_id, msg.env_frames),
                             "wall_time": f"{msg.wall_time:.3f}", "worker_id": msg.worker_id,
                             "env_index": msg.env_index})  # fmt: skip
             self._seen(f"zrl-worker-{msg.worker_id}", now)

@@ -3,6 +3,7 @@ traceback, and a dead learner or broker stops it in order with a loadable checkp
 
 from __future__ import annotations
 
+import csv
 import os
 import random
 import signal
@@ -40,6 +41,15 @@ def _wait(predicate, timeout: float, what: str) -> None:
 def _learner_step(tmp_path: Path) -> int:
     steps = [int(r["learner_step"]) for r in metrics_rows(tmp_path) if r["learner_step"]]
     return steps[-1] if steps else -1
+
+
+def _episode_workers(tmp_path: Path) -> set[int]:
+    """Ids of the workers that have finished an episode (episodes.csv)."""
+    found = list((tmp_path / "results").glob("*/episodes.csv"))
+    if not found:
+        return set()
+    with open(found[0]) as fh:
+        return {int(row["worker_id"]) for row in csv.DictReader(fh) if row.get("worker_id", "").isdigit()}
 
 
 def _role(launcher: subprocess.Popen, title: str) -> psutil.Process | None:
@@ -168,13 +178,16 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
                    "run.heartbeat_timeout_s=4", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
     try:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
-        victim = _role(proc, "zrl-worker-1")
+        # A worker that has finished an episode, so it was running (not still starting, which has its own
+        # grace before it counts as hung).
+        _wait(lambda: _episode_workers(tmp_path), 120, "a first episode")
+        title = f"zrl-worker-{min(_episode_workers(tmp_path))}"
+        victim = _role(proc, title)
         victim.send_signal(signal.SIGSTOP)
         stopped_at = time.monotonic()
         _wait(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, 30, "the hung worker's end")
         detected = time.monotonic() - stopped_at
-        _wait(lambda: _role(proc, "zrl-worker-1") is not None and _role(proc, "zrl-worker-1").pid != victim.pid, 30,
-              "a new zrl-worker-1")  # fmt: skip
+        _wait(lambda: _role(proc, title) is not None and _role(proc, title).pid != victim.pid, 30, f"a new {title}")
         before = _learner_step(tmp_path)
         _wait(lambda: _learner_step(tmp_path) > before + 2, 120, "training to go on")
         proc.send_signal(signal.SIGINT)
@@ -186,7 +199,7 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
     assert code == 130, err[-3000:]
     assert detected < 4 + 5, detected  # the timeout, plus the launcher's poll and the kill
     (run_dir,) = (tmp_path / "results").iterdir()
-    assert "zrl-worker-1 sent nothing for" in (run_dir / "zrl.log").read_text()
+    assert f"{title} sent nothing for" in (run_dir / "zrl.log").read_text()
     assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) == 1
 
 

@@ -1,9 +1,10 @@
-"""A second Ctrl-C: out within 3 s, a loadable checkpoint, nothing left behind."""
+"""A second Ctrl-C: out within 3 s, a loadable checkpoint, nothing left behind. SIGUSR1 to a role: its stacks."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 
 from conftest import REPO, command, wait_for_checkpoint
@@ -33,3 +34,19 @@ def test_a_second_ctrl_c_exits_within_3_s_and_leaves_a_loadable_checkpoint(tmp_p
     good = next(state for _, state, _ in checkpoint.newest_good(folder) if state is not None)
     assert good["learner_step"] >= 2
     assert not list(folder.glob(".*.tmp-*"))  # a write cut short leaves no temp file
+
+
+def test_sigusr1_makes_a_role_print_where_it_is():
+    """The launcher sends SIGUSR1 to a role it declares hung before it kills it; a user can send it too."""
+    code = ("import os, time\nfrom zrl.roles.common import start_role\nstart_role('zrl-test-role', os.getppid())\n"
+            "print('ready', flush=True)\ndef stuck_here():\n    time.sleep(60)\nstuck_here()\n")  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(1.0)
+        assert proc.poll() is None  # it goes on
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+    assert "most recent call first" in err and "stuck_here" in err, err

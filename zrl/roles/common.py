@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
@@ -115,6 +116,8 @@ def start_role(title: str, launcher_pid: int) -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
         os._exit(1)
+    # kill -USR1 <pid> prints where every thread of a stuck role is, to the launcher's stderr.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
 
 def keep_freed_memory() -> bool:
