@@ -25,6 +25,7 @@ import zmq.utils.z85
 from zmq.auth.thread import ThreadAuthenticator
 
 from zrl.config import ConfigError, TransportConfig
+from zrl.protocol import MAX_MESSAGE_BYTES
 
 ENDPOINT_NAMES = ("unrolls", "batches", "credits", "weights", "weights_req", "stats", "priorities")
 
@@ -183,12 +184,18 @@ def plan_endpoints(cfg: TransportConfig, private_dir: str) -> Endpoints:
     return Endpoints(**{n: f"tcp://{cfg.bind_host}:{p}" for n, p in ports.items()})
 
 
+MESSAGE_SLACK_BYTES = 64 * 1024  # a weights message's header on top of the schema's largest payload
+
+
 def socket(ctx: zmq.Context, kind: int, *, hwm: int, bind: str | None = None, connect: str | None = None) -> zmq.Socket:
-    """A socket with LINGER=0 and both high-water marks set, bound or connected."""
+    """A socket with LINGER=0, both high-water marks set (in messages) and a bound on a message's bytes,
+    bound or connected. A peer that sends a larger message is disconnected by zmq before the message is
+    held in memory; the others go on."""
     sock = ctx.socket(kind)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + MESSAGE_SLACK_BYTES)
     if kind == zmq.SUB:
         sock.setsockopt(zmq.CONFLATE, 1)  # keep only the newest weights
         sock.setsockopt(zmq.SUBSCRIBE, b"")

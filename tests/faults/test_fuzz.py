@@ -139,3 +139,29 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_message_over_the_byte_bound_is_refused_and_other_senders_go_on(tmp_path):
+    """Every zrl socket bounds a message's bytes (zmq.MAXMSGSIZE), not only their count: a sender of one
+    larger than the schema's limit is cut off before the message is held; a well-behaved sender goes on."""
+    from zrl import transport
+
+    ctx = zmq.Context()
+    endpoint = f"ipc://{tmp_path}/pull"
+    pull = transport.socket(ctx, zmq.PULL, hwm=10, bind=endpoint)
+    big, small = ctx.socket(zmq.PUSH), ctx.socket(zmq.PUSH)
+    try:
+        for sock in (big, small):
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint)
+        big.send(b"\0" * (protocol.MAX_MESSAGE_BYTES + transport.MESSAGE_SLACK_BYTES + 1))
+        time.sleep(0.5)
+        small.send(b"fits")
+        got = [transport.recv(pull, 2000)]
+        while (more := transport.recv(pull, 200)) is not None:
+            got.append(more)
+        assert got == [b"fits"], [len(g) if g else g for g in got]
+    finally:
+        for sock in (pull, big, small):
+            sock.close()
+        ctx.term()
