@@ -92,12 +92,13 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
 def preflight(cfg: Config) -> envs.EnvSpec:
     """Every check that needs no process: environment, model shape, device, results folder."""
     spec = envs.probe(cfg.env)
-    from zrl.models import build_agent_model
+    from zrl.models import build_agent_model, parameter_count
 
     try:
-        build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+        model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     except ValueError as err:
         raise ConfigError(f"model.kind: {err}") from None
+    check_weights_fit(parameter_count(model))
     if cfg.learner.device.startswith("cuda"):
         import torch
 
@@ -113,6 +114,18 @@ def preflight(cfg: Config) -> envs.EnvSpec:
         raise ConfigError(f"run.results_dir: {results} is not writable; give a folder you can write with "
                           "--set run.results_dir=PATH")  # fmt: skip
     return spec
+
+
+def check_weights_fit(parameters: int) -> None:
+    """ConfigError when the network's weights, which travel to the workers as one float32 message, would be
+    larger than a zrl socket takes (MAX_MESSAGE_BYTES): zmq would drop them and the workers would wait for
+    weights for ever."""
+    most = (protocol.MAX_MESSAGE_BYTES - protocol.WEIGHTS_HEADER_BYTES) // 4
+    if parameters > most:
+        raise ConfigError(f"model: the network has {parameters:,} parameters ({parameters * 4 / 2**20:.0f} MiB as "
+                          f"float32), more than the {most:,} that fit in one weights message of "
+                          f"{protocol.MAX_MESSAGE_BYTES // 2**20} MiB; make it smaller (model.hidden_size, model.mlp_hidden, "
+                          "apex.embedding_dim)")  # fmt: skip
 
 
 def sweep_stale() -> tuple[list[str], list[str]]:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 import zmq
 
 from conftest import REPO, command, metrics_rows, zrl_processes
@@ -163,5 +164,35 @@ def test_a_message_over_the_byte_bound_is_refused_and_other_senders_go_on(tmp_pa
         assert got == [b"fits"], [len(g) if g else g for g in got]
     finally:
         for sock in (pull, big, small):
+            sock.close()
+        ctx.term()
+
+
+def test_the_largest_network_preflight_allows_has_weights_a_socket_carries(tmp_path):
+    """launch.check_weights_fit's bound and the sockets' byte bound agree: the weights of the largest network
+    the preflight lets through arrive over a real zrl PUB/SUB pair, and one parameter more is refused."""
+    from zrl import launch, transport
+
+    most = (protocol.MAX_MESSAGE_BYTES - protocol.WEIGHTS_HEADER_BYTES) // 4
+    launch.check_weights_fit(most)
+    with pytest.raises(launch.ConfigError, match=r"model: the network has 16,777,209 parameters"):
+        launch.check_weights_fit(most + 1)
+    ctx = zmq.Context()
+    endpoint = f"ipc://{tmp_path}/weights"
+    pub = transport.socket(ctx, zmq.PUB, hwm=2, bind=endpoint)
+    sub = transport.socket(ctx, zmq.SUB, hwm=2, connect=endpoint)
+    try:
+        flat = np.arange(most, dtype=np.float32)
+        frame = protocol.encode_weights(3, 7, flat)
+        got = None
+        for _ in range(50):  # a SUB misses what is published before it has joined
+            pub.send(frame)
+            if (got := transport.recv(sub, 100)) is not None:
+                break
+        assert got is not None
+        version, step, back = protocol.decode_weights(got)
+        assert (version, step, back.size, float(back[-1])) == (3, 7, most, float(most - 1))
+    finally:
+        for sock in (pub, sub):
             sock.close()
         ctx.term()
