@@ -2,9 +2,10 @@
 rings and sockets as V-trace; only the policy, the replay rule and the loss differ.
 
 - A worker acts epsilon-greedily on its network copy's Q-values (IQN's, or C51's with ``apex.head = "c51"``;
-  its epsilon from the Ape-X schedule; greedily on noisy Q-values when noisy nets are on), writes frames into its ring once, and keeps n-step transitions as
-  frame numbers. Every ``apex.priority_batch`` transitions it computes their first priorities, its
-  network copy standing in for online and target network, and sends them in one ``Transitions`` message.
+  its epsilon from the Ape-X schedule; greedily on noisy Q-values when noisy nets are on), writes frames into
+  its ring once, and keeps n-step transitions as frame numbers. Every ``apex.priority_batch`` transitions it
+  computes their first priorities, its network copy standing in for online and target network, and sends
+  them in one ``Transitions`` message.
 - The broker keeps them in an :class:`ApexReplay` (a sum tree over the transitions), sends a
   ``TransitionBatch`` per learner credit, and applies the learner's ``PriorityUpdate`` messages, which come
   on their own PUSH/PULL channel (``priorities``, bound by the broker).
@@ -36,13 +37,12 @@ from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
 from zrl.algos.iqn import NStep
 from zrl.config import Config, apex_anneal_steps, to_dict
-from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, TransitionGatherer
 from zrl.models import flat_parameters, load_flat
 from zrl.models.iqn import build_apex_model
 from zrl.replay.prioritized import ApexReplay
-from zrl.roles.common import (EpisodeReporter, Every, RunWiring, WeightsFeed, WorkerStart, answer_weight_requests,
-                              keep_freed_memory, should_stop)
+from zrl.roles.common import (Decoder, EpisodeReporter, Every, RunWiring, WorkerLink, WorkerStart, keep_freed_memory,
+                              next_batch, should_stop)
 
 PRIORITY_CHUNK = 256  # transitions per forward pass when a worker computes first priorities
 
@@ -66,20 +66,16 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
     poll_ms = cfg.transport.poll_timeout_ms
     frames_per_step = wiring.frames_per_step
     offset = wiring.env_frames_start + 7919 * start.generation  # a restarted or resumed worker plays new games
-    env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + offset) % 2**31)
-    ring = Ring.attach(wiring.ring_names[worker_id], wiring.ring_spec)
     model = _model(cfg, wiring)
     model.train(apex.noisy)  # noisy layers draw new noise on every forward pass: that is the exploration
     epsilon = 0.0 if apex.noisy else float(worker_epsilons(n_workers, apex.epsilon, apex.epsilon_alpha)[worker_id])
     rng = np.random.default_rng([cfg.run.seed, worker_id, offset])
     generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-    gatherer = TransitionGatherer([ring], cfg.env.frame_stack, PRIORITY_CHUNK, wiring.frame_shape, wiring.frame_dtype)
     gamma, scale = cfg.learner.discount, cfg.learner.reward_scale
 
-    ctx = transport.context(cfg.transport, binds=False)
-    out = transport.socket(ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
-    stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
-    weights = WeightsFeed(ctx, wiring, worker_id, poll_ms, stop_event)
+    link = WorkerLink(worker_id, cfg, wiring, stop_event, offset)
+    env, ring, out, stats, weights = link.env, link.ring, link.out, link.stats, link.weights
+    gatherer = TransitionGatherer([ring], cfg.env.frame_stack, PRIORITY_CHUNK, wiring.frame_shape, wiring.frame_dtype)
     try:
         first = weights.ask()
         if first is None:
@@ -110,13 +106,7 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
                 learner_step = got.learner_step
 
         def send_stats() -> None:
-            transport.send_nowait(stats, protocol.WorkerStats(
-                worker_id=worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * frames_per_step,
-                env_steps=env_steps, unrolls_sent=sent, policy_version=policy_version,
-                weight_updates=weight_updates, step_time_s=timing["step"], inference_time_s=timing["inference"],
-                ring_write_time_s=timing["ring_write"], send_time_s=timing["send"],
-                weights_wait_time_s=timing["weights_wait"],
-            ).encode())  # fmt: skip
+            link.send_stats(env_steps, sent, policy_version, weight_updates, timing)
 
         def flush() -> bool:
             """Send the held transitions with their first priorities; False if the run stops meanwhile."""
@@ -187,12 +177,7 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
             if report.due():
                 send_stats()
     finally:
-        out.close()
-        stats.close()
-        weights.close()
-        transport.term(ctx)
-        ring.close()
-        env.close()
+        link.close()
 
 
 def _first_priorities(model, gatherer: TransitionGatherer, cols: dict[str, np.ndarray], apex, generator) -> np.ndarray:
@@ -238,20 +223,10 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
     for sock in (inbox, credits_sock, priorities):
         poller.register(sock, zmq.POLLIN)
     worker_frames: dict[int, int] = {}
-    received = decode_errors = batches_sent = credits = credits_granted = 0
+    received = batches_sent = credits = credits_granted = 0
+    decoded = Decoder()
     insert_time = prepare_time = 0.0
     report = Every(1.0)
-
-    def decoded(data: bytes, kind: type):
-        nonlocal decode_errors
-        try:
-            msg = protocol.decode(data)
-            if isinstance(msg, kind):
-                return msg
-        except protocol.ProtocolError:
-            pass
-        decode_errors += 1
-        return None
 
     def env_steps() -> int:
         return sum(worker_frames.values()) // wiring.frames_per_step
@@ -260,7 +235,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
         transport.send_nowait(stats, protocol.BrokerStats(
             pid=os.getpid(), time=time.time(), unrolls_received=received,
             unrolls_dropped_stale=replay.replay.evicted, unrolls_dropped_full=0, seq_gaps=0,
-            decode_errors=decode_errors, batches_sent=batches_sent, replay_size=len(replay.replay),
+            decode_errors=decoded.errors, batches_sent=batches_sent, replay_size=len(replay.replay),
             ready_batches=batches_sent - max(0, credits_granted - prefetch),
             replay_sizes=np.array([len(replay.replay)], np.int64), prepare_time_s=prepare_time, feature_time_s=0.0,
             insert_time_s=insert_time, elite_lambda=0.0, elite_distance_pool=0.0, elite_distance_chosen=0.0,
@@ -278,7 +253,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
             while (data := transport.recv(priorities, 0)) is not None:
                 msg = decoded(data, protocol.PriorityUpdate)
                 if msg is not None and replay.update(msg) is not None:
-                    decode_errors += 1
+                    decoded.refuse()
             t0 = time.perf_counter()
             for _ in range(64):
                 if (data := transport.recv(inbox, 0)) is None:
@@ -286,7 +261,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if (msg := decoded(data, protocol.Transitions)) is None:
                     continue
                 if replay.insert(msg) is not None:
-                    decode_errors += 1
+                    decoded.refuse()
                     continue
                 received += msg.count
                 worker_frames[msg.worker_id] = max(worker_frames.get(msg.worker_id, 0), msg.env_frames)
@@ -367,7 +342,8 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
     weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
 
-    learner_step = policy_version = samples = dropped_torn = env_frames = decode_errors = 0
+    learner_step = policy_version = samples = dropped_torn = env_frames = 0
+    decoded = Decoder()
     if start is not None:  # the launcher has verified the file and its fit
         state = checkpoint.load(start.path)
         online.load_state_dict(state["model"])
@@ -385,10 +361,6 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
     timing = {"step": 0.0, "gather": 0.0, "wait": 0.0, "publish": 0.0}
     last = SimpleNamespace(loss=0.0, grad_norm=0.0)
     saved_step = -1
-
-    def answer_requests() -> None:
-        nonlocal decode_errors
-        decode_errors += answer_weight_requests(weights_rep, current)
 
     def save() -> str:
         nonlocal saved_step
@@ -420,7 +392,7 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
             learning_rate=scheduler.get_last_lr()[0], grad_norm=last.grad_norm, mean_rho=0.0,
             policy_cloning_loss=0.0, value_cloning_loss=0.0, laser_masked_fraction=0.0, policy_lag=0.0,
             sample_age_mean=0.0, sample_age_max=0.0, step_time_s=timing["step"], gather_time_s=timing["gather"],
-            wait_time_s=timing["wait"], publish_time_s=timing["publish"], decode_errors=decode_errors,
+            wait_time_s=timing["wait"], publish_time_s=timing["publish"], decode_errors=decoded.errors,
             checkpoint_path=last_ckpt,
         ).encode())  # fmt: skip
 
@@ -429,25 +401,17 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
         transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
         every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
         report()
-        last_report = time.monotonic()
+        heartbeat = Every(1.0)
         while not should_stop(stop_event, wiring.launcher_pid):
-            if time.monotonic() - last_report >= 1.0:  # stats double as the heartbeat
+            if heartbeat.due():  # stats double as the heartbeat
                 report()
-                last_report = time.monotonic()
-            answer_requests()
-            t0 = time.perf_counter()
-            data = transport.recv(batches, poll_ms)
-            t1 = time.perf_counter()
-            timing["wait"] += t1 - t0
-            if data is None:
+            if (data := next_batch(batches, poll_ms, weights_rep, current, decoded, timing)) is None:
                 continue
-            try:
-                batch = protocol.decode(data)
-            except protocol.ProtocolError:
-                batch = None
-            if not isinstance(batch, protocol.TransitionBatch) or transition_misfit(batch, cfg, len(rings),
-                                                                                    wiring.num_actions):  # fmt: skip
-                decode_errors += 1
+            t1 = time.perf_counter()
+            if (batch := decoded(data, protocol.TransitionBatch)) is None:
+                continue
+            if transition_misfit(batch, cfg, len(rings), wiring.num_actions):
+                decoded.refuse()
                 continue
             transport.send_nowait(credits, one_credit)
             env_frames = max(env_frames, batch.env_frames)

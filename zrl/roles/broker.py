@@ -31,7 +31,7 @@ from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.store import Unit
-from zrl.roles.common import (Every, RunWiring, crash_report, keep_freed_memory, should_stop, start_role,
+from zrl.roles.common import (Decoder, Every, RunWiring, crash_report, keep_freed_memory, should_stop, start_role,
                               wait_for_weights)
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
@@ -329,20 +329,10 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     poller = zmq.Poller()
     poller.register(unrolls, zmq.POLLIN)
     poller.register(credits_sock, zmq.POLLIN)
-    decode_errors = batches_sent = credits = credits_granted = 0
+    batches_sent = credits = credits_granted = 0
+    decoded = Decoder()
     insert_time = 0.0
     report = Every(1.0)
-
-    def decoded(data: bytes, kind: type):
-        nonlocal decode_errors
-        try:
-            msg = protocol.decode(data)
-            if isinstance(msg, kind):
-                return msg
-        except protocol.ProtocolError:
-            pass
-        decode_errors += 1
-        return None
 
     def latest_weights() -> None:
         while weights is not None and scorer is not None and weights.poll(0, zmq.POLLIN):
@@ -356,7 +346,7 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
         transport.send_nowait(stats, protocol.BrokerStats(
             pid=os.getpid(), time=time.time(), unrolls_received=broker.unrolls_received,
             unrolls_dropped_stale=broker.stale_total, unrolls_dropped_full=broker.dropped_full,
-            seq_gaps=broker.seq_gaps, decode_errors=decode_errors, batches_sent=batches_sent,
+            seq_gaps=broker.seq_gaps, decode_errors=decoded.errors, batches_sent=batches_sent,
             replay_size=int(broker.sizes().max()), ready_batches=batches_sent - max(0, credits_granted - prefetch),
             replay_sizes=broker.sizes(), prepare_time_s=broker.prepare_time_s,
             feature_time_s=scorer.time_s if scorer else 0.0, insert_time_s=insert_time, **broker.elite_stats(),
@@ -385,7 +375,7 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if (msg := decoded(data, protocol.Unroll)) is None:
                     continue
                 if misfit(msg, cfg, wiring.num_actions) is not None:
-                    decode_errors += 1
+                    decoded.refuse()
                     continue
                 broker.insert(msg)
             insert_time += time.perf_counter() - t0

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import zmq
 
-from shm.ring import RingSpec
+from shm.ring import Ring, RingSpec
 
 from zrl import protocol, transport
 from zrl.transport import Endpoints
@@ -186,6 +186,75 @@ class EpisodeReporter:
                 ).encode())  # fmt: skip
 
 
+class Decoder:
+    """``protocol.decode`` for a role's inbound sockets, counting what it refuses (its stats' decode_errors):
+    undecodable bytes, a message of another kind than the socket carries, and any the role finds misfit."""
+
+    def __init__(self) -> None:
+        self.errors = 0
+
+    def __call__(self, data: bytes, kind: type | tuple[type, ...]):
+        """The message if ``data`` decodes to a ``kind``; else None, counted."""
+        try:
+            message = protocol.decode(data)
+        except protocol.ProtocolError:
+            message = None
+        if isinstance(message, kind):
+            return message
+        self.errors += 1
+        return None
+
+    def refuse(self) -> None:
+        """Count a well-formed message the role cannot use (forged or from another run)."""
+        self.errors += 1
+
+
+class WorkerLink:
+    """A worker's env, ring and sockets, closed together: its vector env (seeded apart per worker; ``offset``
+    moves a resumed or restarted worker onto new games), the ring it writes, a PUSH for its experience
+    (``out``), a PUSH for its stats and episodes, and its weights feed."""
+
+    def __init__(self, worker_id: int, cfg, wiring: RunWiring, stop_event, offset: int) -> None:
+        from zrl.envs import make_vector_env
+
+        m = cfg.workers.envs_per_worker
+        self.worker_id, self.frames_per_step = worker_id, wiring.frames_per_step
+        with contextlib.ExitStack() as opened:
+            self.env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + offset) % 2**31)
+            opened.callback(self.env.close)
+            self.ring = Ring.attach(wiring.ring_names[worker_id], wiring.ring_spec)
+            opened.callback(self.ring.close)
+            self.ctx = transport.context(cfg.transport, binds=False)
+            opened.callback(transport.term, self.ctx)
+            self.out = transport.socket(self.ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
+            opened.callback(self.out.close)
+            self.stats = transport.socket(self.ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
+            opened.callback(self.stats.close)
+            self.weights = WeightsFeed(self.ctx, wiring, worker_id, cfg.transport.poll_timeout_ms, stop_event)
+            self._close = opened.pop_all().close
+
+    def send_stats(self, env_steps: int, sent: int, policy_version: int, weight_updates: int,
+                   timing: dict[str, float]) -> None:  # fmt: skip
+        """The worker's heartbeat: its counts and where its time went (``timing``'s step, inference,
+        ring_write, send and weights_wait seconds)."""
+        transport.send_nowait(self.stats, protocol.WorkerStats(
+            worker_id=self.worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * self.frames_per_step,
+            env_steps=env_steps, unrolls_sent=sent, policy_version=policy_version, weight_updates=weight_updates,
+            step_time_s=timing["step"], inference_time_s=timing["inference"], ring_write_time_s=timing["ring_write"],
+            send_time_s=timing["send"], weights_wait_time_s=timing["weights_wait"],
+        ).encode())  # fmt: skip
+
+    def close(self) -> None:
+        self.weights.close()
+        self._close()
+
+    def __enter__(self) -> WorkerLink:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 class Weights(NamedTuple):
     version: int
     flat: np.ndarray  # float32, every parameter in order
@@ -239,19 +308,24 @@ class WeightsFeed:
         self.sub.close()
 
 
-def answer_weight_requests(rep: zmq.Socket, current: bytes) -> int:
+def answer_weight_requests(rep: zmq.Socket, current: bytes, decoded: Decoder) -> None:
     """The learner's side of :func:`wait_for_weights`: answer every waiting request on the ROUTER ``rep`` with
-    the encoded ``current`` weights; returns how many requests were malformed (unanswered)."""
-    malformed = 0
+    the encoded ``current`` weights; a malformed one goes unanswered, counted by ``decoded``."""
     while rep.poll(0, zmq.POLLIN):
         frames = rep.recv_multipart()
-        try:
-            protocol.decode(frames[-1])
-        except protocol.ProtocolError:
-            malformed += 1
-            continue
-        rep.send_multipart([frames[0], current], copy=False)
-    return malformed
+        if decoded(frames[-1], protocol.WeightsRequest) is not None:
+            rep.send_multipart([frames[0], current], copy=False)
+
+
+def next_batch(batches: zmq.Socket, poll_ms: int, rep: zmq.Socket, current: bytes, decoded: Decoder,
+               timing: dict[str, float]) -> bytes | None:  # fmt: skip
+    """A learner's turn before it trains: answer the waiting weights requests, then wait up to ``poll_ms`` for
+    the next message on ``batches`` (the wait counts as ``timing["wait"]``); None if none came."""
+    answer_weight_requests(rep, current, decoded)
+    t0 = time.perf_counter()
+    data = transport.recv(batches, poll_ms)
+    timing["wait"] += time.perf_counter() - t0
+    return data
 
 
 def wait_for_weights(ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int,

@@ -24,8 +24,8 @@ from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
-from zrl.roles.common import (RunWiring, StartFrom, answer_weight_requests, crash_report, keep_freed_memory, should_stop,
-                              start_role)
+from zrl.roles.common import (Decoder, Every, RunWiring, StartFrom, crash_report, keep_freed_memory, next_batch,
+                              should_stop, start_role)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -298,7 +298,8 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
     weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
     stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
 
-    learner_step = policy_version = samples = frames_trained = dropped_torn = env_frames = decode_errors = 0
+    learner_step = policy_version = samples = frames_trained = dropped_torn = env_frames = 0
+    decoded = Decoder()
     trained_actions = ActionLog(cfg.workers.envs_per_worker)
     if start is not None:  # the launcher has verified the file and its fit
         state = checkpoint.load(start.path)
@@ -322,10 +323,6 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
     last_ckpt = ""
     replay_index: protocol.ReplayIndex | None = None  # the broker's, as of its last answer
     timing = {"step": 0.0, "gather": 0.0, "wait": 0.0, "publish": 0.0}
-
-    def answer_requests() -> None:
-        nonlocal decode_errors
-        decode_errors += answer_weight_requests(weights_rep, current)
 
     saved_step = -1
 
@@ -367,7 +364,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
             policy_cloning_loss=step.policy_cloning, value_cloning_loss=step.value_cloning,
             laser_masked_fraction=step.masked_fraction, policy_lag=ages.fresh, sample_age_mean=ages.mean,
             sample_age_max=ages.max, step_time_s=timing["step"], gather_time_s=timing["gather"], wait_time_s=timing["wait"],
-            publish_time_s=timing["publish"], decode_errors=decode_errors,
+            publish_time_s=timing["publish"], decode_errors=decoded.errors,
             checkpoint_path=last_ckpt,
         ).encode())  # fmt: skip
 
@@ -378,34 +375,26 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
         every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
         last_index_request = -math.inf
         report(step, ages)
-        last_report = time.monotonic()
+        heartbeat = Every(1.0)
         while not should_stop(stop_event, wiring.launcher_pid):
-            if time.monotonic() - last_report >= 1.0:  # stats double as the heartbeat: send them even when idle
+            if heartbeat.due():  # stats double as the heartbeat: send them even when idle
                 report(step, ages)
-                last_report = time.monotonic()
             if time.monotonic() - last_index_request >= INDEX_EVERY_S:
                 transport.send_nowait(credits, protocol.IndexRequest(learner_step=learner_step).encode())
                 last_index_request = time.monotonic()
-            answer_requests()
-            t0 = time.perf_counter()
-            data = transport.recv(batches, poll_ms)
-            t1 = time.perf_counter()
-            timing["wait"] += t1 - t0
-            if data is None:
+            if (data := next_batch(batches, poll_ms, weights_rep, current, decoded, timing)) is None:
                 continue
-            try:
-                message = protocol.decode(data)
-            except protocol.ProtocolError:
-                decode_errors += 1
+            t1 = time.perf_counter()
+            if (message := decoded(data, (protocol.Batch, protocol.ReplayIndex))) is None:
                 continue
             if isinstance(message, protocol.ReplayIndex):
                 if index_misfit(message, cfg, len(rings)):
-                    decode_errors += 1
+                    decoded.refuse()
                 else:
                     replay_index = message
                 continue
-            if not isinstance(message, protocol.Batch) or batch_misfit(message, cfg, len(rings), wiring.num_actions):
-                decode_errors += 1
+            if batch_misfit(message, cfg, len(rings), wiring.num_actions):
+                decoded.refuse()
                 continue
             transport.send_nowait(credits, one_credit)
             batch = message

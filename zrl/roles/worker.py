@@ -9,21 +9,17 @@ is the bootstrap observation and the first of the next unroll).
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
 import torch
-import zmq
-
-from shm.ring import Ring
 
 from zrl import protocol, transport
 from zrl.config import Config, needs_features, unrolls_per_version
-from zrl.envs import make_vector_env
 from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
-from zrl.roles.common import EpisodeReporter, Every, RunWiring, Weights, WeightsFeed, WorkerStart, crash_report, should_stop, start_role
+from zrl.roles.common import (EpisodeReporter, Every, RunWiring, Weights, WorkerLink, WorkerStart, crash_report, should_stop,
+                              start_role)
 
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
@@ -51,17 +47,13 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
     # A restarted worker (generation > 0) plays new episodes too.
     deterministic = cfg.run.deterministic
     offset = 0 if deterministic else wiring.env_frames_start + 7919 * start.generation
-    env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + offset) % 2**31)
-    ring = Ring.attach(wiring.ring_names[worker_id], wiring.ring_spec)
     model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, stack_depth, wiring.num_actions)
     model.eval()
     rng = np.random.default_rng([cfg.run.seed, worker_id, offset])
     trained = _trained_actions(wiring.replay_from, m, t_len) if wiring.replay_from else None
 
-    ctx = transport.context(cfg.transport, binds=False)
-    unrolls = transport.socket(ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
-    stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
-    weights = WeightsFeed(ctx, wiring, worker_id, poll_ms, stop_event)
+    link = WorkerLink(worker_id, cfg, wiring, stop_event, offset)
+    env, ring, unrolls, stats, weights = link.env, link.ring, link.out, link.stats, link.weights
     try:
         first = weights.ask()
         if first is None:
@@ -113,13 +105,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
             return step, slot
 
         def send_stats() -> None:
-            transport.send_nowait(stats, protocol.WorkerStats(
-                worker_id=worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * frames_per_step,
-                env_steps=env_steps, unrolls_sent=seq * m, policy_version=policy_version,
-                weight_updates=weight_updates, step_time_s=timing["step"], inference_time_s=timing["inference"],
-                ring_write_time_s=timing["ring_write"], send_time_s=timing["send"],
-                weights_wait_time_s=timing["weights_wait"],
-            ).encode())  # fmt: skip
+            link.send_stats(env_steps, seq * m, policy_version, weight_updates, timing)
 
         def use_weights(got: Weights | None) -> None:
             nonlocal policy_version, weight_updates, ahead
@@ -205,12 +191,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
             if report.due():
                 send_stats()
     finally:
-        unrolls.close()
-        stats.close()
-        weights.close()
-        transport.term(ctx)
-        ring.close()
-        env.close()
+        link.close()
 
 
 def _trained_actions(path: str, envs: int, unroll_length: int) -> np.ndarray:
