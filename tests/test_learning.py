@@ -9,9 +9,10 @@ step), seed 0. Assertion: the mean raw return of the last 20 finished episodes i
 from __future__ import annotations
 
 import csv
+import json
 
 from conftest import REPO, run_command
-from zrl import config
+from zrl import checkpoint, config
 
 CARTPOLE = REPO / "config" / "cartpole.toml"
 BUDGET_ENV_STEPS = 500_000
@@ -37,8 +38,13 @@ APEX_BUDGET_ENV_STEPS = 100_000
 
 def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
     """Rainbow-IQN Ape-X through the whole pipeline (2 workers' transitions with their own priorities, the
-    prioritized broker, the IQN learner, priorities and weights back), MLP torso, seed 0: the mean raw return
-    of the last 20 episodes within 100,000 env steps is at least 400. About 4 minutes on two cores."""
+    prioritized broker, the IQN learner, priorities and weights back), MLP torso, seed 0, 100,000 env steps;
+    then zrl-eval plays the run's last checkpoint greedily: its mean return over 10 episodes is at least 400.
+
+    The policy is judged by its checkpoint, not by the training episodes: Ape-X workers explore by design
+    (worker 0 acts at random one step in ten), so a policy that holds CartPole to 500 trains with episodes
+    that fall short of it (one CI run's last 20 averaged 366). The training returns must still rise well above a
+    random policy's 22. About 4 minutes on two cores."""
     cfg = config.load(APEX_CARTPOLE)
     assert cfg.algo == "apex_iqn" and cfg.run.max_env_frames == APEX_BUDGET_ENV_STEPS and cfg.run.seed == 0
     result = run_command("zrl-launch", "--config", APEX_CARTPOLE, "--quiet", cwd=tmp_path, timeout=600)
@@ -48,4 +54,10 @@ def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
         returns = [float(e["raw_return"]) for e in csv.DictReader(fh)]
     assert len(returns) >= 20
     last_20 = sum(returns[-20:]) / 20
-    assert last_20 >= 400, f"mean return of the last 20 episodes is {last_20:.1f} after {APEX_BUDGET_ENV_STEPS:,} env steps"
+    assert last_20 >= 200, f"mean return of the last 20 training episodes is {last_20:.1f}"
+    last = checkpoint.latest(run_dir / "checkpoints")
+    played = run_command("zrl-eval", last, "--episodes", "10", "--workers", "2", "--quiet", cwd=tmp_path, timeout=300)
+    assert played.returncode == 0, played.stderr[-3000:]
+    (report,) = (run_dir / "eval").glob("deepmind_*.json")
+    score = json.loads(report.read_text())["score"]["mean"]
+    assert score >= 400, f"{last.name} scores {score:.1f} over 10 greedy episodes after {APEX_BUDGET_ENV_STEPS:,} env steps"
