@@ -39,11 +39,12 @@ def command(name: str, *args: str) -> list[str]:
     return [sys.executable, str(BIN / name), *map(str, args)]
 
 
-def run_command(name: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
+def run_command(name: str, *args: str, cwd: Path, timeout: float = 300, preexec_fn=None) -> subprocess.CompletedProcess:
     """Run a command to its end. One past ``timeout`` gets Ctrl-C first, as a user would give it, so that a hung
-    run fails its test with its own output and cleans up after itself; it is killed only if that fails."""
+    run fails its test with its own output and cleans up after itself; it is killed only if that fails.
+    ``preexec_fn`` runs in the child before the command (to set a resource limit)."""
     with subprocess.Popen(command(name, *args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as proc:  # fmt: skip
+                          text=True, preexec_fn=preexec_fn) as proc:  # fmt: skip
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:

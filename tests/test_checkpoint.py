@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import resource
 import signal
 import subprocess
 import sys
@@ -203,3 +204,23 @@ def test_a_damaged_hash_file_is_a_one_line_refusal_and_orphan_hashes_are_pruned(
     orphan.write_text("0" * 64 + "\n")
     checkpoint.prune(tmp_path, 3)
     assert not orphan.exists() and path.exists()
+
+
+def test_a_write_the_disk_refuses_leaves_each_name_and_its_hash_as_they_were(tmp_path):
+    """A checkpoint write that fails part-way (here the kernel's file-size limit, as a full disk would) raises,
+    and leaves no partial file and no hash file naming a checkpoint that is not there: a name that held a
+    checkpoint still holds it, verifiable; a new name stays absent."""
+    kept = tmp_path / "best.pt"
+    checkpoint.save(kept, {"x": torch.zeros(10)})
+    before = (kept.read_bytes(), checkpoint.hash_path(kept).read_bytes())
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))
+    try:
+        for path in (kept, tmp_path / "ckpt_000000100.pt"):
+            with pytest.raises(OSError):
+                checkpoint.save(path, {"x": torch.zeros(1_000_000)})  # 4 MB
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert (kept.read_bytes(), checkpoint.hash_path(kept).read_bytes()) == before
+    assert checkpoint.load(kept)["x"].shape == (10,)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "best.pt.sha256"]

@@ -14,6 +14,7 @@ one line naming the file and the reason.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -71,7 +72,15 @@ def _install(path: Path, data: bytes) -> Path:
     new = hashlib.sha256(data).hexdigest()
     old = [hashlib.sha256(path.read_bytes()).hexdigest()] if path.exists() else []  # what the name holds now
     write_atomic(hash_path(path), "".join(f"{h}  {path.name}\n" for h in [new, *old]).encode())
-    write_atomic(path, data)
+    try:
+        write_atomic(path, data)
+    except OSError:  # a full disk: the name keeps what it held, and its hash file only that
+        with contextlib.suppress(OSError):
+            if old:
+                write_atomic(hash_path(path), f"{old[0]}  {path.name}\n".encode())
+            else:
+                hash_path(path).unlink(missing_ok=True)
+        raise
     if old:
         write_atomic(hash_path(path), f"{new}  {path.name}\n".encode())
     return path

@@ -1,10 +1,16 @@
-"""A results folder that cannot be written is a clear error before anything starts."""
+"""A results folder that cannot be written, or a disk without room for the checkpoints, is a clear error before
+anything starts; a checkpoint that cannot be written mid-run leaves the earlier ones as they were."""
 
 from __future__ import annotations
 
-from conftest import REPO, run_command, zrl_segments
+import resource
+import shutil
+
+from conftest import REPO, metrics_rows, run_command, zrl_segments
+from zrl import checkpoint
 
 SMOKE = REPO / "config" / "smoke.toml"
+CARTPOLE = REPO / "config" / "cartpole.toml"
 
 
 def test_an_unwritable_results_folder_is_refused_at_start(tmp_path, no_leaks):
@@ -17,3 +23,50 @@ def test_an_unwritable_results_folder_is_refused_at_start(tmp_path, no_leaks):
     assert f"run.results_dir: cannot create {blocker}/results (Not a directory)" in done.stderr
     assert "--set run.results_dir=PATH" in done.stderr and "Traceback" not in done.stderr
     assert zrl_segments() == before and blocker.read_text().startswith("a file")
+
+
+def test_a_disk_without_room_for_the_checkpoints_is_refused_at_start(tmp_path, no_leaks):
+    """Each checkpoint of the smoke run's Atari network takes more than 1 MB: keeping more of them than the disk
+    has megabytes free cannot fit, and the launcher says so before it makes a run folder."""
+    keep = shutil.disk_usage(tmp_path).free // 1_000_000 + 1
+    done = run_command("zrl-launch", "--config", SMOKE, "--set", f"run.keep_checkpoints={keep}", cwd=tmp_path,
+                       timeout=120)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "run.results_dir: results has" in done.stderr and "MB free, and this run's checkpoints need" in done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") <= 2, done.stderr
+    assert not any((tmp_path / "results").iterdir())
+
+
+FILE_LIMIT = 1_000_000  # bytes a process may write to one file: the logs fit, a checkpoint (about 4 MB) does not
+
+
+def _limit_file_size() -> None:
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, FILE_LIMIT))  # writes past it fail with EFBIG
+
+
+def test_checkpoints_that_cannot_be_written_leave_the_earlier_ones_and_training_goes_on(tmp_path, no_leaks):
+    """A run leaves checkpoints; its resume runs where no file may grow past 1 MB (RLIMIT_FSIZE, the kernel's
+    own refusal, as a full disk refuses): every checkpoint write fails. Training goes on to the budget, each
+    failure is said on stderr, and the earlier checkpoints stay byte for byte, with no partial file beside."""
+    wide = ["--set", "model.mlp_hidden=[512, 512]", "--set", "run.checkpoint_every_steps=20"]
+    first = run_command("zrl-launch", "--config", CARTPOLE, *wide, "--set", "run.max_env_frames=20000", "--quiet",
+                        cwd=tmp_path, timeout=300)  # fmt: skip
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    folder = run_dir / "checkpoints"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    latest = checkpoint.latest(folder)
+    assert latest is not None and latest.stat().st_size > 2 * FILE_LIMIT
+    step_before = checkpoint.load(latest)["learner_step"]
+
+    resumed = run_command("zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=40000", "--quiet",
+                          cwd=tmp_path, timeout=300, preexec_fn=_limit_file_size)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "failed (File too large); the previous checkpoints are untouched, training goes on" in resumed.stderr
+    assert "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert checkpoint.latest(folder) == latest and checkpoint.load(latest)["learner_step"] == step_before
+    assert int(metrics_rows(tmp_path)[-1]["env_frames"]) >= 40000
+    steps = int(metrics_rows(tmp_path)[-1]["learner_step"])  # each step trains on 640 frames
+    assert steps > step_before + 10
+    assert resumed.stderr.count("failed (File too large)") >= 1 + (steps // 20 - step_before // 20)  # and the last
