@@ -27,7 +27,7 @@ def block(rng: np.random.Generator, start: int, n: int) -> Transitions:
     frames = np.arange(start, start + n, dtype=np.int64)
     return Transitions(rng.integers(0, 8, n, dtype=np.int32), rng.integers(0, 4, n, dtype=np.int32), frames,
                        rng.integers(0, 18, n, dtype=np.int32), rng.random(n, dtype=np.float32),
-                       np.full(n, 0.99**3, np.float32), frames + 3)  # fmt: skip
+                       np.full(n, 0.99**3, np.float32), frames + 3, np.zeros(n, np.int64))  # fmt: skip
 
 
 def main() -> int:

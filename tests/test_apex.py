@@ -93,6 +93,10 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
     last = _rows(run_dir / "metrics.csv")[-1]
     assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0, last
     assert int(last["env_frames"]) >= 16000
+    # the ages of the last batch's transitions in weights versions: its newest is the policy lag; the replay
+    # holds transitions from several versions back
+    lag, mean_age, max_age = (float(last[k]) for k in ("policy_lag", "sample_age_mean", "sample_age_max"))
+    assert 0 <= lag <= mean_age <= max_age and max_age >= 1, last
     episodes = _rows(run_dir / "episodes.csv")
     assert episodes, "no episode finished"
     for e in episodes:  # Pong episodes here are shorter than 5 minutes: every cap holds the whole score

@@ -96,7 +96,7 @@ def test_transition_stacks_equal_the_stacks_the_worker_acted_on(rings):
                                      env_index=e.astype(np.int32), frame=f.astype(np.int64), action=np.zeros(b, np.int32),
                                      nstep_return=np.zeros(b, np.float32), bootstrap_discount=d.astype(np.float32),
                                      next_frame=nf.astype(np.int64), slots=np.arange(b), stamps=np.ones(b, np.int64),
-                                     weights=np.ones(b, np.float32))  # fmt: skip
+                                     weights=np.ones(b, np.float32), policy_version=np.zeros(b, np.int64))  # fmt: skip
     obs, next_obs, ok = TransitionGatherer(rings, S, 8, SHAPE, "|u1").gather(batch)
     assert ok.all() and obs.shape == (b, S, *SHAPE) and next_obs.shape == (b, S, *SHAPE)
     for i, (wi, ei, fi, nfi, _) in enumerate(picks):
@@ -114,6 +114,6 @@ def test_a_transition_whose_next_stack_is_not_there_is_ok_only_without_bootstrap
                                      action=np.zeros(b, np.int32), nstep_return=np.zeros(b, np.float32),
                                      bootstrap_discount=np.array([0.97, 0.97, 0.0], np.float32),
                                      next_frame=np.array([13, 22, 22]), slots=np.arange(b), stamps=np.ones(b, np.int64),
-                                     weights=np.ones(b, np.float32))  # fmt: skip
+                                     weights=np.ones(b, np.float32), policy_version=np.zeros(b, np.int64))  # fmt: skip
     _, _, ok = TransitionGatherer(rings, S, 4, SHAPE, "|u1").gather(batch)
     assert ok.tolist() == [True, False, True]

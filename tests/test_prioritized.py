@@ -13,7 +13,8 @@ def _transitions(frames, worker=0) -> Transitions:
     frames = np.asarray(frames, np.int64)
     n = len(frames)
     return Transitions(np.full(n, worker, np.int32), np.zeros(n, np.int32), frames, np.ones(n, np.int32),
-                       frames.astype(np.float32), np.full(n, 0.99**3, np.float32), frames + 3)  # fmt: skip
+                       frames.astype(np.float32), np.full(n, 0.99**3, np.float32), frames + 3,
+                       np.zeros(n, np.int64))  # fmt: skip
 
 
 def test_insert_wraps_around_and_sampling_follows_the_priorities():
@@ -125,10 +126,12 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
                       n_step=3, beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
     assert apex.insert(_message()) is None
     assert apex.next_batch(1, 0, np.zeros(2, np.int64)) is None  # 3 < learn_start
-    assert apex.insert(_message(worker=1, frames=(50, 51, 52))) is None
+    assert apex.insert(_message(worker=1, frames=(50, 51, 52), policy_version=7)) is None
     batch = apex.next_batch(2, 123, np.zeros(2, np.int64))
     assert isinstance(batch, protocol.TransitionBatch) and batch.size == 4 and batch.env_frames == 123
     np.testing.assert_array_equal(batch.next_frame, batch.frame + 3)
+    # each transition keeps the weights version its worker played it with (the learner's sample ages)
+    np.testing.assert_array_equal(batch.policy_version, np.where(batch.worker_ids == 1, 7, 0))
     assert protocol.decode(batch.encode()).batch_id == 2  # it crosses the wire as any message
     update = protocol.PriorityUpdate(batch_id=2, size=4, slots=batch.slots, stamps=batch.stamps,
                                      priorities=np.full(4, 9.0, np.float32))  # fmt: skip

@@ -212,7 +212,7 @@ def make_transition_batch(rng, b=4) -> TransitionBatch:
                            nstep_return=rng.standard_normal(b, dtype=np.float32),
                            bootstrap_discount=np.full(b, 0.97, np.float32), next_frame=frames + 3,
                            slots=rng.integers(0, 10**6, b), stamps=rng.integers(1, 10**9, b),
-                           weights=rng.random(b, dtype=np.float32))  # fmt: skip
+                           weights=rng.random(b, dtype=np.float32), policy_version=rng.integers(0, 10**4, b))  # fmt: skip
 
 
 FACTORIES = {

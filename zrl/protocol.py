@@ -426,7 +426,8 @@ class LearnerStats(_Message):
     policy_cloning_loss: float = _float()
     value_cloning_loss: float = _float()
     laser_masked_fraction: float = _float()
-    policy_lag: float = _float()  # mean age in policy versions of the fresh (queue) units of the last batch
+    # Mean age in policy versions of the fresh (queue) units of the last batch; Ape-X: its newest transition's.
+    policy_lag: float = _float()
     sample_age_mean: float = _float()  # mean age in policy versions of every unit of the last batch
     sample_age_max: float = _float()
     step_time_s: float = _float()
@@ -535,6 +536,7 @@ class TransitionBatch(_Message):
     slots: np.ndarray = _array("int64", ("B",))
     stamps: np.ndarray = _array("int64", ("B",))
     weights: np.ndarray = _array("float32", ("B",))
+    policy_version: np.ndarray = _array("int64", ("B",))  # the weights version each transition was played with
 
 
 @_message("priority_update", dims={"B": "size"})

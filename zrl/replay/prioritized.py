@@ -37,10 +37,12 @@ class Transitions(NamedTuple):
     nstep_return: np.ndarray  # [n] float32
     bootstrap_discount: np.ndarray  # [n] float32: 0 where the episode ended within the n steps
     next_frame: np.ndarray  # [n] int64: the frame number of s_{t+n}
+    policy_version: np.ndarray  # [n] int64: the weights version the worker acted with
 
 
 COLUMNS = {"worker_id": np.int32, "env_index": np.int32, "frame": np.int64, "action": np.int32,
-           "nstep_return": np.float32, "bootstrap_discount": np.float32, "next_frame": np.int64}  # fmt: skip
+           "nstep_return": np.float32, "bootstrap_discount": np.float32, "next_frame": np.int64,
+           "policy_version": np.int64}  # fmt: skip
 
 
 class Sample(NamedTuple):
@@ -174,7 +176,8 @@ class ApexReplay:
         if why is None and msg.count:
             n = msg.count
             self.replay.insert(Transitions(np.full(n, msg.worker_id, np.int32), msg.env_index, msg.frame, msg.action,
-                                           msg.nstep_return, msg.bootstrap_discount, msg.next_frame), msg.priority)  # fmt: skip
+                                           msg.nstep_return, msg.bootstrap_discount, msg.next_frame,
+                                           np.full(n, msg.policy_version, np.int64)), msg.priority)  # fmt: skip
         return why
 
     def next_batch(self, batch_id: int, env_frames: int, oldest_frame: np.ndarray) -> protocol.TransitionBatch | None:
@@ -195,7 +198,8 @@ class ApexReplay:
                                         worker_ids=t.worker_id, env_index=t.env_index, frame=t.frame, action=t.action,
                                         nstep_return=t.nstep_return, bootstrap_discount=t.bootstrap_discount,
                                         next_frame=t.next_frame, slots=sample.slots[order],
-                                        stamps=sample.stamps[order], weights=sample.weights[order])  # fmt: skip
+                                        stamps=sample.stamps[order], weights=sample.weights[order],
+                                        policy_version=t.policy_version)  # fmt: skip
 
     def update(self, msg: protocol.PriorityUpdate) -> str | None:
         """Apply the learner's new priorities; the reason if refused."""

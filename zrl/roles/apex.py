@@ -359,7 +359,7 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
     current = protocol.encode_weights(policy_version, learner_step, flat_parameters(online))
     last_ckpt = ""
     timing = {"step": 0.0, "gather": 0.0, "wait": 0.0, "publish": 0.0}
-    last = SimpleNamespace(loss=0.0, grad_norm=0.0)
+    last = SimpleNamespace(loss=0.0, grad_norm=0.0, lag=0.0, age_mean=0.0, age_max=0.0)
     saved_step = -1
 
     def save() -> str:
@@ -390,8 +390,8 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
             samples=samples, env_frames_trained=samples * wiring.frames_per_step, units_dropped_torn=dropped_torn,
             total_loss=last.loss, pg_loss=0.0, baseline_loss=0.0, entropy_loss=0.0,
             learning_rate=scheduler.get_last_lr()[0], grad_norm=last.grad_norm, mean_rho=0.0,
-            policy_cloning_loss=0.0, value_cloning_loss=0.0, laser_masked_fraction=0.0, policy_lag=0.0,
-            sample_age_mean=0.0, sample_age_max=0.0, step_time_s=timing["step"], gather_time_s=timing["gather"],
+            policy_cloning_loss=0.0, value_cloning_loss=0.0, laser_masked_fraction=0.0, policy_lag=last.lag,
+            sample_age_mean=last.age_mean, sample_age_max=last.age_max, step_time_s=timing["step"], gather_time_s=timing["gather"],
             wait_time_s=timing["wait"], publish_time_s=timing["publish"], decode_errors=decoded.errors,
             checkpoint_path=last_ckpt,
         ).encode())  # fmt: skip
@@ -421,6 +421,8 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
                 continue
             keep = np.flatnonzero(ok)
             pick = torch.from_numpy(keep)
+            ages = policy_version - batch.policy_version[keep]  # in weights versions; the newest is the lag
+            last.lag, last.age_mean, last.age_max = float(ages.min()), float(ages.mean()), float(ages.max())
 
             def column(a: np.ndarray) -> torch.Tensor:
                 return torch.from_numpy(np.ascontiguousarray(a[keep])).to(device)
