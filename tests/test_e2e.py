@@ -313,10 +313,14 @@ def _wait_for_step(run_dir_glob: Path, above: int, timeout: float = 120) -> None
     pytest.fail("the learner never stepped")
 
 
+KILLS = 6
+
+
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint(tmp_path, no_leaks, signum):
-    """A checkpoint after every learner step, so a kill lands during or next to a write; 10 kills of the
-    launcher, each followed by --resume: a loadable checkpoint always exists and no temp file is taken."""
+    """A checkpoint after every learner step, so a kill lands during or next to a write; 6 kills of the
+    launcher, each followed by --resume: a loadable checkpoint always exists and no temp file is taken.
+    (tests/test_checkpoint.py kills a checkpoint writer at random moments too, at the file level.)"""
     import random
 
     rng = random.Random(int(signum))
@@ -324,7 +328,7 @@ def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint
             "run.max_env_frames=100000000", "--quiet"]  # fmt: skip
     results = tmp_path / "results"
     last_step = 0
-    for i in range(10):
+    for i in range(KILLS):
         first = command("zrl-launch", "--config", CARTPOLE, *args)
         again = command("zrl-launch", "--resume", "auto", "--config", CARTPOLE, *args)
         proc = subprocess.Popen(first if i == 0 else again, cwd=tmp_path, stdout=subprocess.DEVNULL,
@@ -356,6 +360,6 @@ def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint
     import re
 
     resumed = re.findall(r"resuming \S+ from (\S+):", (run_dir / "zrl.log").read_text())
-    assert len(resumed) == 10 and all(re.search(r"/ckpt_\d{9}\.pt$", path) for path in resumed), resumed
+    assert len(resumed) == KILLS and all(re.search(r"/ckpt_\d{9}\.pt$", path) for path in resumed), resumed
     frames = [int(r["env_frames"]) for r in _rows(run_dir / "metrics.csv")]
     assert frames == sorted(frames)  # the env frame count never goes back across the restarts
