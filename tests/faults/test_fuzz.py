@@ -1,5 +1,5 @@
-"""Garbage at every PULL socket of a live run (the broker's unrolls and credits, the learner's batches, the
-launcher's stats): random bytes, real messages with flipped bits, well-formed messages that no role of this
+"""Garbage at every PULL socket of a live run, V-trace and Ape-X (the broker's unrolls or transitions, its
+credits and, for Ape-X, the learner's priorities; the learner's batches; the launcher's stats): random bytes, real messages with flipped bits, well-formed messages that no role of this
 run could have sent. Each is a counted protocol error; the run goes on."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from conftest import REPO, command, metrics_rows, zrl_processes
 from zrl import protocol
 
 SMOKE = REPO / "config" / "smoke.toml"
+APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
 MESSAGES = 12_000
 
 
@@ -77,30 +78,87 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
     ]
 
 
-def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, no_leaks):
-    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                                    "run.log_interval_s=0.5", "--quiet"),
+def _apex_forgeries() -> list[bytes]:
+    """Well-formed Ape-X messages that do not fit the run (apex_iqn_cartpole: 2 workers x 1 env, CartPole's 2
+    actions, a replay of 50,000 slots, batches of 32)."""
+    n, b = 4, 2
+
+    def transitions(**change) -> bytes:
+        fields = dict(worker_id=0, seq=10**6, policy_version=0, env_frames=0, count=n, env_index=np.zeros(n, np.int32),
+                      frame=np.arange(n, dtype=np.int64), action=np.zeros(n, np.int32),
+                      nstep_return=np.zeros(n, np.float32), bootstrap_discount=np.ones(n, np.float32),
+                      next_frame=np.arange(n, dtype=np.int64) + 3, priority=np.ones(n, np.float32))  # fmt: skip
+        fields.update(change)
+        return protocol.Transitions(**fields).encode()
+
+    def batch(**change) -> bytes:
+        fields = dict(batch_id=10**6, env_frames=0, size=b, worker_ids=np.zeros(b, np.int32),
+                      env_index=np.zeros(b, np.int32), frame=np.zeros(b, np.int64), action=np.zeros(b, np.int32),
+                      nstep_return=np.zeros(b, np.float32), bootstrap_discount=np.ones(b, np.float32),
+                      next_frame=np.full(b, 3, np.int64), slots=np.zeros(b, np.int64), stamps=np.zeros(b, np.int64),
+                      weights=np.ones(b, np.float32), policy_version=np.zeros(b, np.int64))  # fmt: skip
+        fields.update(change)
+        return protocol.TransitionBatch(**fields).encode()
+
+    def update(**change) -> bytes:
+        fields = dict(batch_id=1, size=b, slots=np.zeros(b, np.int64), stamps=np.zeros(b, np.int64),
+                      priorities=np.ones(b, np.float32))  # fmt: skip
+        fields.update(change)
+        return protocol.PriorityUpdate(**fields).encode()
+
+    return [
+        transitions(worker_id=7),  # no such worker or ring
+        transitions(env_index=np.full(n, 3, np.int32)),
+        transitions(action=np.full(n, 9, np.int32)),
+        transitions(frame=np.full(n, -4, np.int64)),
+        transitions(next_frame=np.arange(n, dtype=np.int64) + 50),  # s_(t+n) more than n frames on
+        transitions(nstep_return=np.full(n, np.nan, np.float32)),
+        transitions(env_frames=10**15),
+        batch(worker_ids=np.array([0, 5], np.int32)),
+        batch(action=np.full(b, 2, np.int32)),
+        batch(slots=np.full(b, 10**7, np.int64)),
+        batch(weights=np.full(b, np.inf, np.float32)),  # would poison the network
+        batch(size=40, **{k: np.zeros(40, d) for k, d in (("worker_ids", np.int32), ("env_index", np.int32),
+              ("frame", np.int64), ("action", np.int32), ("nstep_return", np.float32),
+              ("bootstrap_discount", np.float32), ("next_frame", np.int64), ("slots", np.int64),
+              ("stamps", np.int64), ("weights", np.float32), ("policy_version", np.int64))}),  # fmt: skip
+        update(slots=np.full(b, 10**7, np.int64)),
+        update(priorities=np.full(b, np.nan, np.float32)),
+        update(priorities=np.full(b, -1.0, np.float32)),
+        protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
+                         env_frames=10**15, wall_time=0.0, score_5min=0.0, score_30min=0.0).encode(),  # fmt: skip
+        protocol.Credit(batches=1).encode(),  # a valid message, but on the stats channel it is no stats
+    ]
+
+
+def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], forgeries: list[bytes],
+                     roles: int, *settings: str) -> None:
+    """Start zrl-launch on ``config``, wait for the learner to step, send MESSAGES of garbage spread over the run's
+    PULL ``sockets``, and hold the run to counting them while it trains on, then stop it with Ctrl-C."""
+    args = [item for key in ("run.max_env_frames=100000000", "run.log_interval_s=0.5", *settings) for item in ("--set", key)]
+    proc = subprocess.Popen(command("zrl-launch", "--config", config, *args, "--quiet"),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     ctx = zmq.Context()
     socks = []
     try:
         deadline = time.monotonic() + 120
         while _last(tmp_path, "learner_step") < 3:
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the learner never stepped"
             time.sleep(0.3)
         (private,) = Path(tempfile.gettempdir()).glob(f"zrl-{proc.pid}-*")
-        for name in ("unrolls", "credits", "stats", "batches"):  # the run's PULL sockets (all of them bind)
+        assert sorted(sockets) == sorted(p.name for p in private.iterdir() if p.name in sockets)
+        for name in sockets:
             sock = ctx.socket(zmq.PUSH)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, 100_000)
             sock.connect(f"ipc://{private / name}")
             socks.append(sock)
         rng = np.random.default_rng(5)
-        seeds = [m for m in _forgeries(rng)]
-        seeds.append(protocol.WorkerStats(worker_id=0, pid=1, time=0.0, env_frames=0, env_steps=0, unrolls_sent=0,
-                                          policy_version=0, weight_updates=0, step_time_s=0.0, inference_time_s=0.0,
-                                          ring_write_time_s=0.0, send_time_s=0.0,
-                                          weights_wait_time_s=0.0).encode())  # fmt: skip
+        seeds = [*forgeries, protocol.WorkerStats(
+            worker_id=0, pid=1, time=0.0, env_frames=0, env_steps=0, unrolls_sent=0, policy_version=0,
+            weight_updates=0, step_time_s=0.0, inference_time_s=0.0, ring_write_time_s=0.0, send_time_s=0.0,
+            weights_wait_time_s=0.0).encode()]  # fmt: skip
         step_before = _last(tmp_path, "learner_step")
         for i in range(MESSAGES):
             kind = i % 3
@@ -128,8 +186,9 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
             assert time.monotonic() < deadline, f"training stopped, or the errors were not counted: {metrics_rows(tmp_path)[-1]}"
             time.sleep(0.3)
         rows = metrics_rows(tmp_path)
-        assert int(rows[-1]["worker_restarts"]) == 0 and len(zrl_processes()) == 4
+        assert int(rows[-1]["worker_restarts"]) == 0 and len(zrl_processes()) == roles
         assert max(int(float(r["env_frames"])) for r in rows) < 10**12  # forged frame counts were not taken
+        assert all(np.isfinite(float(r["total_loss"])) for r in rows if r.get("total_loss"))  # nothing poisoned it
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err[-3000:]
@@ -140,6 +199,17 @@ def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, n
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, no_leaks):
+    _fuzz_a_live_run(tmp_path, SMOKE, ("unrolls", "credits", "stats", "batches"), _forgeries(np.random.default_rng(5)), 4)
+
+
+def test_garbage_at_every_pull_socket_of_an_apex_run_is_counted_and_the_run_goes_on(tmp_path, no_leaks):
+    """The Ape-X roles' PULL sockets: the broker's transitions (on the unrolls endpoint), credits and the
+    learner's priorities, the learner's batches, the launcher's stats."""
+    _fuzz_a_live_run(tmp_path, APEX_CARTPOLE, ("unrolls", "credits", "priorities", "stats", "batches"),
+                     _apex_forgeries(), 4, "apex.learn_start=200")
 
 
 def test_a_message_over_the_byte_bound_is_refused_and_other_senders_go_on(tmp_path):
