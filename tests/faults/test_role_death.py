@@ -20,6 +20,7 @@ from zrl import checkpoint
 HERE = Path(__file__).resolve().parent
 SMOKE = REPO / "config" / "smoke.toml"
 CARTPOLE = REPO / "config" / "cartpole.toml"
+APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
 
 
 def _launch(tmp_path: Path, *args: str, path: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -41,6 +42,16 @@ def _wait(predicate, timeout: float, what: str) -> None:
 def _learner_step(tmp_path: Path) -> int:
     steps = [int(r["learner_step"]) for r in metrics_rows(tmp_path) if r["learner_step"]]
     return steps[-1] if steps else -1
+
+
+def _restarts(tmp_path: Path) -> int:
+    rows = metrics_rows(tmp_path)
+    return int(rows[-1]["worker_restarts"]) if rows else 0
+
+
+def _env_frames(tmp_path: Path) -> int:
+    rows = metrics_rows(tmp_path)
+    return int(rows[-1]["env_frames"]) if rows else 0
 
 
 def _episode_workers(tmp_path: Path) -> set[int]:
@@ -201,6 +212,69 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
     (run_dir,) = (tmp_path / "results").iterdir()
     assert f"{title} sent nothing for" in (run_dir / "zrl.log").read_text()
     assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) == 1
+
+
+def test_a_worker_stuck_in_its_env_is_killed_and_replaced_and_says_where(tmp_path, no_leaks):
+    """An infinite loop inside a user's env.step (zrl_fault_envs:ZrlHangOnce-v0): the worker stops sending
+    heartbeats, is declared hung within the timeout, prints where it is stuck (SIGUSR1 before the kill), and
+    its replacement trains on."""
+    flag = tmp_path / "hung"
+    proc = _launch(tmp_path, "--config", CARTPOLE, "--workers", "2", "--envs-per-worker", "2", "--set",
+                   'env.id="zrl_fault_envs:ZrlHangOnce-v0"', "--set",
+                   "run.max_env_frames=100000000", "--set", "run.heartbeat_timeout_s=4", "--set",
+                   "run.log_interval_s=0.5", "--quiet", env={"ZRL_HANG_FLAG": str(flag)})  # fmt: skip
+    try:
+        _wait(flag.exists, 120, "a worker's env to hang")
+        hung_at = time.monotonic()
+        _wait(lambda: _restarts(tmp_path) == 1, 30, "the hung worker's replacement")
+        detected = time.monotonic() - hung_at
+        before = _learner_step(tmp_path)
+        _wait(lambda: _learner_step(tmp_path) > before + 5, 120, "training to go on")
+        proc.send_signal(signal.SIGINT)
+        code, out, err = _finish(proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130, err[-3000:]
+    assert detected < 4 + 5 + 1, detected  # the timeout, the launcher's poll, the kill and a metrics row
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert "sent nothing for" in (run_dir / "zrl.log").read_text()
+    assert "most recent call first" in err and "_stuck_in_env_step" in err, err[-3000:]  # where it hung
+    assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) == 1
+
+
+def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learner_dies(tmp_path, no_leaks):
+    """The Ape-X roles under the same supervision: a SIGKILLed worker is replaced and the run trains on with
+    its transitions; a SIGKILLed learner stops the run with exit code 1, what died, how to go on, and a
+    loadable checkpoint that holds the target network."""
+    proc = _launch(tmp_path, "--config", APEX_CARTPOLE, "--set", "run.max_env_frames=100000000", "--set",
+                   "apex.learn_start=200", "--set", "run.checkpoint_every_steps=20", "--set",
+                   "run.log_interval_s=0.5", "--quiet")  # fmt: skip
+    try:
+        _wait(lambda: _learner_step(tmp_path) > 25, 120, "a first checkpoint")
+        victim = _role(proc, "zrl-worker-1")
+        victim.send_signal(signal.SIGKILL)
+        _wait(lambda: (w := _role(proc, "zrl-worker-1")) is not None and w.pid != victim.pid, 30, "a new zrl-worker-1")
+        _wait(lambda: _restarts(tmp_path) == 1, 30, "the restart in metrics.csv")
+        frames, before = _env_frames(tmp_path), _learner_step(tmp_path)
+        _wait(lambda: _learner_step(tmp_path) > before + 40 and _env_frames(tmp_path) > frames, 120, "training to go on")
+        _role(proc, "zrl-learner").send_signal(signal.SIGKILL)
+        code, out, err = _finish(proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 1, err[-3000:]
+    rows = metrics_rows(tmp_path)
+    assert int(rows[-1]["worker_restarts"]) == 1
+    steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
+    assert steps == sorted(steps)
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert "zrl-learner exited with code -9; the run stopped" in err
+    assert f"continue with: zrl-launch --resume {run_dir.relative_to(tmp_path)}" in err
+    good = next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
+    assert good["learner_step"] >= 20 and good["target"].keys() == good["model"].keys()
 
 
 @pytest.mark.parametrize("role", ["zrl-learner", "zrl-broker"])

@@ -82,3 +82,42 @@ class Identity(gymnasium.Env):
 
 
 register(id="ZrlIdentity-v0", entry_point=Identity)
+
+
+def _stuck_in_env_step() -> None:
+    """An infinite loop in a user's env (it sleeps, so that it does not also starve a 2-core machine)."""
+    import time
+
+    while True:
+        time.sleep(0.05)
+
+
+class HangOnce(CrashAtStep):
+    """Hangs for ever at step 50 of an episode of the first worker env of a run to get there after 3 s of play
+    (so its worker has reported in and is past its start-up grace), and never again: the flag file named by
+    ``ZRL_HANG_FLAG`` records that one has hung, so that the worker restarted in its place plays on."""
+
+    def __init__(self) -> None:
+        import multiprocessing
+        import time
+
+        super().__init__(crash_step=10**9)
+        self.in_worker = multiprocessing.current_process().name.startswith("zrl-worker")
+        self.born = time.monotonic()
+
+    def step(self, action):
+        import time
+
+        if self.in_worker and self.t == 50 and time.monotonic() - self.born > 3.0:
+            try:
+                fd = os.open(os.environ["ZRL_HANG_FLAG"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                pass
+            else:
+                os.close(fd)
+                _stuck_in_env_step()
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, reward, self.t >= 100, truncated, info
+
+
+register(id="ZrlHangOnce-v0", entry_point=HangOnce)
