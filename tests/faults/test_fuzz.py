@@ -1,6 +1,8 @@
 """Garbage at every PULL socket of a live run, V-trace and Ape-X (the broker's unrolls or transitions, its
 credits and, for Ape-X, the learner's priorities; the learner's batches; the launcher's stats): random bytes, real messages with flipped bits, well-formed messages that no role of this
-run could have sent. Each is a counted protocol error; the run goes on."""
+run could have sent. Each that does not fit the run is a counted protocol error (a flipped bit can still leave
+a message that fits, and that one is taken as it would be from a worker); the run goes on, and no forged count
+reaches its metrics or checkpoints."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ import pytest
 import zmq
 
 from conftest import REPO, command, metrics_rows, zrl_processes
-from zrl import protocol
+from zrl import checkpoint, protocol
 
 SMOKE = REPO / "config" / "smoke.toml"
 APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
+CREDIT = protocol.Credit(batches=1).encode()  # a valid message, but on the stats channel it is no stats
 MESSAGES = 12_000
 
 
@@ -56,13 +59,14 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
         unroll(worker_id=7),  # no such worker: indexing its ring would crash a careless broker
         unroll(actions=np.full((m, t), 99, np.int32)),
         unroll(first_frame=-5),
+        unroll(env_frames=10**15),  # frames the worker's ring never held: it would end the run's budget
         unroll(behaviour_logits=bad_logits),
         unroll(num_envs=1, actions=np.zeros((1, t), np.int32), rewards=np.zeros((1, t), np.float32),
                discounts=np.ones((1, t), np.float32), behaviour_logits=np.zeros((1, t, a), np.float32),
                behaviour_values=np.zeros((1, t), np.float32)),  # fmt: skip
         protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
                          env_frames=10**15, wall_time=0.0, score_5min=0.0, score_30min=0.0).encode(),  # fmt: skip
-        protocol.Credit(batches=1).encode(),  # a valid message, but on the stats channel it is no stats
+        CREDIT,
         batch(worker_ids=np.array([0, 5], np.int32)),  # no such ring: a careless learner would index past its rings
         batch(env_index=np.array([0, 2], np.int32)),
         batch(actions=np.full((2, t), 6, np.int32)),
@@ -127,7 +131,7 @@ def _apex_forgeries() -> list[bytes]:
         update(priorities=np.full(b, -1.0, np.float32)),
         protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
                          env_frames=10**15, wall_time=0.0, score_5min=0.0, score_30min=0.0).encode(),  # fmt: skip
-        protocol.Credit(batches=1).encode(),  # a valid message, but on the stats channel it is no stats
+        CREDIT,
     ]
 
 
@@ -147,6 +151,7 @@ def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], for
             assert time.monotonic() < deadline, "the learner never stepped"
             time.sleep(0.3)
         (private,) = Path(tempfile.gettempdir()).glob(f"zrl-{proc.pid}-*")
+        assert private.stat().st_mode & 0o777 == 0o700  # the run's private socket folder: its owner's alone
         assert sorted(sockets) == sorted(p.name for p in private.iterdir() if p.name in sockets)
         for name in sockets:
             sock = ctx.socket(zmq.PUSH)
@@ -173,7 +178,10 @@ def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], for
                 data = bytes(buf)
             else:  # a forgery, untouched
                 data = seeds[int(rng.integers(0, len(seeds) - 1))]
-            socks[i % len(socks)].send(data)
+            target = i % len(socks)
+            if data == CREDIT and sockets[target] == "credits":  # a valid credit there: give it to the stats socket
+                target = sockets.index("stats")
+            socks[target].send(data)
             if i % 500 == 0:
                 time.sleep(0.01)
         # The learner's batches PULL fair-queues the forger with the broker, so it takes one forged message per
@@ -192,6 +200,9 @@ def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], for
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=90)
         assert proc.returncode == 130, err[-3000:]
+        (run_dir,) = (tmp_path / "results").iterdir()
+        final = next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
+        assert final["env_frames"] < 10**12  # nor by the broker and learner, into the checkpoint a resume reads
     finally:
         for sock in socks:
             sock.close()

@@ -54,6 +54,16 @@ def _env_frames(tmp_path: Path) -> int:
     return int(rows[-1]["env_frames"]) if rows else 0
 
 
+def _episodes_since(tmp_path: Path, worker_id: int, wall_time: float) -> int:
+    """How many episodes worker ``worker_id`` has finished since ``wall_time`` (episodes.csv)."""
+    found = list((tmp_path / "results").glob("*/episodes.csv"))
+    if not found:
+        return 0
+    with open(found[0]) as fh:
+        return sum(1 for row in csv.DictReader(fh)
+                   if row.get("worker_id") == str(worker_id) and float(row["wall_time"]) > wall_time)  # fmt: skip
+
+
 def _episode_workers(tmp_path: Path) -> set[int]:
     """Ids of the workers that have finished an episode (episodes.csv)."""
     found = list((tmp_path / "results").glob("*/episodes.csv"))
@@ -221,7 +231,7 @@ def test_a_worker_stuck_in_its_env_is_killed_and_replaced_and_says_where(tmp_pat
     flag = tmp_path / "hung"
     proc = _launch(tmp_path, "--config", CARTPOLE, "--workers", "2", "--envs-per-worker", "2", "--set",
                    'env.id="zrl_fault_envs:ZrlHangOnce-v0"', "--set",
-                   "run.max_env_frames=100000000", "--set", "run.heartbeat_timeout_s=4", "--set",
+                   "run.max_env_frames=100000000", "--set", "run.heartbeat_timeout_s=8", "--set",
                    "run.log_interval_s=0.5", "--quiet", env={"ZRL_HANG_FLAG": str(flag)})  # fmt: skip
     try:
         _wait(flag.exists, 120, "a worker's env to hang")
@@ -237,7 +247,7 @@ def test_a_worker_stuck_in_its_env_is_killed_and_replaced_and_says_where(tmp_pat
             proc.kill()
             proc.wait()
     assert code == 130, err[-3000:]
-    assert detected < 4 + 5 + 1, detected  # the timeout, the launcher's poll, the kill and a metrics row
+    assert detected < 8 + 5 + 1, detected  # the timeout, the launcher's poll, the kill and a metrics row
     (run_dir,) = (tmp_path / "results").iterdir()
     assert "sent nothing for" in (run_dir / "zrl.log").read_text()
     assert "most recent call first" in err and "_stuck_in_env_step" in err, err[-3000:]  # where it hung
@@ -245,8 +255,8 @@ def test_a_worker_stuck_in_its_env_is_killed_and_replaced_and_says_where(tmp_pat
 
 
 def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learner_dies(tmp_path, no_leaks):
-    """The Ape-X roles under the same supervision: a SIGKILLed worker is replaced and the run trains on with
-    its transitions; a SIGKILLed learner stops the run with exit code 1, what died, how to go on, and a
+    """The Ape-X roles under the same supervision: a SIGKILLed worker is replaced, its replacement plays whole
+    episodes and the learner trains on; a SIGKILLed learner stops the run with exit code 1, what died, how to go on, and a
     loadable checkpoint that holds the target network."""
     proc = _launch(tmp_path, "--config", APEX_CARTPOLE, "--set", "run.max_env_frames=100000000", "--set",
                    "apex.learn_start=200", "--set", "run.checkpoint_every_steps=20", "--set",
@@ -255,10 +265,12 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
         _wait(lambda: _learner_step(tmp_path) > 25, 120, "a first checkpoint")
         victim = _role(proc, "zrl-worker-1")
         victim.send_signal(signal.SIGKILL)
+        killed_at = time.time()
         _wait(lambda: (w := _role(proc, "zrl-worker-1")) is not None and w.pid != victim.pid, 30, "a new zrl-worker-1")
         _wait(lambda: _restarts(tmp_path) == 1, 30, "the restart in metrics.csv")
         frames, before = _env_frames(tmp_path), _learner_step(tmp_path)
         _wait(lambda: _learner_step(tmp_path) > before + 40 and _env_frames(tmp_path) > frames, 120, "training to go on")
+        _wait(lambda: _episodes_since(tmp_path, 1, killed_at) >= 2, 120, "episodes of the new zrl-worker-1")
         _role(proc, "zrl-learner").send_signal(signal.SIGKILL)
         code, out, err = _finish(proc, 120)
     finally:

@@ -93,9 +93,10 @@ def _stuck_in_env_step() -> None:
 
 
 class HangOnce(CrashAtStep):
-    """Hangs for ever at step 50 of an episode of the first worker env of a run to get there after 3 s of play
-    (so its worker has reported in and is past its start-up grace), and never again: the flag file named by
-    ``ZRL_HANG_FLAG`` records that one has hung, so that the worker restarted in its place plays on."""
+    """Hangs for ever in step 51 of an episode of the first worker env of a run to get there in its second
+    episode or later, after 3 s of play (so its worker has reported in, an episode at least, and is past its
+    start-up grace), and never again: the flag file named by ``ZRL_HANG_FLAG`` records that one has hung, so
+    that the worker restarted in its place plays on."""
 
     def __init__(self) -> None:
         import multiprocessing
@@ -104,11 +105,16 @@ class HangOnce(CrashAtStep):
         super().__init__(crash_step=10**9)
         self.in_worker = multiprocessing.current_process().name.startswith("zrl-worker")
         self.born = time.monotonic()
+        self.episodes = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.episodes += 1
+        return super().reset(seed=seed, options=options)
 
     def step(self, action):
         import time
 
-        if self.in_worker and self.t == 50 and time.monotonic() - self.born > 3.0:
+        if self.in_worker and self.episodes >= 2 and self.t == 50 and time.monotonic() - self.born > 3.0:
             try:
                 fd = os.open(os.environ["ZRL_HANG_FLAG"], os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:

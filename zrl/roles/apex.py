@@ -41,8 +41,8 @@ from zrl.gather import ActingStack, TransitionGatherer
 from zrl.models import flat_parameters, load_flat
 from zrl.models.iqn import build_apex_model
 from zrl.replay.prioritized import ApexReplay
-from zrl.roles.common import (Decoder, EpisodeReporter, Every, RunWiring, WorkerLink, WorkerStart, keep_freed_memory,
-                              next_batch, should_stop)
+from zrl.roles.common import (Decoder, EpisodeReporter, Every, RunWiring, WorkerLink, WorkerStart, frames_past_ring,
+                              keep_freed_memory, next_batch, should_stop)
 
 PRIORITY_CHUNK = 256  # transitions per forward pass when a worker computes first priorities
 
@@ -211,6 +211,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                         cfg.workers.envs_per_worker, wiring.num_actions, apex.n_step, apex.importance_beta,
                         apex_anneal_steps(cfg, wiring.frames_per_step), cfg.run.seed)  # fmt: skip
     reach_back = cfg.env.frame_stack - 1  # a transition's stack reads this many frames before its own
+    frames_per_slot = cfg.workers.envs_per_worker * wiring.frames_per_step
     poll_ms = cfg.transport.poll_timeout_ms
     prefetch = cfg.broker.prefetch_batches
     ctx = transport.context(cfg.transport)
@@ -260,7 +261,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                     break
                 if (msg := decoded(data, protocol.Transitions)) is None:
                     continue
-                if replay.insert(msg) is not None:
+                if frames_past_ring(msg.worker_id, msg.env_frames, rings, frames_per_slot) or replay.insert(msg) is not None:
                     decoded.refuse()
                     continue
                 received += msg.count

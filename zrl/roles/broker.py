@@ -31,8 +31,8 @@ from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.store import Unit
-from zrl.roles.common import (Decoder, Every, RunWiring, crash_report, keep_freed_memory, should_stop, start_role,
-                              wait_for_weights)
+from zrl.roles.common import (Decoder, Every, RunWiring, crash_report, frames_past_ring, keep_freed_memory,
+                              should_stop, start_role, wait_for_weights)
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
@@ -315,6 +315,7 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
     scorer = FeatureScorer(cfg, wiring, rings) if needs_features(cfg) else None
     broker = Broker(cfg, rings, scorer, wiring.frames_per_step)
+    frames_per_slot = cfg.workers.envs_per_worker * wiring.frames_per_step
     for replay, calls in zip(broker.replays, wiring.sample_calls):  # a resumed run anneals on from where it was
         if isinstance(replay, FeatureReplay):
             replay.sample_calls = int(calls)
@@ -374,7 +375,8 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                     break
                 if (msg := decoded(data, protocol.Unroll)) is None:
                     continue
-                if misfit(msg, cfg, wiring.num_actions) is not None:
+                if misfit(msg, cfg, wiring.num_actions) is not None or frames_past_ring(
+                        msg.worker_id, msg.env_frames, rings, frames_per_slot):  # fmt: skip
                     decoded.refuse()
                     continue
                 broker.insert(msg)

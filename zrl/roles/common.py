@@ -209,6 +209,14 @@ class Decoder:
         self.errors += 1
 
 
+def frames_past_ring(worker_id: int, env_frames: int, rings: list[Ring], frames_per_slot: int) -> bool:
+    """Whether a worker's message claims more env frames than its ring has slots for in this launch (a forged
+    or damaged count, which would otherwise end the run's budget or pacing). A worker writes each env step's
+    frames, one slot of ``frames_per_slot`` env frames, before it sends the message that counts them, and it
+    counts this launch's frames only. A worker id outside the rings is left to the message's other checks."""
+    return 0 <= worker_id < len(rings) and env_frames > rings[worker_id].head * frames_per_slot
+
+
 class WorkerLink:
     """A worker's env, ring and sockets, closed together: its vector env (seeded apart per worker; ``offset``
     moves a resumed or restarted worker onto new games), the ring it writes, a PUSH for its experience
