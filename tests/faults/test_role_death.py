@@ -3,12 +3,14 @@ traceback, and a dead learner or broker stops it in order with a loadable checkp
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import random
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -54,23 +56,23 @@ def _env_frames(tmp_path: Path) -> int:
     return int(rows[-1]["env_frames"]) if rows else 0
 
 
-def _episodes_since(tmp_path: Path, worker_id: int, wall_time: float) -> int:
-    """How many episodes worker ``worker_id`` has finished since ``wall_time`` (episodes.csv)."""
+def _episodes(tmp_path: Path) -> list[dict]:
+    """The rows of the run's episodes.csv so far ([] before it exists)."""
     found = list((tmp_path / "results").glob("*/episodes.csv"))
     if not found:
-        return 0
+        return []
     with open(found[0]) as fh:
-        return sum(1 for row in csv.DictReader(fh)
-                   if row.get("worker_id") == str(worker_id) and float(row["wall_time"]) > wall_time)  # fmt: skip
+        return list(csv.DictReader(fh))
+
+
+def _episodes_since(tmp_path: Path, worker_id: int, wall_time: float) -> int:
+    """How many episodes worker ``worker_id`` has finished since ``wall_time``."""
+    return sum(1 for row in _episodes(tmp_path) if row.get("worker_id") == str(worker_id) and float(row["wall_time"]) > wall_time)
 
 
 def _episode_workers(tmp_path: Path) -> set[int]:
-    """Ids of the workers that have finished an episode (episodes.csv)."""
-    found = list((tmp_path / "results").glob("*/episodes.csv"))
-    if not found:
-        return set()
-    with open(found[0]) as fh:
-        return {int(row["worker_id"]) for row in csv.DictReader(fh) if row.get("worker_id", "").isdigit()}
+    """Ids of the workers that have finished an episode."""
+    return {int(row["worker_id"]) for row in _episodes(tmp_path) if row.get("worker_id", "").isdigit()}
 
 
 def _role(launcher: subprocess.Popen, title: str) -> psutil.Process | None:
@@ -88,24 +90,53 @@ def _role(launcher: subprocess.Popen, title: str) -> psutil.Process | None:
     return None
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
+def _launched(tmp_path: Path, *args: str, **kwargs) -> Iterator[subprocess.Popen]:
+    """zrl-launch started as _launch does, and killed on the way out if a wait failed before it ended."""
+    proc = _launch(tmp_path, *args, **kwargs)
+    try:
+        yield proc
+    finally:
+        _kill(proc)
+
+
 def _finish(proc: subprocess.Popen, timeout: float = 120) -> tuple[int, str, str]:
     try:
         out, err = proc.communicate(timeout=timeout)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     return proc.returncode, out, err
+
+
+def _train_on_then_interrupt(tmp_path: Path, proc: subprocess.Popen, steps: int) -> tuple[int, str, str]:
+    """Wait for the learner to take more than ``steps`` more steps, then Ctrl-C the run and wait for its end."""
+    before = _learner_step(tmp_path)
+    _wait(lambda: _learner_step(tmp_path) > before + steps, 120, "training to go on")
+    proc.send_signal(signal.SIGINT)
+    return _finish(proc, 120)
+
+
+def _stopped_in_order(tmp_path: Path, role: str, err: str) -> dict:
+    """Check that the run said which role died and how to go on; the state of its newest loadable checkpoint."""
+    (run_dir,) = (tmp_path / "results").iterdir()
+    assert f"{role} exited with code -9; the run stopped" in err
+    assert f"continue with: zrl-launch --resume {run_dir.relative_to(tmp_path)}" in err
+    return next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
 
 
 def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path, no_leaks):
     """SIGKILL a random worker 10 times during a Pong run: 10 restarts are counted, the learner step never goes
     back, and the run still reaches its frame budget."""
-    proc = _launch(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=400000", "--set",
-                   "workers.max_restarts=20", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
     rng = random.Random(7)
     killed = []
-    try:
+    with _launched(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=400000", "--set",
+                   "workers.max_restarts=20", "--set", "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
         for _ in range(10):
             victim = None
@@ -121,10 +152,6 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
             killed.append(victim.pid)
             time.sleep(rng.uniform(1.0, 3.0))
         code, out, err = _finish(proc, 300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert code == 0, err[-3000:]
     rows = metrics_rows(tmp_path)
     assert int(rows[-1]["worker_restarts"]) == 10, rows[-1]
@@ -146,24 +173,19 @@ def test_restarted_workers_never_mix_their_frames_into_old_descriptors(tmp_path,
     instances are trained on too."""
     audit = tmp_path / "audit"
     audit.mkdir()
-    proc = _launch(tmp_path, "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlIdentity-v0"',
+    rng = random.Random(3)
+    with _launched(tmp_path, "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlIdentity-v0"',
                    "--workers", "2", "--envs-per-worker", "2", "--set", "run.max_env_frames=150000", "--replay",
                    '[{"type": "queue", "capacity": 64, "sample_ratio": 0.5},'
                    ' {"type": "uniform", "capacity": 300, "sample_ratio": 0.5}]',  # old descriptors live on in it
                    "--set", "workers.max_restarts=10", "--set", "run.log_interval_s=0.5", "--quiet",
-                   path=(HERE / "audit",), env={"ZRL_AUDIT_FRAMES": str(audit)})  # fmt: skip
-    rng = random.Random(3)
-    try:
+                   path=(HERE / "audit",), env={"ZRL_AUDIT_FRAMES": str(audit)}) as proc:  # fmt: skip
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
         for _ in range(4):
             victims = [p for p in (_role(proc, f"zrl-worker-{i}") for i in range(2)) if p]
             rng.choice(victims).send_signal(signal.SIGKILL)
             time.sleep(rng.uniform(1.0, 2.5))
         code, out, err = _finish(proc, 240)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert code == 0, err[-3000:]
     assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) == 4
     checked = wrong = 0
@@ -195,9 +217,8 @@ def test_a_crash_loop_stops_the_run_with_the_traceback(tmp_path, no_leaks):
 
 def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
     """SIGSTOP a worker: within the heartbeat timeout it is declared hung, killed and replaced."""
-    proc = _launch(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                   "run.heartbeat_timeout_s=4", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
-    try:
+    with _launched(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
+                   "run.heartbeat_timeout_s=4", "--set", "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
         # A worker that has finished an episode, so it was running (not still starting, which has its own
         # grace before it counts as hung).
@@ -209,14 +230,7 @@ def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
         _wait(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, 30, "the hung worker's end")
         detected = time.monotonic() - stopped_at
         _wait(lambda: _role(proc, title) is not None and _role(proc, title).pid != victim.pid, 30, f"a new {title}")
-        before = _learner_step(tmp_path)
-        _wait(lambda: _learner_step(tmp_path) > before + 2, 120, "training to go on")
-        proc.send_signal(signal.SIGINT)
-        code, out, err = _finish(proc, 120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        code, out, err = _train_on_then_interrupt(tmp_path, proc, 2)
     assert code == 130, err[-3000:]
     assert detected < 4 + 5, detected  # the timeout, plus the launcher's poll and the kill
     (run_dir,) = (tmp_path / "results").iterdir()
@@ -229,23 +243,15 @@ def test_a_worker_stuck_in_its_env_is_killed_and_replaced_and_says_where(tmp_pat
     heartbeats, is declared hung within the timeout, prints where it is stuck (SIGUSR1 before the kill), and
     its replacement trains on."""
     flag = tmp_path / "hung"
-    proc = _launch(tmp_path, "--config", CARTPOLE, "--workers", "2", "--envs-per-worker", "2", "--set",
+    with _launched(tmp_path, "--config", CARTPOLE, "--workers", "2", "--envs-per-worker", "2", "--set",
                    'env.id="zrl_fault_envs:ZrlHangOnce-v0"', "--set",
                    "run.max_env_frames=100000000", "--set", "run.heartbeat_timeout_s=8", "--set",
-                   "run.log_interval_s=0.5", "--quiet", env={"ZRL_HANG_FLAG": str(flag)})  # fmt: skip
-    try:
+                   "run.log_interval_s=0.5", "--quiet", env={"ZRL_HANG_FLAG": str(flag)}) as proc:  # fmt: skip
         _wait(flag.exists, 120, "a worker's env to hang")
         hung_at = time.monotonic()
         _wait(lambda: _restarts(tmp_path) == 1, 30, "the hung worker's replacement")
         detected = time.monotonic() - hung_at
-        before = _learner_step(tmp_path)
-        _wait(lambda: _learner_step(tmp_path) > before + 5, 120, "training to go on")
-        proc.send_signal(signal.SIGINT)
-        code, out, err = _finish(proc, 120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        code, out, err = _train_on_then_interrupt(tmp_path, proc, 5)
     assert code == 130, err[-3000:]
     assert detected < 8 + 5 + 1, detected  # the timeout, the launcher's poll, the kill and a metrics row
     (run_dir,) = (tmp_path / "results").iterdir()
@@ -258,10 +264,9 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
     """The Ape-X roles under the same supervision: a SIGKILLed worker is replaced, its replacement plays whole
     episodes and the learner trains on; a SIGKILLed learner stops the run with exit code 1, what died, how to go on, and a
     loadable checkpoint that holds the target network."""
-    proc = _launch(tmp_path, "--config", APEX_CARTPOLE, "--set", "run.max_env_frames=100000000", "--set",
+    with _launched(tmp_path, "--config", APEX_CARTPOLE, "--set", "run.max_env_frames=100000000", "--set",
                    "apex.learn_start=200", "--set", "run.checkpoint_every_steps=20", "--set",
-                   "run.log_interval_s=0.5", "--quiet")  # fmt: skip
-    try:
+                   "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
         _wait(lambda: _learner_step(tmp_path) > 25, 120, "a first checkpoint")
         victim = _role(proc, "zrl-worker-1")
         victim.send_signal(signal.SIGKILL)
@@ -273,19 +278,12 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
         _wait(lambda: _episodes_since(tmp_path, 1, killed_at) >= 2, 120, "episodes of the new zrl-worker-1")
         _role(proc, "zrl-learner").send_signal(signal.SIGKILL)
         code, out, err = _finish(proc, 120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert code == 1, err[-3000:]
     rows = metrics_rows(tmp_path)
     assert int(rows[-1]["worker_restarts"]) == 1
     steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
     assert steps == sorted(steps)
-    (run_dir,) = (tmp_path / "results").iterdir()
-    assert "zrl-learner exited with code -9; the run stopped" in err
-    assert f"continue with: zrl-launch --resume {run_dir.relative_to(tmp_path)}" in err
-    good = next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
+    good = _stopped_in_order(tmp_path, "zrl-learner", err)
     assert good["learner_step"] >= 20 and good["target"].keys() == good["model"].keys()
 
 
@@ -293,23 +291,15 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
 def test_a_dead_learner_or_broker_stops_the_run_in_order(tmp_path, no_leaks, role):
     """SIGKILL the learner, and separately the broker: the run stops within seconds with exit code 1, says
     what died and how to resume, and leaves a loadable checkpoint."""
-    proc = _launch(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                   "run.checkpoint_every_steps=5", "--set", "run.log_interval_s=0.5", "--quiet")  # fmt: skip
-    try:
+    with _launched(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
+                   "run.checkpoint_every_steps=5", "--set", "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
         _wait(lambda: _learner_step(tmp_path) > 6, 120, "a first checkpoint")
         _role(proc, role).send_signal(signal.SIGKILL)
         killed_at = time.monotonic()
         code, out, err = _finish(proc, 120)
         took = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert code == 1, err[-3000:]
     assert took < 30, took
-    (run_dir,) = (tmp_path / "results").iterdir()
-    assert f"{role} exited with code -9; the run stopped" in err
-    assert f"continue with: zrl-launch --resume {run_dir.relative_to(tmp_path)}" in err
-    good = next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
+    good = _stopped_in_order(tmp_path, role, err)
     assert good["learner_step"] >= 5
     assert not zrl_processes() or all(p.status() == psutil.STATUS_ZOMBIE for p in zrl_processes())
