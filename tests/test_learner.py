@@ -27,11 +27,12 @@ def _batch():
     }
 
 
-def test_sgd_step_changes_weights_and_they_reach_the_actor():
+@pytest.mark.parametrize("kind, optimizer", [("atari", "rmsprop"), ("atari_small", "rmsprop_tf"), ("atari", "adam")])
+def test_sgd_step_changes_weights_and_they_reach_the_actor(kind, optimizer):
     torch.manual_seed(0)
-    learner_model = build_model(ModelConfig(), (84, 84), "|u1", S, A)
-    actor_model = build_model(ModelConfig(), (84, 84), "|u1", S, A)
-    cfg = LearnerConfig(learning_rate=1e-3)
+    learner_model = build_model(ModelConfig(kind=kind), (84, 84), "|u1", S, A)
+    actor_model = build_model(ModelConfig(kind=kind), (84, 84), "|u1", S, A)
+    cfg = LearnerConfig(learning_rate=1e-3, optimizer=optimizer)
     opt, sched = make_optimizer(learner_model, cfg, total_steps=10)
     before = flat_parameters(learner_model)
     obs = torch.randint(0, 256, (B, T + 1, S, 84, 84), dtype=torch.uint8)
@@ -44,6 +45,25 @@ def test_sgd_step_changes_weights_and_they_reach_the_actor():
         x = obs[:, 0]
         assert torch.allclose(actor_model(x).logits, learner_model(x).logits)
     assert sched.get_last_lr()[0] < cfg.learning_rate  # the polynomial decay moved
+
+
+def test_channels_last_weights_travel_in_the_logical_order():
+    """The conv nets compute channels-last; their flat weights are in PyTorch's logical (NCHW) order, so a plain
+    contiguous copy of the network given them computes the same logits."""
+    from zrl.models import AtariNet
+
+    torch.manual_seed(1)
+    for kind in ("atari", "atari_small"):
+        net = build_model(ModelConfig(kind=kind), (84, 84), "|u1", S, A)
+        conv = net.torso[0].weight
+        assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
+        plain = AtariNet(S, A, 512, 512, kind)
+        load_flat(plain, flat_parameters(net))
+        assert all(p.is_contiguous() for p in plain.parameters())
+        x = torch.randint(0, 256, (2, S, 84, 84), dtype=torch.uint8)
+        with torch.no_grad():
+            torch.testing.assert_close(plain(x).logits, net(x).logits, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(plain(x).values, net(x).values, rtol=1e-4, atol=1e-5)
 
 
 def test_no_gradient_clip_still_reports_the_norm():

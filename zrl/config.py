@@ -104,7 +104,7 @@ class WorkersConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     kind: str = "auto"
-    """Network: atari (three conv layers and a 512-unit layer), mlp, or auto (atari for image observations)."""
+    """Network: atari (the Nature DQN's three conv layers and a hidden_size layer), atari_small (the 2013 DQN's and A3C's two conv layers, 16 and 32 channels, a third of the cost), mlp, or auto (atari for image observations)."""
     hidden_size: int = 512
     """Width of the Atari network's fully connected layer."""
     mlp_hidden: tuple[int, ...] = (64, 64)
@@ -126,7 +126,7 @@ class LearnerConfig:
     torch_threads: int = 0
     """PyTorch threads for the learner; 0 lets PyTorch choose."""
     optimizer: str = "rmsprop"
-    """rmsprop or adam."""
+    """rmsprop (PyTorch's: mean square from 0, eps outside the root), rmsprop_tf (TensorFlow 1's, which IMPALA used: mean square from 1, eps inside the root) or adam."""
     learning_rate: float = 0.00048
     """Initial learning rate."""
     lr_decay_steps: int = 0
@@ -301,9 +301,9 @@ MOVED_KEYS = {
     "learner.clip_pg_rho_threshold": "vtrace.clip_pg_rho",
     "model.send_features": None,  # workers send features whenever an elite or attentive replay needs them
 }
-OPTIMIZERS = ("rmsprop", "adam")
+OPTIMIZERS = ("rmsprop", "rmsprop_tf", "adam")
 PRECISIONS = ("fp32", "bf16")
-MODEL_KINDS = ("auto", "atari", "mlp")
+MODEL_KINDS = ("auto", "atari", "atari_small", "mlp")
 TRANSPORT_KINDS = ("ipc", "tcp")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 # Keys a resumed run may change: how long, how many processes, how often it reports and saves.

@@ -129,14 +129,16 @@ class C51Net(nn.Module):
 
 
 def _torso(cfg, frame_shape: tuple[int, ...], stack: int) -> tuple[nn.Module, int, int]:
-    """The torso for ``cfg`` (a ModelConfig), its output width and the heads' hidden width: the Nature torso
-    for 84x84 frames, an MLP otherwise."""
+    """The torso for ``cfg`` (a ModelConfig), its output width and the heads' hidden width: a conv torso for
+    84x84 frames (Nature's, or the small one), an MLP otherwise."""
     import numpy as np
 
-    from zrl.models import NATURE_CONV_OUT, _init, model_kind, nature_convs
+    from zrl.models import IMAGE_KINDS, _init, conv_torso, model_kind
 
-    if model_kind(cfg, frame_shape) == "atari":
-        return nn.Sequential(*nature_convs(stack)), NATURE_CONV_OUT, cfg.hidden_size
+    kind = model_kind(cfg, frame_shape)
+    if kind in IMAGE_KINDS:
+        convs, width = conv_torso(kind, stack)
+        return nn.Sequential(*convs), width, cfg.hidden_size
     layers: list[nn.Module] = [nn.Flatten()]
     size = stack * int(np.prod(frame_shape))
     for w in cfg.mlp_hidden:

@@ -24,6 +24,7 @@ from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
+from zrl.optim import TFRMSprop
 from zrl.roles.common import (Decoder, Every, RunWiring, StartFrom, crash_report, keep_freed_memory, next_batch,
                               should_stop, start_role)
 
@@ -38,6 +39,9 @@ def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int)
     """The optimiser and a polynomial decay of its learning rate to lr_end over total_steps."""
     if cfg.optimizer == "adam":
         opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps)
+    elif cfg.optimizer == "rmsprop_tf":
+        opt = TFRMSprop(model.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
+                        momentum=cfg.rmsprop_momentum)  # fmt: skip
     else:
         opt = torch.optim.RMSprop(model.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha,
                                   eps=cfg.rmsprop_eps, momentum=cfg.rmsprop_momentum)  # fmt: skip
