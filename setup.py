@@ -9,9 +9,11 @@ setup(
     description="Distributed reinforcement learning for Atari and Gymnasium on ZeroMQ and shared memory",
     python_requires=">=3.11",
     packages=find_packages(include=["zrl", "zrl.*", "shm", "shm.*"]),
+    package_data={"zrl.bench": ["reference/*.json"]},
     install_requires=requirements,
     extras_require={
-        "test": ["pytest==9.2.0", "pytest-timeout==2.4.0"],
+        # matplotlib draws zrl-bench learning's curves (tests check the PNG)
+        "test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "matplotlib==3.11.2"],
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py
         "peers": ["envpool==1.2.5", "opencv-python-headless==5.0.0.93", "matplotlib==3.11.2"],

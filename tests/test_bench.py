@@ -3,6 +3,7 @@ every field its JSON promises. Speed is never asserted here; perf/ records it.""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -116,6 +117,10 @@ def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
     (("sampling", "--envs-per-worker", "0"), "every value must be at least 1"),
     (("env", "--seconds", "0"), "--seconds must be > 0"),
     (("env", "--set", "env.id=\"ALE/Nope-v5\""), "env.id"),
+    (("learning", "--config", SMOKE), "learning needs a budget"),
+    (("learning", "--runs", "no/such/run"), "not a zrl run folder"),
+    (("learning", "--seconds", "10", "--seeds", "1,x"), "--seeds '1,x'"),
+    (("learning", "--seconds", "10", "--workers", "1,2"), "takes one number"),
 ])  # fmt: skip
 def test_bench_mistakes_exit_2_in_one_line(tmp_path, args, expected):
     done = run_command("zrl-bench", *args, cwd=tmp_path, timeout=120)
@@ -156,3 +161,48 @@ def test_a_killed_learner_bench_leaves_no_role_suspended(tmp_path, no_leaks):
             proc.kill()
             proc.wait()
     sweep_stale()  # the rings of the killed bench: what the next zrl-launch or zrl-bench does
+
+
+CARTPOLE = REPO / "config" / "cartpole.toml"
+
+
+def test_learning_mode_trains_each_seed_and_draws_the_curve_beside_the_reference(tmp_path, no_leaks):
+    """The real zrl-launch on CartPole for 15,000 env frames, two seeds one after the other: the JSON holds each
+    run's 100-episode mean after every episode (against frames and minutes) and the command that made it, and
+    the PNG is drawn. Then --runs reads the same folders again without training, and gives the same curves."""
+    png = tmp_path / "curve.png"
+    doc = _bench(tmp_path, "learning", "--config", CARTPOLE, "--frames", 15000, "--seeds", "3,4", "--png", png,
+                 "--results-dir", tmp_path / "runs", timeout=600)  # fmt: skip
+    result = doc["result"]
+    assert [c["seed"] for c in result["curves"]] == [3, 4] and result["env"] == "CartPole-v1"
+    assert result["references"] == []  # the stored reference is Pong's
+    for curve in result["curves"]:
+        assert "run.seed=" + str(curve["seed"]) in curve["command"] and "run.max_env_frames=15000" in curve["command"]
+        points = curve["points"]
+        assert curve["episodes"] == len(points) >= 100 and curve["env_frames"] >= 15000
+        frames = [p["env_frames"] for p in points]
+        minutes = [p["minutes"] for p in points]
+        assert frames == sorted(frames) and minutes == sorted(minutes) and minutes[0] >= 0
+        with open(f"{curve['run']}/episodes.csv") as fh:  # the mean is over the last 100 raw returns to end
+            ended = sorted(csv.DictReader(fh), key=lambda row: float(row["wall_time"]))
+        returns = [float(row["raw_return"]) for row in ended]
+        assert points[-1]["mean_return_100"] == pytest.approx(sum(returns[-100:]) / 100, abs=1e-3)
+        assert points[0]["mean_return_100"] == pytest.approx(returns[0], abs=1e-3)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+    assert f"wrote {png}" in doc["stdout"] and "seed 3" in doc["stdout"]
+
+    again = _bench(tmp_path, "learning", *[a for c in result["curves"] for a in ("--runs", c["run"])])
+    assert again["result"]["env"] == "CartPole-v1" and again["result"]["references"] == []  # from the runs' configs
+    assert [c["points"] for c in again["result"]["curves"]] == [c["points"] for c in result["curves"]]
+    assert [c["seed"] for c in again["result"]["curves"]] == [3, 4]
+
+
+def test_the_pong_reference_curve_is_kept_with_its_source():
+    from zrl.bench.learning import _reference_at, references
+
+    (ref,) = references("ALE/Pong-v5")
+    assert "ppo_atari_envpool.py" in ref["source"] and "seed 1" in ref["source"]
+    assert [p["minutes"] for p in ref["points"]] == sorted(p["minutes"] for p in ref["points"])
+    assert ref["points"][-1] == {"env_frames": 5_200_000, "minutes": 62, "mean_return": 12.1}
+    assert _reference_at(ref, 62) == pytest.approx(12.1) and _reference_at(ref, 10) is None
+    assert _reference_at(ref, 40.5) == pytest.approx((-6.8 + -1.0) / 2)

@@ -120,15 +120,18 @@ def test_workers_send_enough_per_version_for_a_batch():
                      learner=LearnerConfig(batch_size=batch, publish_every=publish),
                      replay=(ReplayConfig(capacity=128),))
         k = unrolls_per_version(cfg)
-        assert k * count * envs >= 1.25 * batch * publish  # never fewer than the learner needs
-        assert (k - 1) * count * envs < 1.25 * batch * publish  # and not a whole unroll more than asked
+        assert k * count * envs == pytest.approx(1.25 * batch * publish)  # on average, what was asked
     free = Config(workers=WorkersConfig(produce_ratio=0.0))
     assert unrolls_per_version(free) == 0
     # with half of each batch replayed, the workers send for the fresh half only
     mixed = Config(workers=WorkersConfig(count=2, envs_per_worker=4), learner=LearnerConfig(batch_size=32),
                    replay=(ReplayConfig(capacity=1, sample_ratio=0.5),
                            ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5)))
-    assert unrolls_per_version(mixed) * 8 >= 1.25 * 16 and (unrolls_per_version(mixed) - 1) * 8 < 1.25 * 16
+    assert unrolls_per_version(mixed) * 8 == pytest.approx(1.25 * 16)
+    # many workers for a small batch: each sends one unroll every few versions, not four batches' worth a version
+    many = Config(workers=WorkersConfig(count=8, envs_per_worker=4), learner=LearnerConfig(batch_size=8),
+                  replay=(ReplayConfig(capacity=64),))
+    assert unrolls_per_version(many) == pytest.approx(10 / 32)
 
 
 def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> Broker:

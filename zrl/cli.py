@@ -85,12 +85,14 @@ def _counts(text: str | None, flag: str) -> list[int]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("mode", required=False, type=click.Choice(["env", "sampling", "transport", "learner", "elite", "pipeline"]))
+@click.argument("mode", required=False, type=click.Choice(["env", "sampling", "transport", "learner", "elite", "pipeline",
+                                                          "learning"]))
 @click.option("--config", "config_path", type=str, default=None, help="TOML run file whose env, network and batch shape are measured.")
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="Override one config key; repeatable.")
 @click.option("--workers", type=str, default=None, metavar="N[,N...]", help="Worker processes; sampling takes a list (a grid).")
 @click.option("--envs-per-worker", type=str, default=None, metavar="M[,M...]", help="Envs per worker; sampling takes a list.")
-@click.option("--seconds", type=float, default=5.0, show_default=True, help="Measured seconds of each step of the mode.")
+@click.option("--seconds", type=float, default=None,
+              help="Measured seconds of each step of the mode [5]; learning: each run's wall-clock budget.")
 @click.option("--warmup", type=float, default=None, help="Seconds before measuring (sampling 2, pipeline 15).")
 @click.option("--json", "json_path", type=str, default=None, metavar="PATH", help="Write the figures and the machine's facts.")
 @click.option("--policy", type=click.Choice(["uniform", "network"]), default="uniform", show_default=True,
@@ -106,10 +108,22 @@ def _counts(text: str | None, flag: str) -> list[int]:
 @click.option("--suggest", is_flag=True, help="Short pipeline runs over a grid (the --workers and --envs-per-worker "
               "lists; by default half, all and twice the cores x 2, 4, 8 envs); prints the best for this machine, the "
               "one whose learner trains the most per second.")
+@click.option("--frames", type=int, default=None, help="learning: each run's budget of env frames.")
+@click.option("--seeds", type=str, default="0", show_default=True, metavar="S[,S...]",
+              help="learning: one run per seed, one after another (each alone on the machine).")
+@click.option("--runs", multiple=True, metavar="RUN_DIR",
+              help="learning: read these run folders' curves instead of training (runs started by hand); repeatable.")
+@click.option("--png", "png_path", type=str, default=None, metavar="PATH",
+              help="learning: draw the curves (return against frames and against wall time) with the reference.")
+@click.option("--results-dir", type=str, default="results", show_default=True,
+              help="learning: where the runs' folders go (learning_<time>/seed<S>/ under it).")
 def bench_main(mode, config_path, sets, workers, envs_per_worker, seconds, warmup, json_path, policy, no_ceiling,
-               no_peers, capacity, lam, feature_steps, precision, repeats, suggest) -> None:  # fmt: skip
+               no_peers, capacity, lam, feature_steps, precision, repeats, suggest, frames, seeds, runs, png_path,
+               results_dir) -> None:  # fmt: skip
     """Measure a hop of the pipeline against the machine's own ceiling, in the same run:
-    zrl-bench sampling --workers 2 --envs-per-worker 4 --json perf/results/sampling.json"""
+    zrl-bench sampling --workers 2 --envs-per-worker 4 --json perf/results/sampling.json
+
+    Learning curves: zrl-bench learning --config config/pong.toml --seconds 3600 --seeds 1,2 --json c.json --png c.png"""
     import json
     from pathlib import Path
 
@@ -119,6 +133,11 @@ def bench_main(mode, config_path, sets, workers, envs_per_worker, seconds, warmu
     try:
         if suggest == (mode is not None):
             raise ConfigError(f"give one of MODE ({', '.join(bench.MODES)}) or --suggest")
+        if mode == "learning":
+            _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seeds, runs, json_path, png_path,
+                      results_dir)  # fmt: skip
+            return
+        seconds = 5.0 if seconds is None else seconds
         if seconds <= 0 or (warmup is not None and warmup < 0) or capacity < 1 or repeats < 1 or lam < 1:
             raise ConfigError("--seconds must be > 0, --warmup >= 0, --capacity and --repeats >= 1, --lambda >= 1")
         opt = bench.Options(config_path=config_path, sets=list(sets), workers=_counts(workers, "--workers"),
@@ -143,6 +162,42 @@ def bench_main(mode, config_path, sets, workers, envs_per_worker, seconds, warmu
         doc = {"mode": name, "seconds": seconds, "machine": machine(), "result": result}
         path.write_text(json.dumps(doc, indent=2) + "\n")
         click.echo(f"wrote {path}")
+
+
+def _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seeds, runs, json_path, png_path,
+              results_dir) -> None:  # fmt: skip
+    """zrl-bench learning: train (or read) runs, print their marks beside the reference, write JSON and PNG."""
+    import json
+    from pathlib import Path
+
+    from zrl.bench import _table, learning
+    from zrl.bench.facts import machine
+
+    if (seconds is not None and seconds <= 0) or (frames is not None and frames <= 0):
+        raise ConfigError("--seconds and --frames must be > 0")
+    one_count = {"--workers": _counts(workers, "--workers"), "--envs-per-worker": _counts(envs_per_worker, "--envs-per-worker")}
+    for flag, values in one_count.items():
+        if len(values) > 1:
+            raise ConfigError(f"learning: {flag} takes one number, not a list")
+    w = one_count["--workers"][0] if one_count["--workers"] else None
+    m = one_count["--envs-per-worker"][0] if one_count["--envs-per-worker"] else None
+    try:
+        seed_list = [int(s) for s in seeds.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds {seeds!r}: expected an integer or a comma list such as 1,2") from None
+    result = learning.learning(config_path, list(sets), w, m, seed_list, seconds, frames, list(runs), results_dir,
+                               progress=lambda text: click.echo(f"zrl-bench: {text}", err=True))  # fmt: skip
+    facts = machine()
+    click.echo(_table(learning.summary_rows(result), ["curve", "minutes", "env_frames", "learner_steps", "episodes",
+                                                      *(f"{m}min" for m in learning.MARKS_MIN), "last"]))  # fmt: skip
+    if json_path:
+        path = Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"mode": "learning", "machine": facts, "result": result}, indent=1) + "\n")
+        click.echo(f"wrote {path}")
+    if png_path:
+        where = f"{facts['cpu']}, {facts['cores']} cores"
+        click.echo(f"wrote {learning.plot(result, png_path, where)}")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

@@ -90,7 +90,9 @@ class WorkersConfig:
     stats_interval_s: float = 1.0
     """Seconds between a worker's stats messages, which double as its heartbeat."""
     produce_ratio: float = 1.25
-    """Actor/learner balance: per weights version all workers send about this many batches' worth of unrolls (rounded up to whole unrolls per worker), then wait for new weights; 0 runs free."""
+    """Actor/learner balance: per weights version all workers send about this many batches' worth of unrolls (a worker sends one unroll every few versions when there are many workers), then wait for new weights; 0 runs free."""
+    nice: int = 0
+    """Scheduling priority the workers lower themselves by (Unix nice, 0-19), so that the learner keeps its share of the cores whatever the worker count."""
     max_weights_wait_s: float = 2.0
     """The longest a throttled worker waits for new weights before it sends another unroll anyway."""
     max_restarts: int = 3
@@ -311,7 +313,7 @@ SAFE_ON_RESUME = (
     "run.max_env_frames", "run.log_interval_s", "run.checkpoint_every_steps", "run.checkpoint_every_minutes",
     "run.keep_checkpoints", "run.heartbeat_timeout_s", "run.max_seconds", "workers.max_restarts",
     "workers.restart_window_s", "workers.count", "workers.envs_per_worker",
-    "workers.torch_threads", "workers.stats_interval_s", "workers.max_weights_wait_s", "learner.device",
+    "workers.torch_threads", "workers.nice", "workers.stats_interval_s", "workers.max_weights_wait_s", "learner.device",
     "learner.torch_threads", "broker.torch_threads", "broker.prefetch_batches", "transport.kind",
     "transport.hwm", "transport.poll_timeout_ms",
 )  # fmt: skip
@@ -434,6 +436,8 @@ def check(cfg: Config) -> None:
     _choice("model.kind", cfg.model.kind, MODEL_KINDS)
     _choice("transport.kind", cfg.transport.kind, TRANSPORT_KINDS)
     _choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
+    if not 0 <= cfg.workers.nice <= 19:
+        _fail("workers.nice", f"must be between 0 and 19 (the workers only lower their priority), got {cfg.workers.nice}")
     if cfg.workers.max_restarts < 0:
         _fail("workers.max_restarts", f"must be >= 0 (0: a worker that dies stops the run), got {cfg.workers.max_restarts}")
     if not cfg.workers.restart_window_s > 0:
@@ -606,26 +610,28 @@ def needs_features(cfg: Config) -> bool:
     return any(r.type in FEATURE_REPLAYS for r in cfg.replay)
 
 
-def unrolls_per_version(cfg: Config) -> int:
-    """How many unrolls each worker may send per new weights version (0: no limit).
+def unrolls_per_version(cfg: Config) -> float:
+    """How many unrolls each worker may send per new weights version, on average (0: no limit).
 
     All workers together send ``produce_ratio`` times the fresh share of a batch per version (a version
     covers ``publish_every`` learner steps), so the learner always has fresh data and little is produced
-    only to be dropped. Rounded up: never fewer than the learner needs. A deterministic run's single worker
-    sends exactly what one version trains on.
+    only to be dropped. Under 1 (many workers or envs for a small batch) a worker sends one unroll every
+    1 / rate versions: at 8 workers x 4 envs and batches of 8, a whole unroll per worker per version was four
+    batches' worth, three of them dropped. A deterministic run's single worker sends exactly what one version
+    trains on.
     """
     if cfg.run.deterministic:
         return cfg.learner.batch_size * cfg.learner.publish_every // cfg.workers.envs_per_worker
     if not cfg.workers.produce_ratio:
         return 0
     units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every * fresh_share(cfg)
-    return math.ceil(units / (cfg.workers.count * cfg.workers.envs_per_worker) - 1e-9)
+    return units / (cfg.workers.count * cfg.workers.envs_per_worker)
 
 
 def queue_capacity(cfg: Config, rep: ReplayConfig) -> int:
     """A queue holds at least what one batch takes from it and what the workers send per weights version,
     so that throttled workers never wait on a learner that starves (the reference's capacity 1 queue)."""
-    per_version = unrolls_per_version(cfg) * cfg.workers.count * cfg.workers.envs_per_worker
+    per_version = math.ceil(unrolls_per_version(cfg)) * cfg.workers.count * cfg.workers.envs_per_worker
     return max(rep.capacity, replay_share(cfg, rep), per_version)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-MODES = ("env", "sampling", "transport", "learner", "elite", "pipeline")
+MODES = ("env", "sampling", "transport", "learner", "elite", "pipeline", "learning")
 
 
 @dataclass

@@ -9,6 +9,8 @@ is the bootstrap observation and the first of the next unroll).
 
 from __future__ import annotations
 
+import math
+import os
 import time
 
 import numpy as np
@@ -24,6 +26,8 @@ from zrl.roles.common import (EpisodeReporter, Every, RunWiring, Weights, Worker
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
     start_role(f"zrl-worker-{worker_id}", wiring.launcher_pid)
+    if cfg.workers.nice:  # below the learner and broker, which keep their share of the cores
+        os.nice(cfg.workers.nice)
     transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report(f"zrl-worker-{worker_id}", wiring):
         if cfg.algo == "apex_iqn":
@@ -81,9 +85,11 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
         env_steps = start.env_frames // wiring.frames_per_step  # a restarted worker's counts go on
         seq = weight_updates = 0
         timing = {"step": 0.0, "inference": 0.0, "ring_write": 0.0, "send": 0.0, "weights_wait": 0.0}
-        max_ahead = unrolls_per_version(cfg)
+        rate = unrolls_per_version(cfg)  # unrolls per weights version, on average (0: free running)
+        max_ahead = int(rate)  # a deterministic run's exact count
+        most = max(math.ceil(rate), 1)  # the most a worker sends on one version
         max_wait_s = cfg.workers.max_weights_wait_s
-        ahead = 0  # unrolls sent since the last new weights
+        budget = 1.0  # unrolls this worker may send before it waits for new weights
         played = 0  # unrolls played since the run began (a deterministic resume counts the replayed ones)
         report = Every(cfg.workers.stats_interval_s)
 
@@ -108,12 +114,12 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
             link.send_stats(env_steps, seq * m, policy_version, weight_updates, timing)
 
         def use_weights(got: Weights | None) -> None:
-            nonlocal policy_version, weight_updates, ahead
+            nonlocal policy_version, weight_updates, budget
             if got is not None and got.version > policy_version:
+                budget = min(budget + rate * (got.version - policy_version), most)
                 policy_version = got.version
                 load_flat(model, got.flat)
                 weight_updates += 1
-                ahead = 0
 
         def heartbeat() -> None:
             if report.due():
@@ -163,7 +169,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
                     return
             seq += 1
             played += 1
-            ahead += 1
+            budget = max(budget - 1.0, 0.0)
             first_frame = last_frame
             t6 = time.perf_counter()
             timing["send"] += t6 - t5
@@ -173,19 +179,19 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
                 if policy_version < played // max_ahead:
                     use_weights(weights.at_least(played // max_ahead, heartbeat))  # heartbeats while it trains
             else:
-                # New weights between unrolls; a throttled worker that is max_ahead unrolls ahead waits for them.
-                # Until the first new version arrives the learner has not started (its replays are filling),
-                # so the worker runs free.
+                # New weights between unrolls; a throttled worker whose budget is spent waits for them (each
+                # new version adds `rate` unrolls). Until the first new version arrives the learner has not
+                # started (its replays are filling), so the worker runs free.
                 wait_ms = 0
                 deadline = t6 + max_wait_s
                 while True:
-                    if max_ahead and ahead >= max_ahead and weight_updates:
+                    if rate and budget < 1.0 and weight_updates:
                         wait_ms = max(0, min(poll_ms, int((deadline - time.perf_counter()) * 1000)))
                     use_weights(weights.newer(policy_version, wait_ms))
-                    if wait_ms == 0 or ahead == 0 or should_stop(stop_event, wiring.launcher_pid):
+                    if wait_ms == 0 or budget >= 1.0 or should_stop(stop_event, wiring.launcher_pid):
                         break
                     if time.perf_counter() >= deadline:
-                        ahead = max_ahead - 1  # waited long enough: one more unroll, then wait again
+                        budget = 1.0  # waited long enough: one more unroll, then wait again
                         break
             timing["weights_wait"] += time.perf_counter() - t6
             if report.due():
