@@ -178,16 +178,15 @@ def test_learning_mode_trains_each_seed_and_draws_the_curve_beside_the_reference
     assert result["references"] == []  # the stored reference is Pong's
     for curve in result["curves"]:
         assert "run.seed=" + str(curve["seed"]) in curve["command"] and "run.max_env_frames=15000" in curve["command"]
-        points = curve["points"]
-        assert curve["episodes"] == len(points) >= 100 and curve["env_frames"] >= 15000
-        frames = [p["env_frames"] for p in points]
-        minutes = [p["minutes"] for p in points]
+        points = curve["points"]  # columns
+        assert curve["episodes"] == len(points["episode"]) >= 100 and curve["env_frames"] >= 15000
+        frames, minutes, means = points["env_frames"], points["minutes"], points["mean_return_100"]
         assert frames == sorted(frames) and minutes == sorted(minutes) and minutes[0] >= 0
         with open(f"{curve['run']}/episodes.csv") as fh:  # the mean is over the last 100 raw returns to end
             ended = sorted(csv.DictReader(fh), key=lambda row: float(row["wall_time"]))
         returns = [float(row["raw_return"]) for row in ended]
-        assert points[-1]["mean_return_100"] == pytest.approx(sum(returns[-100:]) / 100, abs=1e-3)
-        assert points[0]["mean_return_100"] == pytest.approx(returns[0], abs=1e-3)
+        assert means[-1] == pytest.approx(sum(returns[-100:]) / 100, abs=1e-3)
+        assert means[0] == pytest.approx(returns[0], abs=1e-3)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     assert f"wrote {png}" in doc["stdout"] and "seed 3" in doc["stdout"]
 

@@ -193,7 +193,8 @@ def _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seed
     if json_path:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"mode": "learning", "machine": facts, "result": result}, indent=1) + "\n")
+        doc = {"mode": "learning", "machine": facts, "result": learning.for_json(result)}
+        path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")  # thousands of points: compact
         click.echo(f"wrote {path}")
     if png_path:
         where = f"{facts['cpu']}, {facts['cores']} cores"

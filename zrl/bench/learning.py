@@ -155,7 +155,7 @@ def learning(config_path: str | None, sets: list[str], workers: int | None, envs
             env_id = resolved.get("env", {}).get("id", env_id)
             seed = resolved.get("run", {}).get("seed")
             label = f"{Path(run).resolve().parent.name}/{Path(run).name} seed {seed}"
-            curves.append(read_curve(run) | {"seed": seed, "label": label, "command": None})
+            curves.append(read_curve(run) | {"seed": seed, "label": label, "command": None, "resolved_config": resolved})
     else:
         if not seconds and not frames:
             raise ConfigError("learning needs a budget: --seconds (wall clock) and/or --frames (env frames)")
@@ -168,6 +168,16 @@ def learning(config_path: str | None, sets: list[str], workers: int | None, envs
             curves.append(read_curve(run_dir) | {"seed": seed, "label": f"seed {seed}", "command": " ".join(shown)})
     return {"config": config_path, "sets": list(sets), "env": env_id, "seconds": seconds, "frames": frames,
             "runs": list(runs), "curves": curves, "references": references(env_id)}  # fmt: skip
+
+
+def for_json(result: dict) -> dict:
+    """``result`` with each curve's points as columns (episode, env_frames, minutes, mean_return_100): an hour of
+    Pong is thousands of episodes, and columns keep the file to a third of the size."""
+    curves = []
+    for c in result["curves"]:
+        columns = {key: [p[key] for p in c["points"]] for key in ("episode", "env_frames", "minutes", "mean_return_100")}
+        curves.append(c | {"points": columns})
+    return result | {"curves": curves}
 
 
 def _run_config(run_dir: Path) -> dict:

@@ -168,13 +168,13 @@ def _bare_learner(cfg: Config, spec, commands, out, parent: int) -> None:
 
     from zrl.models import build_model
     from zrl.roles.common import keep_freed_memory
+    from zrl.config import learner_threads
     from zrl.roles.learner import make_optimizer, resolve_device, sgd_step
 
     lcfg = cfg.learner
     if cfg.run.keep_freed_memory:  # the learner role's allocator setting too
         keep_freed_memory()
-    if lcfg.torch_threads:
-        torch.set_num_threads(lcfg.torch_threads)
+    torch.set_num_threads(learner_threads(cfg))  # as the learner role
     device = resolve_device(lcfg.device)
     t, b, s = lcfg.unroll_length, lcfg.batch_size, cfg.env.frame_stack
     torch.manual_seed(0)

@@ -119,11 +119,11 @@ IMAGE_KINDS = ("atari", "atari_small")
 
 
 def model_kind(cfg: ModelConfig, frame_shape: tuple[int, ...]) -> str:
-    """atari, atari_small or mlp: what ``cfg.kind`` means for these frames (auto: the Nature conv net for 84x84
-    frames)."""
+    """atari, atari_small or mlp: what ``cfg.kind`` means for these frames (auto: the small conv net for 84x84
+    frames, an MLP otherwise)."""
     kind = cfg.kind
     if kind == "auto":
-        kind = "atari" if tuple(frame_shape) == (84, 84) else "mlp"
+        kind = "atari_small" if tuple(frame_shape) == (84, 84) else "mlp"
     if kind in IMAGE_KINDS and tuple(frame_shape) != (84, 84):
         raise ValueError(f"model.kind = {kind!r} needs 84x84 frames, the environment gives {frame_shape}")
     return kind

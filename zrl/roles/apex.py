@@ -36,7 +36,7 @@ from shm.ring import Ring
 from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
 from zrl.algos.iqn import NStep
-from zrl.config import Config, apex_anneal_steps, to_dict
+from zrl.config import Config, apex_anneal_steps, learner_threads, to_dict
 from zrl.gather import ActingStack, TransitionGatherer
 from zrl.models import flat_parameters, load_flat
 from zrl.models.iqn import build_apex_model
@@ -318,8 +318,7 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
 
     if cfg.run.keep_freed_memory:
         keep_freed_memory()
-    if cfg.learner.torch_threads:
-        torch.set_num_threads(cfg.learner.torch_threads)
+    torch.set_num_threads(learner_threads(cfg))
     torch.manual_seed(cfg.run.seed)
     device = resolve_device(cfg.learner.device)
     lcfg, apex = cfg.learner, cfg.apex

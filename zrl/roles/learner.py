@@ -21,7 +21,7 @@ from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.losses import vtrace_loss
 from zrl.algos.apex import transition_losses
 from zrl.algos.iqn import NStep
-from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, lr_decay_steps, to_dict
+from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, learner_threads, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
 from zrl.optim import TFRMSprop
@@ -274,8 +274,7 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFr
 def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartFrom | None) -> None:
     if cfg.run.keep_freed_memory:
         keep_freed_memory()
-    if cfg.learner.torch_threads:
-        torch.set_num_threads(cfg.learner.torch_threads)
+    torch.set_num_threads(learner_threads(cfg))
     deterministic = cfg.run.deterministic
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS's condition for repeatable results
