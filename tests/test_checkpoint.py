@@ -95,6 +95,20 @@ def test_wrong_game_and_wrong_model_are_named(tmp_path):
     _one_line(err.value, path, "wrong model")
 
 
+def test_a_nature_net_checkpoint_from_before_the_small_default_says_which_model_to_set(tmp_path):
+    """Checkpoints written before atari_small became the default stored model.kind = "auto" for the Nature
+    net; loading one into a run of the new default names the keys that would make it fit."""
+    from zrl.config import ModelConfig
+    from zrl.models import AtariNet, build_model
+
+    old = AtariNet(4, 6, 512, 512, "atari")
+    state = {"config": {"env": {"id": "ALE/Pong-v5"}, "model": {"kind": "auto", "hidden_size": 512}},
+             "model": old.state_dict()}  # fmt: skip
+    with pytest.raises(CheckpointError) as err:
+        checkpoint.check_compatible(state, "old.pt", "ALE/Pong-v5", build_model(ModelConfig(), (84, 84), "|u1", 4, 6))
+    assert "model.kind = 'atari' and model.hidden_size = 512" in str(err.value)
+
+
 class _Payload:
     """Unpickling this creates a marker file: the side effect a malicious checkpoint would have."""
 

@@ -69,7 +69,7 @@ def test_resolved_config_round_trips(tmp_path):
         ("[learner]\nlearning_rate = true\n", ["learner.learning_rate", "must be a number"]),
         ("[learner]\nbatch_size = 128\n[[replay]]\ntype = 'uniform'\ncapacity = 64\nsample_ratio = 1.0\n",
          ["run.toml", "replay[0].capacity", "batch_size 128"]),
-        ("[learner]\noptimizer = 'adamw'\n", ["learner.optimizer", "rmsprop, adam", "did you mean 'adam'"]),
+        ("[learner]\noptimizer = 'adamw'\n", ["learner.optimizer", "rmsprop, rmsprop_tf, adam", "did you mean 'adam'"]),
         ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.5\n", ["replay", "sum to 0.5"]),
         ("[[replay]]\ntype = 'elit'\ncapacity = 64\nsample_ratio = 1.0\n", ["replay[0].type", "did you mean 'elite'"]),
         ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 1.0\nstrategy = 2\n",
@@ -160,7 +160,7 @@ def test_the_reference_platforms_replay_json_maps_onto_replay_tables(tmp_path):
 ])  # fmt: skip
 def test_replay_json_mistakes_are_named(text, expected):
     with pytest.raises(ConfigError) as err:
-        config.load(None, [], {"replay": text})
+        config.load(None, ["learner.batch_size=32"], {"replay": text, "workers.envs_per_worker": 4})
     for part in expected:
         assert part in str(err.value), (part, str(err.value))
 
@@ -172,8 +172,8 @@ def test_attentive_replay_takes_elite_insertion_too():
 
 
 def test_learning_rate_decays_over_the_budget_counted_in_fresh_units():
-    queue_only = config.load(None, ["run.max_env_frames=2560000"])
-    mixed = config.load(None, ["run.max_env_frames=2560000"], {"replay": '[{"type": "queue", "capacity": 1, '
+    queue_only = config.load(None, ["run.max_env_frames=2560000", "learner.batch_size=32"])
+    mixed = config.load(None, ["run.max_env_frames=2560000", "learner.batch_size=32"], {"replay": '[{"type": "queue", "capacity": 1, '
                         '"sample_ratio": 0.5}, {"type": "uniform", "capacity": 100, "sample_ratio": 0.5}]'})  # fmt: skip
     assert config.lr_decay_steps(queue_only, 4) == 1000  # 2.56M frames / (32 x 20 x 4)
     assert config.lr_decay_steps(mixed, 4) == 2000  # half of every batch is replayed: twice the steps
@@ -205,7 +205,7 @@ def test_the_agent_is_named_by_the_top_level_algo_key(tmp_path):
     from zrl.config import dumps, from_dict, load, to_dict
 
     cfg = load(None, ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]',
-                      "apex.n_step=5"])  # fmt: skip
+                      "apex.n_step=5", 'model.kind="atari_small"'])  # fmt: skip  (a run stores its kind resolved)
     assert cfg.algo == "apex_iqn" and cfg.apex.n_step == 5 and cfg.replay[0].type == "prioritized"
     path = tmp_path / "again.toml"
     path.write_text(dumps(cfg))
@@ -239,3 +239,20 @@ def test_apex_settings_it_cannot_run_are_refused_naming_the_key():
         config.load(None, [*base, "apex.head=c51", "apex.v_min=5", "apex.v_max=5"])
     with pytest.raises(ConfigError, match="run.deterministic"):
         config.load(None, [*base, "run.deterministic=true", "workers.count=1"])
+
+
+def test_a_stored_auto_kind_from_before_the_small_torso_still_means_the_nature_net():
+    """Run folders and checkpoints written before atari_small stored model.kind = "auto", which then meant the
+    Nature net: they read as auto_nature, so they still resume and load. New runs store the kind they resolved."""
+    from zrl.launch import resolve_model_kind
+    from zrl.envs import EnvSpec
+    from zrl.models import model_kind
+
+    old = config.from_dict({"env": {"id": "ALE/Pong-v5"}, "model": {"kind": "auto", "hidden_size": 512}}, "ckpt.pt")
+    assert old.model.kind == "auto_nature" and model_kind(old.model, (84, 84)) == "atari"
+    assert model_kind(old.model, (4,)) == "mlp"
+    assert model_kind(config.load(None).model, (84, 84)) == "atari_small"  # what auto means for a new run
+    spec = EnvSpec(frame_shape=(84, 84), frame_dtype="|u1", num_actions=6, frames_per_step=4, image=True)
+    resolved = resolve_model_kind(config.load(None), spec)
+    assert resolved.model.kind == "atari_small"
+    assert config.from_dict(config.to_dict(resolved), "config.toml").model.kind == "atari_small"

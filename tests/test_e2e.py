@@ -158,8 +158,8 @@ def test_sigterm_stops_in_order_with_exit_143(tmp_path, no_leaks):
         (["--config", "missing.toml"], "missing.toml: no such config file"),
         (["--set", 'env.id="ALE/Pongg-v5"'], "env.id"),
         (["--workers", "0"], "--workers"),
-        # 3136 x 6000 weights in the Atari network's dense layer: more than one weights message carries
-        (["--set", "model.hidden_size=6000"], "model: the network has"),
+        # 3136 x 6000 weights in the Nature network's dense layer: more than one weights message carries
+        (["--set", 'model.kind="atari"', "--set", "model.hidden_size=6000"], "model: the network has"),
     ],
 )
 def test_bad_input_exits_2_before_anything_is_created(tmp_path, no_leaks, args, expected):

@@ -57,7 +57,7 @@ def test_channels_last_weights_travel_in_the_logical_order():
         net = build_model(ModelConfig(kind=kind), (84, 84), "|u1", S, A)
         conv = net.torso[0].weight
         assert conv.is_contiguous(memory_format=torch.channels_last) and not conv.is_contiguous()
-        plain = AtariNet(S, A, 512, 512, kind)
+        plain = AtariNet(S, A, ModelConfig().hidden_size, ModelConfig().feature_size, kind)
         load_flat(plain, flat_parameters(net))
         assert all(p.is_contiguous() for p in plain.parameters())
         x = torch.randint(0, 256, (2, S, 84, 84), dtype=torch.uint8)

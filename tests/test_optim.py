@@ -47,7 +47,7 @@ def test_its_first_step_is_lr_times_the_gradient_where_pytorchs_is_ten_lr_in_eve
         p.grad = g.clone()
         make(p).step()
         steps[name] = -p.detach()
-    torch.testing.assert_close(steps["torch"], torch.full((3,), 1e-2), rtol=1e-4, atol=0)
+    torch.testing.assert_close(steps["torch"], torch.full((3,), 1e-2), rtol=1e-3, atol=0)
     expected = 1e-3 * g / torch.sqrt(0.99 + 0.01 * g**2 + 1e-8)
     torch.testing.assert_close(steps["tf"], expected, rtol=1e-5, atol=0)
 

@@ -135,7 +135,14 @@ def check_compatible(state: dict[str, Any], path: str | Path, env_id: str, model
     stored = {k: tuple(v.shape) for k, v in state.get("model", {}).items()}
     if ours != stored:
         diff = sorted(set(ours.items()) ^ set(stored.items()))
-        raise CheckpointError(f"{path}: its network does not fit this one (wrong model; first difference: {diff[0]})")
+        trained = state.get("config", {}).get("model", {})
+        kind = trained.get("kind")
+        if kind in ("auto", "auto_nature"):  # stored before kinds were stored resolved: auto was the Nature net
+            kind = "atari" if stored.get("torso.0.weight", (0,))[0] == 32 else "mlp"
+        hint = (f"; it was trained with model.kind = {kind!r} and model.hidden_size = {trained.get('hidden_size')}: "
+                "--set them to match" if kind else "")  # fmt: skip
+        raise CheckpointError(f"{path}: its network does not fit this one (wrong model; first difference: "
+                              f"{diff[0]}){hint}")  # fmt: skip
 
 
 def periodic(folder: str | Path) -> list[Path]:

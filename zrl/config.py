@@ -83,7 +83,7 @@ class WorkersConfig:
     count: int = 1
     """Worker processes (the same as --workers). One worker of 8 envs leaves the second of 2 cores to the learner (zrl-bench --suggest's pick on 2 cores); give more on a larger machine."""
     envs_per_worker: int = 8
-    """Environments each worker steps in lock-step (the same as --envs-per-worker); 8 batch the worker's inference."""
+    """Environments each worker steps in lock-step (the same as --envs-per-worker); 8 envs batch the worker's inference."""
     ring_slots: int = 0
     """Slots in each worker's frame ring (one slot = one frame of every env); 0 sizes it from the replay and batch."""
     torch_threads: int = 1
@@ -107,7 +107,7 @@ class WorkersConfig:
 @dataclass(frozen=True)
 class ModelConfig:
     kind: str = "auto"
-    """Network: atari (the Nature DQN's three conv layers and a hidden_size layer), atari_small (the 2013 DQN's and A3C's two conv layers, 16 and 32 channels, a third of the cost), mlp, or auto (atari_small for 84x84 frames, mlp otherwise). On 2 CPU cores atari_small reached -10.8 on Pong at 10 minutes against the Nature net's -17.3 (10.6k against 7.6k frames/s; about the same return per frame)."""
+    """Network: atari (the Nature DQN's three conv layers and a hidden_size layer), atari_small (the 2013 DQN's and A3C's two conv layers, 16 and 32 channels, a third of the cost), mlp, or auto (atari_small for 84x84 frames, mlp otherwise; a run stores the kind it resolved, and auto_nature is what a run folder written before atari_small stored: atari for 84x84 frames). On 2 CPU cores atari_small reached -10.8 on Pong at 10 minutes against the Nature net's -17.3 (10.6k against 7.6k frames/s; about the same return per frame)."""
     hidden_size: int = 256
     """Width of the conv nets' fully connected layer (A3C's 256; the Nature DQN had 512)."""
     mlp_hidden: tuple[int, ...] = (64, 64)
@@ -119,7 +119,7 @@ class ModelConfig:
 @dataclass(frozen=True)
 class LearnerConfig:
     batch_size: int = 8
-    """Unrolls per learner step. 8 x T=20: 12 steps/s on 2 CPU cores for Pong against 0.8 at 32 (per sample the step costs less in a small batch), and Pong learned in as many minutes as frames allowed."""
+    """Unrolls per learner step. 8 x T=20: 12 steps/s on 2 CPU cores for Pong against 0.8 at 32 (per sample the step costs less in a small batch); the updates, not the frames, were what Pong lacked."""
     unroll_length: int = 20
     """Steps per unroll (T)."""
     device: str = "auto"
@@ -141,7 +141,7 @@ class LearnerConfig:
     rmsprop_alpha: float = 0.99
     """RMSprop smoothing constant."""
     rmsprop_eps: float = 1e-05
-    """RMSprop epsilon: small, so that every parameter moves by about the learning rate (A2C's 1e-5; with sums over T x B the gradients are large)."""
+    """RMSprop epsilon: small, so that every parameter moves by about the learning rate (A2C's 1e-5; with sums over T x B the gradients are large). With optimizer = rmsprop (PyTorch's) a small eps makes the first steps move every weight by about 10 x lr."""
     rmsprop_momentum: float = 0.0
     """RMSprop momentum."""
     adam_eps: float = 1e-8
@@ -306,7 +306,7 @@ MOVED_KEYS = {
 }
 OPTIMIZERS = ("rmsprop", "rmsprop_tf", "adam")
 PRECISIONS = ("fp32", "bf16")
-MODEL_KINDS = ("auto", "atari", "atari_small", "mlp")
+MODEL_KINDS = ("auto", "atari", "atari_small", "mlp", "auto_nature")
 TRANSPORT_KINDS = ("ipc", "tcp")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 # Keys a resumed run may change: how long, how many processes, how often it reports and saves.
@@ -430,6 +430,9 @@ def check(cfg: Config) -> None:
     if cfg.learner.lr_end > cfg.learner.learning_rate:
         _fail("learner.lr_end", f"{cfg.learner.lr_end} is above learner.learning_rate {cfg.learner.learning_rate}")
     _choice("learner.optimizer", cfg.learner.optimizer, OPTIMIZERS)
+    if cfg.learner.optimizer == "rmsprop_tf" and not cfg.learner.rmsprop_alpha < 1.0:
+        _fail("learner.rmsprop_alpha", f"must be below 1 for rmsprop_tf (the mean square would never move), got "
+              f"{cfg.learner.rmsprop_alpha}")
     _choice("learner.precision", cfg.learner.precision, PRECISIONS)
     _choice("broker.precision", cfg.broker.precision, PRECISIONS)
     _choice("vtrace.clear_policy_kl", cfg.vtrace.clear_policy_kl, CLONING_KL)
@@ -631,7 +634,7 @@ def unrolls_per_version(cfg: Config) -> float:
 
 def learner_threads(cfg: Config) -> int:
     """learner.torch_threads, or where it is 0 the cores this process may use less the workers' inference
-    threads, at least 1. On 2 cores PyTorch's own choice (2) had the learner's threads wait on workers that
+    threads, at least 1 (the broker, mostly idle for a queue, is not counted). On 2 cores PyTorch's own choice (2) had the learner's threads wait on workers that
     held a core (the learner of one 1 x 8 Pong run trained 12 steps/s with 1 thread)."""
     if cfg.learner.torch_threads:
         return cfg.learner.torch_threads
@@ -645,7 +648,7 @@ def learner_threads(cfg: Config) -> int:
 def queue_capacity(cfg: Config, rep: ReplayConfig) -> int:
     """A queue holds at least what one batch takes from it and what the workers send per weights version,
     so that throttled workers never wait on a learner that starves (the reference's capacity 1 queue)."""
-    per_version = math.ceil(unrolls_per_version(cfg)) * cfg.workers.count * cfg.workers.envs_per_worker
+    per_version = math.ceil(unrolls_per_version(cfg) - 1e-9) * cfg.workers.count * cfg.workers.envs_per_worker
     return max(rep.capacity, replay_share(cfg, rep), per_version)
 
 
@@ -918,9 +921,13 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 
 def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
-    """A config zrl wrote before [algo] became [vtrace] (a run folder's, a checkpoint's), as it reads now."""
+    """A config zrl wrote earlier (a run folder's, a checkpoint's), as it reads now: [algo] became [vtrace], and
+    model.kind = "auto" was stored unresolved while auto meant the Nature net (now it is stored resolved)."""
     if isinstance(raw.get("algo"), dict):
-        return {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
+        raw = {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
+    model = raw.get("model")
+    if isinstance(model, dict) and model.get("kind") == "auto":
+        raw = {**raw, "model": {**model, "kind": "auto_nature"}}
     return raw
 
 

@@ -760,10 +760,21 @@ class Launcher:
         print(f"zrl-launch: error: {text}", file=sys.stderr, flush=True)
 
 
+def resolve_model_kind(cfg: Config, spec: envs.EnvSpec) -> Config:
+    """The config with model.kind as this run builds it (auto resolved by the frames), so that the run folder's
+    config.toml and the checkpoints name the network whatever a later zrl means by auto."""
+    import dataclasses
+
+    from zrl.models import model_kind
+
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kind=model_kind(cfg.model, spec.frame_shape)))
+
+
 def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_optimizer: bool = False) -> int:
     """Check, then run; ConfigError before anything is created if the config cannot work.
     ``init_from``: a new run that starts from a checkpoint's weights (and optimiser state if asked)."""
     spec = preflight(cfg)
+    cfg = resolve_model_kind(cfg, spec)
     start = None
     if init_from is not None:
         state = _usable(Path(init_from), cfg, spec)

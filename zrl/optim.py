@@ -41,13 +41,13 @@ class TFRMSprop(torch.optim.Optimizer):
                 if not state:
                     state["step"] = torch.zeros((), dtype=torch.float32)
                     state["square_avg"] = torch.ones_like(p, memory_format=torch.preserve_format)
-                    if momentum > 0:
-                        state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
                 ms = state["square_avg"]
                 ms.mul_(alpha).addcmul_(g, g, value=1 - alpha)
                 denom = ms.add(eps).sqrt_()
                 if momentum > 0:
+                    if "momentum_buffer" not in state:  # momentum may be set after the first step
+                        state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     buf = state["momentum_buffer"]
                     buf.mul_(momentum).addcdiv_(g, denom, value=lr)
                     p.sub_(buf)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -123,8 +122,9 @@ def launch_command(config_path: str | None, sets: list[str], workers: int | None
 
 
 def train(cmd: list[str], results_dir: Path, progress) -> Path:
-    """Run one zrl-launch to its budget, its progress lines on our stderr; the run folder it made. Ctrl-C goes
-    to zrl-launch too (same process group), which stops in order; we wait for it and re-raise."""
+    """Run one zrl-launch to its budget, its progress lines on our stderr; the run folder it made. A Ctrl-C at
+    the terminal reaches zrl-launch too (same process group), which stops in order: we only wait for it (a
+    second SIGINT from us would make it stop at once) and re-raise."""
     results_dir.mkdir(parents=True, exist_ok=True)
     before = set(results_dir.iterdir())
     progress("training: " + " ".join(cmd[3:]))
@@ -132,7 +132,6 @@ def train(cmd: list[str], results_dir: Path, progress) -> Path:
         try:
             code = proc.wait()
         except KeyboardInterrupt:
-            proc.send_signal(signal.SIGINT)
             proc.wait()
             raise
     made = sorted(set(results_dir.iterdir()) - before)

@@ -124,6 +124,8 @@ def model_kind(cfg: ModelConfig, frame_shape: tuple[int, ...]) -> str:
     kind = cfg.kind
     if kind == "auto":
         kind = "atari_small" if tuple(frame_shape) == (84, 84) else "mlp"
+    elif kind == "auto_nature":  # a run folder's config from before atari_small: auto meant the Nature net
+        kind = "atari" if tuple(frame_shape) == (84, 84) else "mlp"
     if kind in IMAGE_KINDS and tuple(frame_shape) != (84, 84):
         raise ValueError(f"model.kind = {kind!r} needs 84x84 frames, the environment gives {frame_shape}")
     return kind

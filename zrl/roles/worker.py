@@ -87,7 +87,7 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
         timing = {"step": 0.0, "inference": 0.0, "ring_write": 0.0, "send": 0.0, "weights_wait": 0.0}
         rate = unrolls_per_version(cfg)  # unrolls per weights version, on average (0: free running)
         max_ahead = int(rate)  # a deterministic run's exact count
-        most = max(math.ceil(rate), 1)  # the most a worker sends on one version
+        most = max(math.ceil(rate - 1e-9), 1)  # the most a worker sends on one version
         max_wait_s = cfg.workers.max_weights_wait_s
         budget = 1.0  # unrolls this worker may send before it waits for new weights
         played = 0  # unrolls played since the run began (a deterministic resume counts the replayed ones)
@@ -180,18 +180,19 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
                     use_weights(weights.at_least(played // max_ahead, heartbeat))  # heartbeats while it trains
             else:
                 # New weights between unrolls; a throttled worker whose budget is spent waits for them (each
-                # new version adds `rate` unrolls). Until the first new version arrives the learner has not
+                # new version adds `rate` unrolls, at most `most` banked). Under 1 every worker comes due on the
+                # same versions, so they send in rounds. Until the first new version arrives the learner has not
                 # started (its replays are filling), so the worker runs free.
                 wait_ms = 0
                 deadline = t6 + max_wait_s
                 while True:
-                    if rate and budget < 1.0 and weight_updates:
+                    if rate and budget < 1.0 - 1e-9 and weight_updates:
                         wait_ms = max(0, min(poll_ms, int((deadline - time.perf_counter()) * 1000)))
                     use_weights(weights.newer(policy_version, wait_ms))
-                    if wait_ms == 0 or budget >= 1.0 or should_stop(stop_event, wiring.launcher_pid):
+                    if wait_ms == 0 or budget >= 1.0 - 1e-9 or should_stop(stop_event, wiring.launcher_pid):
                         break
                     if time.perf_counter() >= deadline:
-                        budget = 1.0  # waited long enough: one more unroll, then wait again
+                        budget = 1.0  # waited long enough (a lost version): one more unroll, then wait again
                         break
             timing["weights_wait"] += time.perf_counter() - t6
             if report.due():
