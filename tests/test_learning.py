@@ -1,9 +1,10 @@
 """Learning: V-trace through the whole pipeline (real workers, rings, broker, learner, weights back)
 solves CartPole-v1 within a fixed budget of environment steps.
 
-Budget: config/cartpole.toml's run.max_env_frames (500,000 env steps; CartPole has one frame per
-step), seed 0. Assertion: the mean raw return of the last 20 finished episodes is at least 400
-(the maximum is 500). The test asserts the return the policy reached, never a time.
+Budget: config/cartpole.toml's run.max_env_frames (100,000 env steps; CartPole has one frame per
+step), seeds 0, 1 and 2. Assertion: the mean raw return of the last 20 finished episodes is at least 475
+on each (the maximum is 500; a random policy's is about 22). The test asserts the return the policy
+reached, never a time.
 """
 
 from __future__ import annotations
@@ -11,17 +12,21 @@ from __future__ import annotations
 import csv
 import json
 
+import pytest
+
 from conftest import REPO, run_command
 from zrl import checkpoint, config
 
 CARTPOLE = REPO / "config" / "cartpole.toml"
-BUDGET_ENV_STEPS = 500_000
+BUDGET_ENV_STEPS = 100_000
 
 
-def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks):
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     cfg = config.load(CARTPOLE)
-    assert cfg.run.max_env_frames == BUDGET_ENV_STEPS and cfg.run.seed == 0
-    result = run_command("zrl-launch", "--config", CARTPOLE, "--quiet", cwd=tmp_path, timeout=900)
+    assert cfg.run.max_env_frames == BUDGET_ENV_STEPS
+    result = run_command("zrl-launch", "--config", CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path,
+                         timeout=600)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     with open(run_dir / "episodes.csv") as fh:
@@ -29,7 +34,7 @@ def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks):
     returns = [float(e["raw_return"]) for e in episodes]
     assert len(returns) >= 20
     last_20 = sum(returns[-20:]) / 20
-    assert last_20 >= 400, f"mean return of the last 20 episodes is {last_20:.1f} after {BUDGET_ENV_STEPS:,} env steps"
+    assert last_20 >= 475, f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f} after {BUDGET_ENV_STEPS:,} env steps"
 
 
 APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"

@@ -189,7 +189,8 @@ def _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seed
                                progress=lambda text: click.echo(f"zrl-bench: {text}", err=True))  # fmt: skip
     facts = machine()
     click.echo(_table(learning.summary_rows(result), ["curve", "minutes", "env_frames", "learner_steps", "episodes",
-                                                      *(f"{m}min" for m in learning.MARKS_MIN), "last"]))  # fmt: skip
+                                                      *(f"{m}min" for m in learning.MARKS_MIN), "last",
+                                                      f"last {learning.LAST_FEW} ep"]))  # fmt: skip
     if json_path:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)

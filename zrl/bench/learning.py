@@ -22,6 +22,7 @@ from zrl.config import ConfigError
 REFERENCES = Path(__file__).with_name("reference")
 WINDOW = 100  # episodes in the moving mean, as in the issue's and the papers' "100-episode mean"
 MARKS_MIN = (15, 30, 45, 60)  # wall-clock marks the summary quotes
+LAST_FEW = 20  # the summary's "last 20 episodes" mean, CartPole's usual yardstick
 
 
 def references(env_id: str | None = None) -> list[dict]:
@@ -55,11 +56,12 @@ def read_curve(run_dir: str | Path) -> dict:
     times = np.array([float(r["wall_time"]) for r in rows])
     totals = np.array([float(r["env_frames"] or 0) for r in rows])
     window: deque[float] = deque(maxlen=WINDOW)
-    points = []
+    points, returns = [], []
     with open(episodes) as fh:
         ordered = sorted(csv.DictReader(fh), key=lambda row: float(row["wall_time"]))  # workers report apart
         for row in ordered:
             window.append(float(row["raw_return"]))
+            returns.append(window[-1])
             ended = float(row["wall_time"])
             frames = max(int(row["env_frames"]), int(np.interp(ended, times, totals)))
             points.append({"episode": int(row["episode"]), "env_frames": frames,
@@ -81,6 +83,7 @@ def read_curve(run_dir: str | Path) -> dict:
         "env_frames": int(number("env_frames") or 0),
         "learner_steps": int(number("learner_step") or 0),
         "marks": marks(points, minutes),
+        "last_20": round(sum(returns[-LAST_FEW:]) / len(returns[-LAST_FEW:]), 3) if returns else None,
         "points": points,
     }
 
@@ -199,6 +202,7 @@ def summary_rows(result: dict) -> list[dict]:
         row |= {k: ("" if v is None else f"{v:+.1f}") for k, v in c["marks"].items()}
         last = c["points"][-1]["mean_return_100"] if c["episodes"] >= WINDOW else None
         row["last"] = "" if last is None else f"{last:+.1f}"
+        row[f"last {LAST_FEW} ep"] = "" if c["last_20"] is None else f"{c['last_20']:+.1f}"
         rows.append(row)
     for ref in result["references"]:
         row = {"curve": ref["label"], "minutes": ref["points"][-1]["minutes"],
