@@ -98,6 +98,16 @@ def test_pipeline_mode_breaks_the_time_down_by_role_and_names_the_bottleneck(tmp
     assert per["env_step"] > 0 and per["learner_step"] > 0
     assert result["bottleneck"]["role"].split()[0] in {"learner", "broker", "workers"}
     assert "bottleneck:" in doc["stdout"]
+    lim = result["limit"]  # the machine's limit from the unit costs, measured in the same run
+    _positive(lim["env_step_core_ms"], lim["inference_core_ms_per_obs"], lim["learner_core_ms_per_sample"],
+              lim["learner_gflop_per_step"], lim["matmul_gflop_per_s"], lim["limit_trained_steps_per_s"])  # fmt: skip
+    per_sample = lim["fresh_share"] * (lim["env_step_core_ms"] + lim["inference_core_ms_per_obs"])
+    per_sample += lim["learner_core_ms_per_sample"]
+    assert abs(lim["limit_trained_steps_per_s"] - lim["cores"] * 1e3 / per_sample) <= 0.01 * lim["limit_trained_steps_per_s"]
+    samples = result["learner_steps_per_s"] * 4 * 10  # smoke.toml's batch of 4 x 10
+    assert abs(lim["trained_steps_per_s"] - samples) <= 0.01 * samples + 0.1
+    assert {t["target"] for t in result["targets"]} == {"pipeline_ratio_to_limit", "learner_ratio_to_matmul"}
+    assert "env steps trained on per second" in doc["stdout"] and "GFLOP" in doc["stdout"]
 
 
 def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):

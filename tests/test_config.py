@@ -257,3 +257,12 @@ def test_a_stored_auto_kind_from_before_the_small_torso_still_means_the_nature_n
     assert resolved.model.kind == "atari_small"
     assert config.from_dict(config.to_dict(resolved), "config.toml").model.kind == "atari_small"
     assert config.from_dict(config.to_dict(config.load(None)), "ckpt.pt").model.kind == "auto"  # written now
+
+
+def test_a_split_with_more_workers_than_cores_gets_a_note_naming_a_better_one(monkeypatch):
+    monkeypatch.setattr(config, "usable_cores", lambda: 2)
+    cfg = config.load(None, [], {"workers.count": 8, "workers.envs_per_worker": 4})
+    note = config.split_note(cfg)
+    assert note and "--workers 2 --envs-per-worker 8" in note and "nice 10" in note
+    assert config.split_note(config.load(None, [], {"workers.count": 2, "workers.envs_per_worker": 8})) is None
+    assert config.learner_threads(cfg) == 1  # the learner keeps a thread whatever the workers take

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 import signal
 import subprocess
 import time
@@ -67,6 +68,23 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     assert {e["worker_id"] for e in episodes} <= {"0", "1"}
     assert "learner steps" in result.stdout and "exit 0" in result.stdout
     _assert_loadable(run_dir)
+
+
+def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split(tmp_path, no_leaks):
+    """Oversubscription works, only slower: 8 workers x 4 envs pinned to 2 cores run to their budget, and the run
+    says (on screen and in zrl.log) that fewer, larger workers would train faster here."""
+    two = sorted(os.sched_getaffinity(0))[:2]
+    result = run_command("zrl-launch", "--config", SMOKE, "--workers", 8, "--envs-per-worker", 4, "--set",
+                         "run.max_env_frames=20000", cwd=tmp_path, timeout=300,
+                         preexec_fn=lambda: os.sched_setaffinity(0, two))  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    cores = len(two)
+    hint = f"--workers {cores} --envs-per-worker 8"
+    assert hint in result.stdout and "nice 10" in result.stdout, result.stdout[:2000]
+    run_dir = _run_dir(tmp_path)
+    assert hint in (run_dir / "zrl.log").read_text()
+    last = _rows(run_dir / "metrics.csv")[-1]
+    assert int(last["env_frames"]) >= 20_000 and int(last["learner_step"]) > 0
 
 
 def _interrupt(tmp_path: Path, config: Path, signum: int, min_steps: int = 2, extra: tuple = ()) -> tuple[int, str, str]:

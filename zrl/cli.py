@@ -97,7 +97,8 @@ def _counts(text: str | None, flag: str) -> list[int]:
 @click.option("--json", "json_path", type=str, default=None, metavar="PATH", help="Write the figures and the machine's facts.")
 @click.option("--policy", type=click.Choice(["uniform", "network"]), default="uniform", show_default=True,
               help="sampling: act uniformly at random (the data path alone) or with the fixed initial network.")
-@click.option("--no-ceiling", is_flag=True, help="sampling: do not measure the env ceiling (no ratio_to_ceiling).")
+@click.option("--no-ceiling", is_flag=True, help="sampling: do not measure the env ceiling (no ratio_to_ceiling); "
+              "pipeline: do not measure the machine's limit (the unit costs, GFLOP/s and matmul peak).")
 @click.option("--no-peers", is_flag=True, help="env: only zrl's ceiling, not ale-py's vector env, Gymnasium, EnvPool.")
 @click.option("--capacity", type=int, default=1000, show_default=True, help="learner, elite: replay capacity in units.")
 @click.option("--lambda", "lam", type=float, default=6.0, show_default=True, help="elite: lambda, the pool is lambda x B.")

@@ -32,7 +32,7 @@ import shm
 from shm.ring import Ring, RingSpec
 
 from zrl import __version__, checkpoint, envs, protocol, transport
-from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, to_dict
+from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, split_note, to_dict
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart
@@ -329,7 +329,7 @@ class Launcher:
         self.tally = Tally(frames_start=env_frames_start)
         self.resume_dir = run_dir
         self.start = start
-        self.notes: list[str] = []  # said and logged once the run's log is open
+        self.notes = [n for n in (split_note(cfg),) if n]  # said and logged once the run's log is open
         self.sample_calls = sample_calls
         self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
         self.stop_reason = "budget reached"
@@ -885,7 +885,7 @@ def _resume(run_dir: Path, probe_cfg: Config, sets: list[str], options: dict, qu
         calls = tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
         launcher = Launcher(cfg, spec, quiet, run_dir=run_dir, start=StartFrom(str(path)),
                             env_frames_start=int(state["env_frames"]), sample_calls=calls, lock=lock)  # fmt: skip
-        launcher.notes = [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
+        launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
         return launcher.run()
     reasons = "; ".join(skipped) if skipped else "there is none"
     raise ConfigError(f"{run_dir / 'checkpoints'}: no usable checkpoint to resume from ({reasons})")

@@ -48,7 +48,8 @@ def run(mode: str, opt: Options, progress) -> dict:
         if mode == "suggest":
             return modes.suggest(opt.config_path, list(opt.sets), opt.seconds, warmup, progress, opt.workers,
                                  opt.envs_per_worker)  # fmt: skip
-        return modes.pipeline_mode(opt.config_path, list(opt.sets), workers[0], envs[0], opt.seconds, warmup, progress)
+        return modes.pipeline_mode(cfg, spec, opt.config_path, list(opt.sets), opt.seconds, warmup, progress,
+                                   limit=opt.ceiling)  # fmt: skip
     if mode == "env":
         return modes.env_mode(cfg, workers[0], envs[0], opt.seconds, progress, peers=opt.peers)
     if mode == "sampling":
@@ -136,6 +137,18 @@ def render(mode: str, result: dict) -> str:
                 out.append(f"  {group}: " + ", ".join(f"{LABELS[s]} {per[s]:.2f}" + (" <- bottleneck" if s == section
                                                      else "") for s in sections))  # fmt: skip
             out.append(f"bottleneck: {role}, {LABELS[section]}")
+            if "limit" in result:
+                lim = result["limit"]
+                out.append(f"the machine's limit on {lim['cores']} cores, from costs measured alone (core-ms): env step "
+                           f"{lim['env_step_core_ms']:.3f}, inference {lim['inference_core_ms_per_obs']:.3f} per "
+                           f"observation, learner {lim['learner_core_ms_per_sample']:.3f} per sample (fresh share "
+                           f"{lim['fresh_share']:g})")
+                out.append(f"env steps trained on per second: {lim['trained_steps_per_s']:,.0f} of a limit of "
+                           f"{lim['limit_trained_steps_per_s']:,.0f} ({lim['ratio_to_limit']:.2f})")
+                out.append(f"learner: {lim['learner_gflop_per_step']:.2f} GFLOP a step, {lim['learner_gflop_per_s']:.1f} "
+                           f"GFLOP/s over the run, {lim['learner_gflop_per_s_stepping']:.1f} while stepping (bare loop "
+                           f"{lim['bare_learner_gflop_per_s']:.1f}); fp32 matmul {lim['matmul_gflop_per_s']:.1f} GFLOP/s "
+                           f"with {lim['learner_threads']} thread(s) ({lim['ratio_to_matmul']:.2f})")
         else:
             best = result["best"]
             out.append(f"best for this machine: --workers {best['workers']} --envs-per-worker {best['envs_per_worker']}")

@@ -8,6 +8,8 @@ import sys
 import time
 from importlib import metadata
 
+from zrl.config import usable_cores
+
 
 def cpu_model() -> str:
     try:
@@ -20,12 +22,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def cores() -> int:
-    """The cores this process may run on (its affinity), which is what the workers share."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+cores = usable_cores  # the cores this process may run on (its affinity), which the workers share
 
 
 def machine() -> dict:
