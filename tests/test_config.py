@@ -92,6 +92,8 @@ def test_resolved_config_round_trips(tmp_path):
          ["apex.head", "iqn, c51"]),
         ("algo = 'apex_iqn'\n[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n",
          ["apex.learn_start", "more than the replay holds (1000)"]),
+        ("algo = 'apex_iqn'\n[apex]\nstate_size = -1\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
+         ["apex.state_size", "must be >= 0"]),
         ("[transport]\nbind_host = '0.0.0.0'\n", ["transport.bind_host", "CurveZMQ"]),
         ("[workers]\ncount = 0\n", ["workers.count", "must be > 0"]),
         ("[workers]\nproduce_ratio = 0.5\n", ["workers.produce_ratio", "starve the learner"]),

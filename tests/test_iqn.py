@@ -289,3 +289,31 @@ def test_c51_net_gives_a_distribution_per_action_and_its_expectation_as_q():
     torch.testing.assert_close(net(obs), log_probs)  # eval: the noisy layers at their means
     net.train()
     assert not torch.allclose(net(obs), net(obs))
+
+
+@pytest.mark.parametrize("head", ["iqn", "c51"])
+def test_a_state_layer_narrows_what_the_heads_take_and_zero_keeps_the_papers_network(head):
+    """apex.state_size = 256 puts a 2,592 -> 256 layer after the small conv torso, so each quantile row of the
+    dueling heads costs 256 x hidden instead of 2,592 x hidden; 0 is the papers' network, parameter for
+    parameter (a checkpoint of a run from before the key still loads)."""
+    from zrl.config import ApexConfig, ModelConfig
+    from zrl.models import SMALL_CONV_OUT
+    from zrl.models.iqn import build_apex_model
+
+    model = ModelConfig(kind="atari_small", hidden_size=64)
+    plain = build_apex_model(model, ApexConfig(head=head), (84, 84), "uint8", 4, 6)
+    narrow = build_apex_model(model, ApexConfig(head=head, state_size=256), (84, 84), "uint8", 4, 6)
+    first_head_layer = {n: p.shape for n, p in narrow.named_parameters()}["head.value.0.weight_mu"]
+    assert first_head_layer == (64, 256)
+    assert {n: p.shape for n, p in plain.named_parameters()}["head.value.0.weight_mu"] == (64, SMALL_CONV_OUT)
+    old_layout = build_apex_model(model, ApexConfig(head=head), (84, 84), "uint8", 4, 6)
+    old_layout.load_state_dict(plain.state_dict())  # state_size 0: the same names and shapes as before the key
+    with pytest.raises(RuntimeError):
+        narrow.load_state_dict(plain.state_dict())
+    obs = torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)
+    narrow.eval()
+    if head == "iqn":
+        assert narrow(obs, torch.rand(3, 5)).shape == (3, 5, 6)
+    else:
+        assert narrow(obs).shape == (3, 6, ApexConfig().atoms)
+    assert narrow.q_values(obs, 4).shape == (3, 6)

@@ -68,18 +68,26 @@ def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
     assert score >= 400, f"{last.name} scores {score:.1f} over 20 greedy episodes after {APEX_BUDGET_ENV_STEPS:,} env steps"
 
 
-PONG_BUDGET_FRAMES = 2_500_000
+PONG_BUDGET_FRAMES = 3_000_000
+WINDOW_ROWS = 10  # rows of metrics.csv, one per 2 s: about 20 s of training
 
 
 def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, no_leaks):
-    """The plain zrl-launch (the README's first command: V-trace, Pong, every default) for 2.5M env frames,
-    seed 0, about 4 minutes on two cores (at 1.5M frames one CI run had 0.984 of uniform). Pong's return barely moves this early (it leaves -20 after about 3M
-    frames, see perf/results/learning/), but learning shows: the policy's entropy falls off the uniform
-    policy's log(6), averaged over the last third of the logged rows (a row holds one step's losses). On the
-    run that set the defaults it was 0.93-0.95 of uniform from 1M frames on; the old defaults (batches of 32
-    at 0.8 steps/s) had made a few hundred steps by then, their entropy at uniform (issue "1 of 7"). The value
-    loss is only checked to stay finite: it is too noisy this early to assert a fall (10 to 4 in one run, 8.5
-    to 7.7 in another)."""
+    """The plain zrl-launch (the README's first command: V-trace, Pong, every default) for 3M env frames,
+    seed 0, about 5 minutes on two cores. Pong's return barely moves this early (the 100-episode mean leaves
+    -20 after 3M to 5M frames, by seed), but learning shows in two places:
+
+    - the value loss falls: its mean over the last third of the logged rows (a row holds one step's losses)
+      is below 0.85 of its mean over the first fifth;
+    - the policy's entropy moves off the uniform policy's log(6): somewhere in the run, 10 consecutive rows
+      average below 0.98 of it.
+
+    Calibrated on the first 3M frames of eight runs with these defaults or close to them (seeds 0-4 and
+    three probes, AMD EPYC, rows every 2 to 5 s): the value loss ratio was 0.40-0.65 and the lowest 10-row
+    entropy 0.83-0.96 (seed 4). The entropy's level at the end is no criterion: it wanders as learning
+    starts (the last third's mean at 2.5M frames was 0.909 in one seed-0 run and 0.970 in another; seed 4's
+    was 0.985 at 3M), while a policy that does not learn stays at 1.00. The old defaults (batches of 32 at
+    0.8 steps/s) stayed at uniform over this budget (issue "1 of 7")."""
     import math
 
     result = run_command("zrl-launch", "--set", f"run.max_env_frames={PONG_BUDGET_FRAMES}", "--set", "run.seed=0",
@@ -88,17 +96,20 @@ def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, 
     (run_dir,) = (tmp_path / "results").iterdir()
     with open(run_dir / "metrics.csv") as fh:
         rows = [r for r in csv.DictReader(fh) if r["entropy_loss"] not in ("", "nan")]
-    assert len(rows) >= 30, f"only {len(rows)} rows of learner figures"
-    samples = cfg_samples_per_step()
-    third = len(rows) // 3
-    uniform = math.log(6)  # Pong's minimal action set
-
-    def entropy(part):  # mean policy entropy per sample, as a fraction of the uniform policy's
-        return sum(-float(r["entropy_loss"]) / samples for r in part) / len(part) / uniform
-
-    last = rows[-third:]
-    assert entropy(last) < 0.97, f"entropy still {entropy(last):.3f} of uniform after {PONG_BUDGET_FRAMES:,} frames"
+    assert len(rows) >= 60, f"only {len(rows)} rows of learner figures"
     assert all(math.isfinite(float(r["baseline_loss"])) and math.isfinite(float(r["grad_norm"])) for r in rows)
+
+    def mean(values):
+        return sum(values) / len(values)
+
+    value_loss = [float(r["baseline_loss"]) for r in rows]
+    first, last = mean(value_loss[: len(rows) // 5]), mean(value_loss[-(len(rows) // 3):])
+    assert last < 0.85 * first, f"value loss {first:.2f} over the first fifth, {last:.2f} over the last third"
+
+    samples, uniform = cfg_samples_per_step(), math.log(6)  # Pong's minimal action set
+    entropy = [-float(r["entropy_loss"]) / samples / uniform for r in rows]  # per sample, a fraction of uniform
+    lowest = min(mean(entropy[i : i + WINDOW_ROWS]) for i in range(len(entropy) - WINDOW_ROWS + 1))
+    assert lowest < 0.98, f"the policy's entropy never averaged below {lowest:.3f} of uniform over {WINDOW_ROWS} rows in {PONG_BUDGET_FRAMES:,} frames"
 
 
 def cfg_samples_per_step() -> int:

@@ -214,6 +214,8 @@ class ApexConfig:
     """IQN: K, fractions whose mean quantile is the Q-value for acting and for the double-Q action."""
     embedding_dim: int = 64
     """IQN: length of the cosine embedding of a fraction."""
+    state_size: int = 0
+    """IQN and C51: width of a linear layer (and ReLU) between the torso and the heads; IQN multiplies its output by each fraction's embedding, so every quantile row costs state_size x model.hidden_size x 2 instead of the torso's width (2,592 for atari_small, 3,136 for atari). 0: the torso's output goes straight in, as in the papers."""
     kappa: float = 1.0
     """IQN: threshold of the quantile Huber loss."""
     noisy: bool = True
@@ -515,7 +517,7 @@ def _check_apex(cfg: Config) -> None:
             _fail(f"apex.{key}", f"must be >= 1, got {getattr(a, key)}")
     if not 0.0 <= a.epsilon <= 1.0:
         _fail("apex.epsilon", f"must be in [0, 1], got {a.epsilon}")
-    for key in ("epsilon_alpha", "priority_exponent", "noisy_sigma0", "replay_ratio", "beta_anneal_steps"):
+    for key in ("epsilon_alpha", "priority_exponent", "noisy_sigma0", "replay_ratio", "beta_anneal_steps", "state_size"):
         if getattr(a, key) < 0:
             _fail(f"apex.{key}", f"must be >= 0, got {getattr(a, key)}")
     if not 0.0 <= a.importance_beta <= 1.0:

@@ -29,6 +29,12 @@ def _scaled_noise(n: int, generator: torch.Generator | None, device) -> torch.Te
     return x.sign() * x.abs().sqrt()
 
 
+def _inputs(obs: torch.Tensor, scale: bool) -> torch.Tensor:
+    """Observations as the torso takes them: floats, uint8 frames scaled to [0, 1]. Not channels-last (unlike
+    AtariNet's): an IQN update of 32 on the small torso took 39 ms with it and 35 ms without (AMD EPYC, 1 thread)."""
+    return obs.float() / 255.0 if scale and obs.dtype == torch.uint8 else obs.float()
+
+
 class NoisyLinear(nn.Module):
     """A linear layer with factorised Gaussian noise on its weights and biases (Fortunato et al. 2018):
     ``w = mu_w + sigma_w * (f(eps_out) f(eps_in)^T)``, ``f(x) = sign(x) sqrt(|x|)``, sigma initialised to
@@ -91,8 +97,7 @@ class IQNNet(nn.Module):
         self._scale = scale
 
     def forward(self, obs: torch.Tensor, taus: torch.Tensor) -> torch.Tensor:
-        x = obs.float() / 255.0 if self._scale and obs.dtype == torch.uint8 else obs.float()
-        state = self.torso(x)  # [B, width]
+        state = self.torso(_inputs(obs, self._scale))  # [B, width]
         b, n = taus.shape
         if len(state) != b:
             raise ValueError(f"{len(state)} observations but taus for {b}")
@@ -119,8 +124,7 @@ class C51Net(nn.Module):
         self._scale = scale
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float() / 255.0 if self._scale and obs.dtype == torch.uint8 else obs.float()
-        return F.log_softmax(self.head(self.torso(x)), dim=-1)
+        return F.log_softmax(self.head(self.torso(_inputs(obs, self._scale))), dim=-1)
 
     def q_values(self, obs: torch.Tensor, k: int = 0, generator: torch.Generator | None = None) -> torch.Tensor:
         """Q ``[B, A]``: the expected return under each action's distribution (``k`` and ``generator`` are
@@ -128,9 +132,10 @@ class C51Net(nn.Module):
         return (self(obs).exp() * self.support).sum(dim=-1)
 
 
-def _torso(cfg, frame_shape: tuple[int, ...], stack: int) -> tuple[nn.Module, int, int]:
+def _torso(cfg, frame_shape: tuple[int, ...], stack: int, state_size: int = 0) -> tuple[nn.Module, int, int]:
     """The torso for ``cfg`` (a ModelConfig), its output width and the heads' hidden width: a conv torso for
-    84x84 frames (Nature's, or the small one), an MLP otherwise."""
+    84x84 frames (Nature's, or the small one), an MLP otherwise; with ``state_size`` > 0 a linear layer and
+    ReLU of that width follow (``apex.state_size``)."""
     import numpy as np
 
     from zrl.models import IMAGE_KINDS, _init, conv_torso, model_kind
@@ -138,13 +143,17 @@ def _torso(cfg, frame_shape: tuple[int, ...], stack: int) -> tuple[nn.Module, in
     kind = model_kind(cfg, frame_shape)
     if kind in IMAGE_KINDS:
         convs, width = conv_torso(kind, stack)
-        return nn.Sequential(*convs), width, cfg.hidden_size
-    layers: list[nn.Module] = [nn.Flatten()]
-    size = stack * int(np.prod(frame_shape))
-    for w in cfg.mlp_hidden:
-        layers += [_init(nn.Linear(size, w), math.sqrt(2)), nn.ReLU()]
-        size = w
-    return nn.Sequential(*layers), size, max(cfg.mlp_hidden)
+        layers, hidden = list(convs), cfg.hidden_size
+    else:
+        layers, width = [nn.Flatten()], stack * int(np.prod(frame_shape))
+        for w in cfg.mlp_hidden:
+            layers += [_init(nn.Linear(width, w), math.sqrt(2)), nn.ReLU()]
+            width = w
+        hidden = max(cfg.mlp_hidden)
+    if state_size:
+        layers += [_init(nn.Linear(width, state_size), math.sqrt(2)), nn.ReLU()]
+        width = state_size
+    return nn.Sequential(*layers), width, hidden
 
 
 def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> IQNNet:
@@ -152,7 +161,7 @@ def build_iqn_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, s
     heads and sigma0."""
     import numpy as np
 
-    torso, width, hidden = _torso(cfg, frame_shape, stack)
+    torso, width, hidden = _torso(cfg, frame_shape, stack, apex.state_size)
     return IQNNet(torso, width, num_actions, embedding_dim=apex.embedding_dim, hidden=hidden, noisy=apex.noisy,
                   sigma0=apex.noisy_sigma0, scale=np.dtype(frame_dtype) == np.uint8)  # fmt: skip
 
@@ -163,7 +172,7 @@ def build_c51_model(cfg, apex, frame_shape: tuple[int, ...], frame_dtype: str, s
 
     from zrl.algos.c51 import support
 
-    torso, width, hidden = _torso(cfg, frame_shape, stack)
+    torso, width, hidden = _torso(cfg, frame_shape, stack, apex.state_size)
     return C51Net(torso, width, num_actions, support(apex.atoms, apex.v_min, apex.v_max), hidden=hidden,
                   noisy=apex.noisy, sigma0=apex.noisy_sigma0, scale=np.dtype(frame_dtype) == np.uint8)  # fmt: skip
 
