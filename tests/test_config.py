@@ -30,6 +30,13 @@ def test_shipped_configs_load(name):
     assert cfg.learner.batch_size > 0
 
 
+def test_pong_toml_is_the_defaults_so_their_measured_curves_are_its_own():
+    """The README quotes two 60-minute Pong seeds of the plain zrl-launch for `--config config/pong.toml` too;
+    that holds only while the file resolves to exactly the defaults (it once set a 40M-frame budget, which
+    decays the learning rate sooner)."""
+    assert config.load(REPO / "config" / "pong.toml") == config.load()
+
+
 def test_names_scripts_rely_on_exist():
     cfg = config.Config()
     for dotted in ["run.results_dir", "run.max_env_frames", "run.seed", "env.id", "workers.count",
