@@ -1,0 +1,80 @@
+"""The Ape-X IQN learner's update alone (zrl's apex_sgd_step: online and target passes, quantile Huber loss,
+backward, Adam), by quantiles N = N' = K and batch size, on random Pong-shaped observations with
+config/apex_iqn_pong.toml's network: the figures behind that config's apex.quantiles. The pipeline's own
+update time (learner_step_s in a run's metrics.csv) is higher, because the workers share the cores.
+
+    python perf/iqn_cost.py --json perf/results/iqn_cost.json
+
+Medians of --repeats timed updates after --warmup; a ratio between rows is meaningful only within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from zrl import config
+from zrl.algos.iqn import NStep
+from zrl.bench.facts import machine
+from zrl.models.iqn import build_apex_model
+from zrl.roles.learner import apex_sgd_step, make_optimizer
+
+PONG = Path(__file__).resolve().parents[1] / "config" / "apex_iqn_pong.toml"
+
+
+def update_ms(cfg: config.Config, quantiles: int, batch: int, warmup: int, repeats: int) -> float:
+    """Median ms of one update of ``batch`` transitions with N = N' = K = ``quantiles``."""
+    apex = dataclasses.replace(cfg.apex, quantiles=quantiles, target_quantiles=quantiles, acting_quantiles=quantiles)
+    torch.manual_seed(0)
+    online = build_apex_model(cfg.model, apex, (84, 84), "|u1", cfg.env.frame_stack, 6)
+    target = copy.deepcopy(online).requires_grad_(False)
+    optimizer, _ = make_optimizer(online, cfg.learner, 10**6)
+    obs = torch.randint(0, 256, (batch, cfg.env.frame_stack, 84, 84), dtype=torch.uint8)
+    next_obs = torch.randint(0, 256, obs.shape, dtype=torch.uint8)
+    actions = torch.randint(0, 6, (batch,))
+    nstep = NStep(torch.zeros(batch), torch.full((batch,), 0.9))
+    weights = torch.ones(batch)
+    times = []
+    for i in range(warmup + repeats):
+        t0 = time.perf_counter()
+        apex_sgd_step(online, target, optimizer, obs, actions, nstep, next_obs, weights, apex, cfg.learner.grad_norm_clip)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--quantiles", default="32,16,8")
+    parser.add_argument("--batches", default="32,64")
+    parser.add_argument("--threads", type=int, default=2, help="the config's learner.torch_threads")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cfg = config.load(PONG)
+    rows = []
+    for quantiles in [int(q) for q in args.quantiles.split(",")]:
+        for batch in [int(b) for b in args.batches.split(",")]:
+            ms = update_ms(cfg, quantiles, batch, args.warmup, args.repeats)
+            row = {"quantiles": quantiles, "batch": batch, "threads": args.threads, "update_ms": round(ms, 1),
+                   "transitions_per_s": round(batch / ms * 1e3)}  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        facts = machine() | {"command": "python perf/iqn_cost.py " + " ".join(sys.argv[1:])}
+        Path(args.json).write_text(json.dumps({"machine": facts, "rows": rows}, indent=1) + "\n")
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
