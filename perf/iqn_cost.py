@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import torch
 
 from zrl import config
 from zrl.algos.iqn import NStep
-from zrl.bench.facts import machine
+from zrl.bench.facts import write_script_rows
 from zrl.models.iqn import build_apex_model
 from zrl.roles.learner import apex_sgd_step, make_optimizer
 
@@ -71,9 +70,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.json:
-        facts = machine() | {"command": "python perf/iqn_cost.py " + " ".join(sys.argv[1:])}
-        Path(args.json).write_text(json.dumps({"machine": facts, "rows": rows}, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_script_rows(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-from zrl.bench.facts import machine
+from zrl.bench.facts import write_script_rows
 from zrl.config import LearnerConfig, ModelConfig
 from zrl.models import build_model
 from zrl.roles.learner import make_optimizer
@@ -83,9 +81,7 @@ def main() -> None:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.json:
-        facts = machine() | {"command": "python perf/model_cost.py " + " ".join(sys.argv[1:])}
-        Path(args.json).write_text(json.dumps({"machine": facts, "rows": rows}, indent=1) + "\n")
-        print(f"wrote {args.json}")
+        write_script_rows(args.json, rows)
 
 
 if __name__ == "__main__":

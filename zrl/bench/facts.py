@@ -47,3 +47,13 @@ def machine() -> dict:
         "versions": versions,
         "command": " ".join(["zrl-bench", *sys.argv[1:]]),
     }
+
+
+def write_script_rows(path: str, rows: list[dict]) -> None:
+    """A perf/ script's result file: this machine's facts, the script's own command line, and its rows."""
+    import json
+    from pathlib import Path
+
+    facts = machine() | {"command": "python " + " ".join(["perf/" + Path(sys.argv[0]).name, *sys.argv[1:]])}
+    Path(path).write_text(json.dumps({"machine": facts, "rows": rows}, indent=1) + "\n")
+    print(f"wrote {path}")
