@@ -30,9 +30,11 @@ def _scaled_noise(n: int, generator: torch.Generator | None, device) -> torch.Te
 
 
 def _inputs(obs: torch.Tensor, scale: bool) -> torch.Tensor:
-    """Observations as the torso takes them: floats, uint8 frames scaled to [0, 1]. Not channels-last (unlike
-    AtariNet's): an IQN update of 32 on the small torso took 39 ms with it and 35 ms without (AMD EPYC, 1 thread)."""
-    return obs.float() / 255.0 if scale and obs.dtype == torch.uint8 else obs.float()
+    """Observations as the torso takes them: floats, uint8 frames scaled to [0, 1] in place (the copy is new; a
+    second 3.6 MB tensor per pass cost ~1 ms of a 20 ms update of 32, Intel Xeon, 2 threads). Not channels-last
+    (unlike AtariNet's): an IQN update of 32 on the small torso took 39 ms with it and 35 ms without (AMD EPYC,
+    1 thread), 19.1 against 18.0 ms (Intel Xeon, 2 threads)."""
+    return obs.float().mul_(1.0 / 255.0) if scale and obs.dtype == torch.uint8 else obs.float()
 
 
 class NoisyLinear(nn.Module):
