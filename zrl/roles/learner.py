@@ -39,7 +39,7 @@ def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int)
     """The optimiser and a polynomial decay of its learning rate to lr_end over total_steps."""
     if cfg.optimizer == "adam":
         # fused: one kernel for all parameters instead of a loop of small ops; the Ape-X IQN Pong update of 32
-        # took 19.6 ms against 21.5 (Intel Xeon, 2 threads, perf/iqn_cost.py). The same Adam, to rounding.
+        # took 21.5 ms against 23.3 (Intel Xeon, 2 threads, perf/iqn_cost.py --adam-ab 5). The same Adam, to rounding.
         opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
     elif cfg.optimizer == "rmsprop_tf":
         opt = TFRMSprop(model.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
