@@ -39,8 +39,9 @@ def update_ms(cfg: config.Config, quantiles: int, batch: int, warmup: int, repea
     torch.manual_seed(0)
     online = build_apex_model(cfg.model, apex, (84, 84), "|u1", cfg.env.frame_stack, 6)
     target = copy.deepcopy(online).requires_grad_(False)
-    optimizer, _ = make_optimizer(online, cfg.learner, 10**6)
-    if not fused:
+    if fused:
+        optimizer, _ = make_optimizer(online, cfg.learner, 10**6)
+    else:
         optimizer = torch.optim.Adam(online.parameters(), lr=cfg.learner.learning_rate, eps=cfg.learner.adam_eps)
     obs = torch.randint(0, 256, (batch, cfg.env.frame_stack, 84, 84), dtype=torch.uint8)
     next_obs = torch.randint(0, 256, obs.shape, dtype=torch.uint8)
