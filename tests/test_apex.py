@@ -140,3 +140,67 @@ def test_the_c51_head_trains_on_the_pipeline_and_its_checkpoint_plays(tmp_path: 
     played = run_command("zrl-eval", latest, "--episodes", "2", cwd=tmp_path, timeout=300)
     assert played.returncode == 0, played.stderr[-3000:]
     assert "score" in played.stdout
+
+
+def test_the_apex_broker_counts_worker_messages_lost_in_flight(tmp_path: Path, no_leaks):
+    """The Ape-X broker counts a gap in a worker's message numbers as the V-trace broker does (it once reported
+    seq_gaps = 0 whatever happened): real roles, one real worker, and one message numbered past the next."""
+    import zmq
+
+    from zrl import envs, transport
+    from zrl.bench.roles import Pipeline
+
+    cfg = load(REPO / "config" / "apex_iqn_cartpole.toml", ["workers.count=1", "apex.learn_start=40000"])
+    n, skipped = 4, 5000
+    with Pipeline(cfg, envs.probe(cfg.env), with_learner=False, workdir=tmp_path) as pipe:
+        pipe.watch(120, until=lambda p: p.broker is not None and p.broker.unrolls_received > 0)
+        ctx = zmq.Context()
+        push = transport.socket(ctx, zmq.PUSH, hwm=10, connect=pipe.endpoints.unrolls)
+        try:
+            got = pipe.broker
+            seq = skipped + 10**4  # past every number the worker has sent or will send meanwhile
+            push.send(protocol.Transitions(
+                worker_id=0, seq=seq, policy_version=0, env_frames=0, count=n, env_index=np.zeros(n, np.int32),
+                frame=np.arange(n, dtype=np.int64), action=np.zeros(n, np.int32), nstep_return=np.zeros(n, np.float32),
+                bootstrap_discount=np.ones(n, np.float32), next_frame=np.arange(n, dtype=np.int64) + 1,
+                priority=np.ones(n, np.float32),
+            ).encode())  # fmt: skip
+            pipe.watch(30, until=lambda p: p.broker.seq_gaps > 0 and p.broker.time > got.time)
+        finally:
+            push.close()
+            ctx.term()
+        stats = pipe.broker
+        assert stats.decode_errors == 0
+        assert seq - 10**4 < stats.seq_gaps <= seq, stats
+
+
+def test_an_apex_start_from_a_checkpoint_keeps_its_moments_and_takes_this_configs_hyperparameters(tmp_path: Path, no_leaks):
+    """--init-from with --init-optimizer on Ape-X: Adam's moments (and its step count) carry over, and the new
+    config's eps and learning rate apply (the Ape-X learner once kept the checkpoint's), as for V-trace."""
+    config = REPO / "config" / "apex_iqn_cartpole.toml"
+    first = run_command("zrl-launch", "--config", config, "--set", "run.max_env_frames=1500", "--quiet", cwd=tmp_path,
+                        timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    ckpt = checkpoint_latest(run_dir)
+    before = torch.load(ckpt, weights_only=True)
+    assert before["optimizer"]["param_groups"][0]["eps"] == load(config).learner.adam_eps
+    second = run_command("zrl-launch", "--config", config, "--init-from", ckpt, "--init-optimizer", "--set",
+                         "run.max_env_frames=1500", "--set", "learner.adam_eps=0.01", "--set",
+                         "learner.learning_rate=0.002", "--set", "learner.lr_end=0.002", "--quiet", cwd=tmp_path,
+                         timeout=300)  # fmt: skip
+    assert second.returncode == 0, second.stderr[-3000:]
+    (new_dir,) = [d for d in (tmp_path / "results").iterdir() if d != run_dir]
+    after = torch.load(checkpoint_latest(new_dir), weights_only=True)
+    group = after["optimizer"]["param_groups"][0]
+    assert (group["eps"], group["lr"]) == (0.01, 0.002), group
+    adam_steps = int(after["optimizer"]["state"][0]["step"])
+    assert adam_steps == before["learner_step"] + after["learner_step"] > before["learner_step"]
+
+
+def checkpoint_latest(run_dir: Path) -> Path:
+    from zrl import checkpoint
+
+    latest = checkpoint.latest(run_dir / "checkpoints")
+    assert latest is not None, f"no checkpoint in {run_dir}"
+    return latest

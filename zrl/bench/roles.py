@@ -23,7 +23,7 @@ import zmq
 from zrl import envs, protocol, transport
 from zrl.config import Config
 from zrl.launch import PRIVATE_PREFIX, create_rings, make_ring_spec, sweep_stale
-from zrl.models import build_model, flat_parameters
+from zrl.models import build_agent_model, flat_parameters
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring, StopFlag
 
@@ -77,12 +77,12 @@ class Pipeline:
         self._private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{run_id}")
         ring_spec = make_ring_spec(cfg, spec)
         create_rings(cfg, ring_spec, run_id, self.rings)
-        endpoints = transport.plan_endpoints(cfg.transport, self._private)
+        self.endpoints = endpoints = transport.plan_endpoints(cfg.transport, self._private)
         self._zctx = transport.context(cfg.transport)
         self._stats = self._socket(zmq.PULL, hwm=10_000, bind=endpoints.stats)
         if not self.with_learner:  # the bench serves a fixed policy: the initial weights
             torch.manual_seed(cfg.run.seed)
-            model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+            model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
             self._initial = protocol.encode_weights(0, 0, flat_parameters(model))
             self._weights_rep = self._socket(zmq.ROUTER, hwm=256, bind=endpoints.weights_req)
             self._socket(zmq.PUB, hwm=2, bind=endpoints.weights)

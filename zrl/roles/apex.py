@@ -41,7 +41,7 @@ from zrl.gather import ActingStack, TransitionGatherer
 from zrl.models import flat_parameters, load_flat
 from zrl.models.iqn import build_apex_model
 from zrl.replay.prioritized import ApexReplay
-from zrl.roles.common import (Decoder, EpisodeReporter, Every, RunWiring, WorkerLink, WorkerStart, frames_past_ring,
+from zrl.roles.common import (Decoder, EpisodeReporter, Every, RunWiring, SeqGaps, WorkerLink, WorkerStart, frames_past_ring,
                               keep_freed_memory, next_batch, should_stop)
 
 PRIORITY_CHUNK = 256  # transitions per forward pass when a worker computes first priorities
@@ -224,6 +224,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
     for sock in (inbox, credits_sock, priorities):
         poller.register(sock, zmq.POLLIN)
     worker_frames: dict[int, int] = {}
+    gaps = SeqGaps()
     received = batches_sent = credits = credits_granted = 0
     decoded = Decoder()
     insert_time = prepare_time = 0.0
@@ -235,7 +236,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
     def send_stats() -> None:
         transport.send_nowait(stats, protocol.BrokerStats(
             pid=os.getpid(), time=time.time(), unrolls_received=received,
-            unrolls_dropped_stale=replay.replay.evicted, unrolls_dropped_full=0, seq_gaps=0,
+            unrolls_dropped_stale=replay.replay.evicted, unrolls_dropped_full=0, seq_gaps=gaps.count,
             decode_errors=decoded.errors, batches_sent=batches_sent, replay_size=len(replay.replay),
             ready_batches=batches_sent - max(0, credits_granted - prefetch),
             replay_sizes=np.array([len(replay.replay)], np.int64), prepare_time_s=prepare_time, feature_time_s=0.0,
@@ -264,6 +265,7 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if frames_past_ring(msg.worker_id, msg.env_frames, rings, frames_per_slot) or replay.insert(msg) is not None:
                     decoded.refuse()
                     continue
+                gaps.see(msg.worker_id, msg.seq)
                 received += msg.count
                 worker_frames[msg.worker_id] = max(worker_frames.get(msg.worker_id, 0), msg.env_frames)
             insert_time += time.perf_counter() - t0
@@ -314,7 +316,7 @@ def transition_misfit(batch: protocol.TransitionBatch, cfg: Config, rings: int, 
 
 
 def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start) -> None:
-    from zrl.roles.learner import apex_sgd_step, make_optimizer, resolve_device, rng_state, set_rng_state
+    from zrl.roles.learner import apex_sgd_step, load_optimizer_state, make_optimizer, resolve_device, rng_state, set_rng_state
 
     if cfg.run.keep_freed_memory:
         keep_freed_memory()
@@ -349,7 +351,7 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
         online.load_state_dict(state["model"])
         target.load_state_dict(state.get("target") or state["model"])
         if start.optimizer and state.get("optimizer") is not None:
-            optimizer.load_state_dict(state["optimizer"])
+            load_optimizer_state(optimizer, state["optimizer"], keep_configured=not start.resume)
         if start.resume:
             scheduler.load_state_dict(state["scheduler"])
             learner_step, policy_version = state["learner_step"], state["policy_version"]

@@ -31,7 +31,7 @@ from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.store import Unit
-from zrl.roles.common import (Decoder, Every, RunWiring, crash_report, frames_past_ring, keep_freed_memory,
+from zrl.roles.common import (Decoder, Every, RunWiring, SeqGaps, crash_report, frames_past_ring, keep_freed_memory,
                               should_stop, start_role, wait_for_weights)
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
@@ -164,13 +164,16 @@ class Broker:
         self.shares = [replay_share(cfg, rep) for rep in cfg.replay]
         self.replays = make_replays(cfg, frames_per_step, scorer, cfg.run.seed)
         self.rings = rings
-        self.next_seq: dict[int, int] = {}
+        self.gaps = SeqGaps()
         self.worker_frames: dict[int, int] = {}  # each worker's env frames, from its latest unroll
         self.unrolls_received = 0
         self.dropped_stale = 0
-        self.seq_gaps = 0
         self.prepare_time_s = 0.0
         self.batches_prepared = 0
+
+    @property
+    def seq_gaps(self) -> int:
+        return self.gaps.count
 
     @property
     def dropped_full(self) -> int:
@@ -188,10 +191,7 @@ class Broker:
         return all(len(r) >= s if isinstance(r, QueueReplay) else r.ready() for r, s in zip(self.replays, self.shares))
 
     def insert(self, msg: protocol.Unroll) -> None:
-        expected = self.next_seq.get(msg.worker_id, 0)
-        if msg.seq > expected:  # messages lost in flight (libzmq can drop a dying PUSH's last ones)
-            self.seq_gaps += msg.seq - expected
-        self.next_seq[msg.worker_id] = msg.seq + 1
+        self.gaps.see(msg.worker_id, msg.seq)
         self.worker_frames[msg.worker_id] = msg.env_frames
         self.unrolls_received += msg.num_envs
         units = units_of(msg)

@@ -186,6 +186,21 @@ class EpisodeReporter:
                 ).encode())  # fmt: skip
 
 
+class SeqGaps:
+    """Each worker's next message number, and how many numbers were skipped: messages lost in flight (libzmq can
+    drop a dying PUSH's last ones). A restarted worker numbers from 0 again, which is no gap."""
+
+    def __init__(self) -> None:
+        self.next: dict[int, int] = {}
+        self.count = 0
+
+    def see(self, worker_id: int, seq: int) -> None:
+        expected = self.next.get(worker_id, 0)
+        if seq > expected:
+            self.count += seq - expected
+        self.next[worker_id] = seq + 1
+
+
 class Decoder:
     """``protocol.decode`` for a role's inbound sockets, counting what it refuses (its stats' decode_errors):
     undecodable bytes, a message of another kind than the socket carries, and any the role finds misfit."""

@@ -56,6 +56,17 @@ def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
 
 
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, keep_configured: bool) -> None:
+    """Load a checkpoint's optimiser state. ``keep_configured`` (a new run started from another's checkpoint
+    with --init-optimizer) takes only its moments and keeps this config's hyperparameters: learning rate, eps,
+    alpha, momentum. A resume takes everything."""
+    configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    if keep_configured:
+        for group, mine in zip(optimizer.param_groups, configured):
+            group.update(mine)
+
+
 class Step(NamedTuple):
     total: float = 0.0
     pg: float = 0.0
@@ -310,11 +321,7 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
         state = checkpoint.load(start.path)
         model.load_state_dict(state["model"])
         if start.optimizer:
-            configured = [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups]
-            optimizer.load_state_dict(state["optimizer"])
-            if not start.resume:  # a new run keeps the moments, with this config's hyperparameters
-                for group, mine in zip(optimizer.param_groups, configured):
-                    group.update(mine)
+            load_optimizer_state(optimizer, state["optimizer"], keep_configured=not start.resume)
         if start.resume:
             scheduler.load_state_dict(state["scheduler"])
             learner_step, policy_version = state["learner_step"], state["policy_version"]
