@@ -62,8 +62,15 @@ def main() -> None:
     parser.add_argument("--json", default=str(REPO / "perf" / "results" / "elite_batch.json"))
     args = parser.parse_args()
 
-    cfg = config_mod.load(None, [f"learner.batch_size={args.batch}", f"learner.unroll_length={args.unroll}",
-                                 f"model.feature_size={args.feature_size}", "run.max_env_frames=10000000000"])  # fmt: skip
+    cfg = config_mod.load(
+        None,
+        [
+            f"learner.batch_size={args.batch}",
+            f"learner.unroll_length={args.unroll}",
+            f"model.feature_size={args.feature_size}",
+            "run.max_env_frames=10000000000",
+        ],
+    )
     spec = probe(cfg.env)
     torch.manual_seed(0)
     torch.set_num_threads(args.learner_threads)
@@ -76,25 +83,53 @@ def main() -> None:
         current = drifted(behaviour, cfg, spec, ring, messages, args.drift_steps)
         learner_s = time_learner_step(current, cfg, spec, ring, messages, args.repeats)
         weights = flat_parameters(current)
-        wiring = SimpleNamespace(frame_shape=spec.frame_shape, frame_dtype=spec.frame_dtype, num_actions=spec.num_actions)
+        wiring = SimpleNamespace(
+            frame_shape=spec.frame_shape, frame_dtype=spec.frame_dtype, num_actions=spec.num_actions
+        )
         n = args.batch
         t_len = args.unroll
         settings = [(0, "fp32"), (10, "fp32"), (5, "fp32"), (5, "bf16"), (2, "fp32")]
         torch.set_num_threads(cfg.broker.torch_threads)
         rows = []
         exact_choice: dict[int, np.ndarray] = {}
-        pools = [draw_pool(np.random.default_rng(100 + r), np.arange(len(messages) * M), round(args.lam * n))
-                 for r in range(args.repeats)]  # fmt: skip
+        pools = [
+            draw_pool(np.random.default_rng(100 + r), np.arange(len(messages) * M), round(args.lam * n))
+            for r in range(args.repeats)
+        ]
         stored_all = np.stack([m.features for m in messages]).reshape(len(messages) * M, t_len, -1)
-        where = (np.zeros(len(stored_all), np.int32), np.tile(np.arange(M, dtype=np.int32), len(messages)),
-                 np.repeat([m.first_frame for m in messages], M).astype(np.int64))  # fmt: skip
+        where = (
+            np.zeros(len(stored_all), np.int32),
+            np.tile(np.arange(M, dtype=np.int32), len(messages)),
+            np.repeat([m.first_frame for m in messages], M).astype(np.int64),
+        )
         for feature_steps, precision in settings:
-            sets = [f"learner.batch_size={n}", f"learner.unroll_length={t_len}", f"model.feature_size={args.feature_size}",
-                    f"broker.precision=\"{precision}\"", "run.max_env_frames=10000000000"]  # fmt: skip
-            ecfg = config_mod.load(None, sets, {"replay": json.dumps([{
-                "type": "elite", "capacity": args.capacity, "sample_ratio": 1.0, "strategy": 3,
-                "lambda_batch_multiplier": args.lam, "alfa_annealing_factor": 1e9, "feature_steps": feature_steps,
-                "fill_fraction": 1.0}])})  # fmt: skip
+            sets = [
+                f"learner.batch_size={n}",
+                f"learner.unroll_length={t_len}",
+                f"model.feature_size={args.feature_size}",
+                f'broker.precision="{precision}"',
+                "run.max_env_frames=10000000000",
+            ]
+            ecfg = config_mod.load(
+                None,
+                sets,
+                {
+                    "replay": json.dumps(
+                        [
+                            {
+                                "type": "elite",
+                                "capacity": args.capacity,
+                                "sample_ratio": 1.0,
+                                "strategy": 3,
+                                "lambda_batch_multiplier": args.lam,
+                                "alfa_annealing_factor": 1e9,
+                                "feature_steps": feature_steps,
+                                "fill_fraction": 1.0,
+                            }
+                        ]
+                    )
+                },
+            )
             scorer = FeatureScorer(ecfg, wiring, [ring])
             scorer.load(1, weights)
             broker = Broker(ecfg, [ring], scorer)
@@ -118,11 +153,14 @@ def main() -> None:
                 overlaps.append(len(np.intersect1d(chosen, exact)) / n)
                 ranks = lambda x: np.argsort(np.argsort(x))  # noqa: E731
                 rank_corr.append(float(np.corrcoef(ranks(d), ranks(d_exact))[0, 1]))
-            row = {"feature_steps": len(steps), "precision": precision,
-                   "prepare_s_median": round(float(np.median(times)), 4),
-                   "ratio_prepare_to_learner_step": round(float(np.median(times)) / learner_s, 3),
-                   "chosen_overlap_with_exact": round(float(np.mean(overlaps)), 3),
-                   "distance_rank_correlation_with_exact": round(float(np.mean(rank_corr)), 4)}  # fmt: skip
+            row = {
+                "feature_steps": len(steps),
+                "precision": precision,
+                "prepare_s_median": round(float(np.median(times)), 4),
+                "ratio_prepare_to_learner_step": round(float(np.median(times)) / learner_s, 3),
+                "chosen_overlap_with_exact": round(float(np.mean(overlaps)), 3),
+                "distance_rank_correlation_with_exact": round(float(np.mean(rank_corr)), 4),
+            }
             rows.append(row)
             print(row, flush=True)
     finally:
@@ -131,24 +169,52 @@ def main() -> None:
 
     result = {
         "command": "python perf/elite_batch.py " + " ".join(sys.argv[1:]),
-        "batch": n, "unroll_length": t_len, "lambda": args.lam, "pool": round(args.lam * n),
-        "feature_size": args.feature_size, "capacity": args.capacity, "broker_threads": cfg.broker.torch_threads,
-        "learner_threads": args.learner_threads, "learner_step_s_median": round(learner_s, 4),
-        "uniform_overlap_expected": round(1 / args.lam, 3), "settings": rows,
-    }  # fmt: skip
+        "batch": n,
+        "unroll_length": t_len,
+        "lambda": args.lam,
+        "pool": round(args.lam * n),
+        "feature_size": args.feature_size,
+        "capacity": args.capacity,
+        "broker_threads": cfg.broker.torch_threads,
+        "learner_threads": args.learner_threads,
+        "learner_step_s_median": round(learner_s, 4),
+        "uniform_overlap_expected": round(1 / args.lam, 3),
+        "settings": rows,
+    }
     if args.pipeline_seconds:
-        mix = json.dumps([{"type": "queue", "capacity": 1, "sample_ratio": 0.5},
-                          {"type": "elite", "capacity": args.capacity, "sample_ratio": 0.5, "strategy": 3,
-                           "lambda_batch_multiplier": args.lam, "alfa_annealing_factor": 2.0}])  # fmt: skip
-        print(f"pipeline: zrl-launch Pong, queue 0.5 + elite 0.5, {args.warmup:g} s warm-up + "
-              f"{args.pipeline_seconds:g} s ...", flush=True)
-        pipe = pipeline(str(REPO / "config" / "pong.toml"), 2, 4, args.pipeline_seconds, args.warmup,
-                        [f"replay={mix}"])  # fmt: skip
-        result["pipeline"] = {"config": "config/pong.toml", "workers": 2, "envs_per_worker": 4, "replay": mix,
-                              **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in pipe.items()}}  # fmt: skip
-    result["machine"] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                         "python": platform.python_version(), "torch": torch.__version__,
-                         "date": time.strftime("%Y-%m-%d %H:%M")}  # fmt: skip
+        mix = json.dumps(
+            [
+                {"type": "queue", "capacity": 1, "sample_ratio": 0.5},
+                {
+                    "type": "elite",
+                    "capacity": args.capacity,
+                    "sample_ratio": 0.5,
+                    "strategy": 3,
+                    "lambda_batch_multiplier": args.lam,
+                    "alfa_annealing_factor": 2.0,
+                },
+            ]
+        )
+        print(
+            f"pipeline: zrl-launch Pong, queue 0.5 + elite 0.5, {args.warmup:g} s warm-up + "
+            f"{args.pipeline_seconds:g} s ...",
+            flush=True,
+        )
+        pipe = pipeline(str(REPO / "config" / "pong.toml"), 2, 4, args.pipeline_seconds, args.warmup, [f"replay={mix}"])
+        result["pipeline"] = {
+            "config": "config/pong.toml",
+            "workers": 2,
+            "envs_per_worker": 4,
+            "replay": mix,
+            **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in pipe.items()},
+        }
+    result["machine"] = {
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
     print(json.dumps(result, indent=2))
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

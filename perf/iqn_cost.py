@@ -53,8 +53,9 @@ def update_ms(cfg: config.Config, quantiles: int, batch: int, warmup: int, repea
         times = []
         for _ in range(count):
             t0 = time.perf_counter()
-            apex_sgd_step(online, target, optimizer, obs, actions, nstep, next_obs, weights, apex,
-                          cfg.learner.grad_norm_clip)  # fmt: skip
+            apex_sgd_step(
+                online, target, optimizer, obs, actions, nstep, next_obs, weights, apex, cfg.learner.grad_norm_clip
+            )
             times.append(time.perf_counter() - t0)
         return statistics.median(times) * 1e3
 
@@ -70,8 +71,17 @@ def adam_ab(cfg: config.Config, rounds: int, warmup: int, repeats: int) -> list[
         for fused, timed in timers.items():
             timed(warmup)
             medians[fused].append(round(timed(repeats), 2))
-    return [{"adam": "fused" if fused else "for-loop", "quantiles": 32, "batch": 32, "threads": torch.get_num_threads(),
-             "update_ms": round(statistics.median(ms), 1), "round_medians_ms": ms} for fused, ms in medians.items()]
+    return [
+        {
+            "adam": "fused" if fused else "for-loop",
+            "quantiles": 32,
+            "batch": 32,
+            "threads": torch.get_num_threads(),
+            "update_ms": round(statistics.median(ms), 1),
+            "round_medians_ms": ms,
+        }
+        for fused, ms in medians.items()
+    ]
 
 
 def main() -> None:
@@ -82,8 +92,13 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="the config's learner.torch_threads")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--adam-ab", type=int, default=0, metavar="ROUNDS",
-                        help="time fused against for-loop Adam in this many alternating rounds instead")
+    parser.add_argument(
+        "--adam-ab",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="time fused against for-loop Adam in this many alternating rounds instead",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cfg = config.load(PONG)
@@ -94,8 +109,15 @@ def main() -> None:
         for quantiles in [int(q) for q in args.quantiles.split(",")]:
             for batch in [int(b) for b in args.batches.split(",")]:
                 ms = update_ms(cfg, quantiles, batch, args.warmup, args.repeats)[0]
-                rows.append({"quantiles": quantiles, "batch": batch, "threads": args.threads, "update_ms": round(ms, 1),
-                             "transitions_per_s": round(batch / ms * 1e3)})  # fmt: skip
+                rows.append(
+                    {
+                        "quantiles": quantiles,
+                        "batch": batch,
+                        "threads": args.threads,
+                        "update_ms": round(ms, 1),
+                        "transitions_per_s": round(batch / ms * 1e3),
+                    }
+                )
     for row in rows:
         print(json.dumps(row), flush=True)
     if args.json:

@@ -73,11 +73,17 @@ def main() -> None:
             for unrolls, channels_last in ((32, False), (32, True), (8, False), (8, True)):
                 observations = unrolls * 21  # B x (T+1), T = 20
                 ms, infer_ms = step_ms(kind, observations, channels_last, args.repeats)
-                row = {"kind": kind, "threads": threads, "batch_unrolls": unrolls, "observations": observations,
-                       "channels_last": channels_last, "step_ms": round(ms, 1),
-                       "ms_per_observation": round(ms / observations, 4),
-                       "core_ms_per_observation": round(ms * threads / observations, 4),
-                       "inference_ms_per_observation_of_8": round(infer_ms / 8, 4)}  # fmt: skip
+                row = {
+                    "kind": kind,
+                    "threads": threads,
+                    "batch_unrolls": unrolls,
+                    "observations": observations,
+                    "channels_last": channels_last,
+                    "step_ms": round(ms, 1),
+                    "ms_per_observation": round(ms / observations, 4),
+                    "core_ms_per_observation": round(ms * threads / observations, 4),
+                    "inference_ms_per_observation_of_8": round(infer_ms / 8, 4),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     if args.json:

@@ -39,8 +39,13 @@ def main() -> None:
             ax.plot(workers, [r["frames_per_s"] for r in line], marker="o", label=label)
             if envs not in ceilings and all("ceiling_frames_per_s" in r for r in line):
                 ceilings.add(envs)
-                ax.plot(workers, [r["ceiling_frames_per_s"] for r in line], linestyle="--", marker=".",
-                        label=f"env ceiling, {envs} envs/process (same run)")  # fmt: skip
+                ax.plot(
+                    workers,
+                    [r["ceiling_frames_per_s"] for r in line],
+                    linestyle="--",
+                    marker=".",
+                    label=f"env ceiling, {envs} envs/process (same run)",
+                )
     ax.set_xlabel("workers (processes)")
     ax.set_ylabel("env frames per second")
     ax.set_xscale("log", base=2)

@@ -25,9 +25,16 @@ from zrl.replay.prioritized import PrioritizedReplay, Transitions  # noqa: E402
 
 def block(rng: np.random.Generator, start: int, n: int) -> Transitions:
     frames = np.arange(start, start + n, dtype=np.int64)
-    return Transitions(rng.integers(0, 8, n, dtype=np.int32), rng.integers(0, 4, n, dtype=np.int32), frames,
-                       rng.integers(0, 18, n, dtype=np.int32), rng.random(n, dtype=np.float32),
-                       np.full(n, 0.99**3, np.float32), frames + 3, np.zeros(n, np.int64))  # fmt: skip
+    return Transitions(
+        rng.integers(0, 8, n, dtype=np.int32),
+        rng.integers(0, 4, n, dtype=np.int32),
+        frames,
+        rng.integers(0, 18, n, dtype=np.int32),
+        rng.random(n, dtype=np.float32),
+        np.full(n, 0.99**3, np.float32),
+        frames + 3,
+        np.zeros(n, np.int64),
+    )
 
 
 def main() -> int:
@@ -54,15 +61,26 @@ def main() -> int:
         replay.update(sample.slots, sample.stamps, rng.random(args.batch) + 0.01)
         t2 = time.perf_counter()
         sample_s, update_s = sample_s + t1 - t0, update_s + t2 - t1
-    result = {"capacity": args.capacity, "batch": args.batch, "insert_block": args.insert_block,
-              "sample_us": round(sample_s / args.repeats * 1e6, 1), "update_us": round(update_s / args.repeats * 1e6, 1),
-              "sample_plus_update_us": round((sample_s + update_s) / args.repeats * 1e6, 1),
-              "insert_block_us": round(insert_s * 1e6, 1), "fill_s": round(fill_s, 2)}  # fmt: skip
-    print(f"prioritized replay, capacity {args.capacity:,}, batch {args.batch}: sample {result['sample_us']} us + "
-          f"update {result['update_us']} us = {result['sample_plus_update_us']} us per batch; insert of "
-          f"{args.insert_block} transitions {result['insert_block_us']} us")  # fmt: skip
-    doc = {"mode": "prioritized_replay", "machine": {**machine(), "command": " ".join(["python", *sys.argv])},
-           "result": result}  # fmt: skip
+    result = {
+        "capacity": args.capacity,
+        "batch": args.batch,
+        "insert_block": args.insert_block,
+        "sample_us": round(sample_s / args.repeats * 1e6, 1),
+        "update_us": round(update_s / args.repeats * 1e6, 1),
+        "sample_plus_update_us": round((sample_s + update_s) / args.repeats * 1e6, 1),
+        "insert_block_us": round(insert_s * 1e6, 1),
+        "fill_s": round(fill_s, 2),
+    }
+    print(
+        f"prioritized replay, capacity {args.capacity:,}, batch {args.batch}: sample {result['sample_us']} us + "
+        f"update {result['update_us']} us = {result['sample_plus_update_us']} us per batch; insert of "
+        f"{args.insert_block} transitions {result['insert_block_us']} us"
+    )
+    doc = {
+        "mode": "prioritized_replay",
+        "machine": {**machine(), "command": " ".join(["python", *sys.argv])},
+        "result": result,
+    }
     Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0

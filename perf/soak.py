@@ -53,8 +53,12 @@ def sample(launcher: psutil.Process, minute: float) -> dict:
     for title, proc in sorted(role_processes(launcher).items()):
         try:
             with proc.oneshot():
-                row["roles"][title] = {"pid": proc.pid, "uss_mb": round(proc.memory_full_info().uss / 2**20, 1),
-                                       "fds": proc.num_fds(), "threads": proc.num_threads()}  # fmt: skip
+                row["roles"][title] = {
+                    "pid": proc.pid,
+                    "uss_mb": round(proc.memory_full_info().uss / 2**20, 1),
+                    "fds": proc.num_fds(),
+                    "threads": proc.num_threads(),
+                }
         except psutil.Error:  # exited between the listing and the reading (a restart)
             continue
     segments = [e for e in os.scandir("/dev/shm") if e.name.startswith("zrl_")]
@@ -71,11 +75,23 @@ def growth(first: dict, last: dict) -> list[dict]:
         if b is None:
             continue
         for key in ("uss_mb", "fds", "threads"):
-            out.append({"what": f"{title} {key}", "first": a[key], "last": b[key],
-                        "growth": round((b[key] - a[key]) / a[key], 4) if a[key] else 0.0})  # fmt: skip
+            out.append(
+                {
+                    "what": f"{title} {key}",
+                    "first": a[key],
+                    "last": b[key],
+                    "growth": round((b[key] - a[key]) / a[key], 4) if a[key] else 0.0,
+                }
+            )
     for key in ("shm_segments", "shm_mb"):
-        out.append({"what": key, "first": first[key], "last": last[key],
-                    "growth": round((last[key] - first[key]) / first[key], 4) if first[key] else 0.0})  # fmt: skip
+        out.append(
+            {
+                "what": key,
+                "first": first[key],
+                "last": last[key],
+                "growth": round((last[key] - first[key]) / first[key], 4) if first[key] else 0.0,
+            }
+        )
     return out
 
 
@@ -91,10 +107,27 @@ def main() -> int:
     args = ap.parse_args()
 
     results = tempfile.mkdtemp(prefix="zrl-soak-")
-    cmd = [sys.executable, str(REPO / "bin" / "zrl-launch"), "--config", args.config, "--workers", str(args.workers), "--envs-per-worker",
-           str(args.envs_per_worker), "--set", f"run.results_dir={results}", "--set",
-           f"run.max_seconds={args.minutes * 60 + 30:g}", "--set", "run.max_env_frames=10000000000",
-           "--set", "run.checkpoint_every_minutes=5", "--set", "run.checkpoint_every_steps=0", "--quiet"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(REPO / "bin" / "zrl-launch"),
+        "--config",
+        args.config,
+        "--workers",
+        str(args.workers),
+        "--envs-per-worker",
+        str(args.envs_per_worker),
+        "--set",
+        f"run.results_dir={results}",
+        "--set",
+        f"run.max_seconds={args.minutes * 60 + 30:g}",
+        "--set",
+        "run.max_env_frames=10000000000",
+        "--set",
+        "run.checkpoint_every_minutes=5",
+        "--set",
+        "run.checkpoint_every_steps=0",
+        "--quiet",
+    ]
     print("soak: zrl-launch", " ".join(cmd[2:]), flush=True)
     log_path = Path(results) / "zrl-launch.out"  # a file, not a pipe that could fill over the run and block it
     log = open(log_path, "w")
@@ -106,9 +139,13 @@ def main() -> int:
         while (minute := (time.monotonic() - start) / 60) <= args.minutes and proc.poll() is None:
             row = sample(launcher, minute)
             rows.append(row)
-            roles = ", ".join(f"{t} {r['uss_mb']} MB/{r['fds']} fds/{r['threads']} thr" for t, r in row["roles"].items())
-            print(f"soak: minute {minute:5.1f}: /dev/shm {row['shm_segments']} segments {row['shm_mb']} MB; {roles}",
-                  flush=True)  # fmt: skip
+            roles = ", ".join(
+                f"{t} {r['uss_mb']} MB/{r['fds']} fds/{r['threads']} thr" for t, r in row["roles"].items()
+            )
+            print(
+                f"soak: minute {minute:5.1f}: /dev/shm {row['shm_segments']} segments {row['shm_mb']} MB; {roles}",
+                flush=True,
+            )
             time.sleep(max(0.0, args.every - (time.monotonic() - start) % args.every))
     finally:
         interrupted = proc.poll() is None
@@ -135,11 +172,23 @@ def main() -> int:
     print(f"soak: growth from minute {warm[0]['minute']} to {warm[-1]['minute']}:")
     for g in table:
         print(f"  {g['what']:<32} {g['first']:>10} -> {g['last']:>10}  {g['growth']:+.2%}")
-    print(f"soak: largest growth {worst['what']} {worst['growth']:+.2%} (goal under {GOAL:.0%}): "
-          f"{'met' if worst['growth'] < GOAL else 'NOT met'}")  # fmt: skip
-    doc = {"mode": "soak", "machine": {**machine(), "command": " ".join(["python", *sys.argv])},
-           "result": {"minutes": args.minutes, "warmup_minutes": args.warmup, "samples": rows, "growth": table,
-                      "largest_growth": worst, "goal": GOAL, "met": worst["growth"] < GOAL}}  # fmt: skip
+    print(
+        f"soak: largest growth {worst['what']} {worst['growth']:+.2%} (goal under {GOAL:.0%}): "
+        f"{'met' if worst['growth'] < GOAL else 'NOT met'}"
+    )
+    doc = {
+        "mode": "soak",
+        "machine": {**machine(), "command": " ".join(["python", *sys.argv])},
+        "result": {
+            "minutes": args.minutes,
+            "warmup_minutes": args.warmup,
+            "samples": rows,
+            "growth": table,
+            "largest_growth": worst,
+            "goal": GOAL,
+            "met": worst["growth"] < GOAL,
+        },
+    }
     Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.json}")
     return 0

@@ -26,10 +26,10 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import NoReturn
-from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
@@ -349,19 +349,13 @@ def _check_header(segment: Segment, spec: RingSpec) -> None:
     if header[_H_MAGIC] != MAGIC:
         raise ValueError(f"segment {name!r} is not an initialised ring (bad magic)")
     if header[_H_VERSION] != LAYOUT_VERSION:
-        raise ValueError(
-            f"ring {name!r} has layout version {int(header[_H_VERSION])}, expected {LAYOUT_VERSION}"
-        )
+        raise ValueError(f"ring {name!r} has layout version {int(header[_H_VERSION])}, expected {LAYOUT_VERSION}")
     if header[_H_CAPACITY] != spec.capacity:
-        raise ValueError(
-            f"ring {name!r} spec mismatch: capacity {int(header[_H_CAPACITY])} != {spec.capacity}"
-        )
+        raise ValueError(f"ring {name!r} spec mismatch: capacity {int(header[_H_CAPACITY])} != {spec.capacity}")
     if header[_H_CHECKSUM] != spec.checksum or header[_H_NFIELDS] != len(spec.fields):
         raise ValueError(
             f"ring {name!r} spec mismatch: it was created with different fields "
             f"(shape/dtype/name/order); expected {spec.encode()!r}"
         )
     if header[_H_NBYTES] != spec.nbytes or segment.nbytes < spec.nbytes:
-        raise ValueError(
-            f"ring {name!r} size mismatch: segment {segment.nbytes} B, spec needs {spec.nbytes} B"
-        )
+        raise ValueError(f"ring {name!r} size mismatch: segment {segment.nbytes} B, spec needs {spec.nbytes} B")

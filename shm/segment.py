@@ -13,14 +13,13 @@ owner pid can be recovered from the name alone (see :func:`parse_segment_name`).
 
 from __future__ import annotations
 
+import _posixshmem
 import errno
 import mmap
 import os
 import re
 from types import TracebackType
 from typing import NamedTuple
-
-import _posixshmem
 
 __all__ = [
     "MAX_NAME_LEN",
@@ -139,9 +138,7 @@ class Segment:
         try:
             fd = _posixshmem.shm_open("/" + name, os.O_CREAT | os.O_EXCL | os.O_RDWR, _MODE)
         except FileExistsError:
-            raise SegmentExistsError(
-                errno.EEXIST, f"shared memory segment {name!r} already exists", name
-            ) from None
+            raise SegmentExistsError(errno.EEXIST, f"shared memory segment {name!r} already exists", name) from None
         try:
             os.fchmod(fd, _MODE)  # independent of the umask
             os.ftruncate(fd, nbytes)
@@ -169,9 +166,7 @@ class Segment:
         try:
             fd = _posixshmem.shm_open("/" + name, os.O_RDWR, 0)
         except FileNotFoundError:
-            raise SegmentNotFoundError(
-                errno.ENOENT, f"shared memory segment {name!r} does not exist", name
-            ) from None
+            raise SegmentNotFoundError(errno.ENOENT, f"shared memory segment {name!r} does not exist", name) from None
         try:
             size = os.fstat(fd).st_size
             if size <= 0:
@@ -227,9 +222,7 @@ class Segment:
     def unlink(self) -> None:
         """Remove the name from the system (owner only; idempotent if already gone)."""
         if not self._owner:
-            raise NotOwnerError(
-                errno.EPERM, f"only the owner may unlink shared memory segment {self._name!r}"
-            )
+            raise NotOwnerError(errno.EPERM, f"only the owner may unlink shared memory segment {self._name!r}")
         if self._unlinked:
             return
         try:

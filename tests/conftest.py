@@ -13,6 +13,11 @@ import psutil
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The tiers (markers declared in pyproject.toml) and each one's timeout per test: the suite's one timeout policy,
+# enforced by pytest-timeout. A command that a test runs has its own, shorter timeout (run_command), so that a
+# hung run fails with its own output; these catch a test that hangs anywhere else.
+TIER_TIMEOUT_S = {"unit": 60, "integration": 180, "e2e": 600, "learning": 1500}
 BIN = REPO / "bin"
 ROLE_TITLES = ("zrl-worker", "zrl-broker", "zrl-learner")
 
@@ -43,8 +48,9 @@ def run_command(name: str, *args: str, cwd: Path, timeout: float = 300, preexec_
     """Run a command to its end. One past ``timeout`` gets Ctrl-C first, as a user would give it, so that a hung
     run fails its test with its own output and cleans up after itself; it is killed only if that fails.
     ``preexec_fn`` runs in the child before the command (to set a resource limit)."""
-    with subprocess.Popen(command(name, *args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, preexec_fn=preexec_fn) as proc:  # fmt: skip
+    with subprocess.Popen(
+        command(name, *args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn
+    ) as proc:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -54,8 +60,9 @@ def run_command(name: str, *args: str, cwd: Path, timeout: float = 300, preexec_
             except subprocess.TimeoutExpired:
                 proc.kill()
                 out, err = proc.communicate()
-            raise AssertionError(f"{name} ran past {timeout:g} s; its stdout ends:\n{out[-3000:]}\nits stderr ends:\n"
-                                 f"{err[-3000:]}") from None
+            raise AssertionError(
+                f"{name} ran past {timeout:g} s; its stdout ends:\n{out[-3000:]}\nits stderr ends:\n{err[-3000:]}"
+            ) from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
@@ -98,3 +105,16 @@ def no_leaks():
     assert not left, f"shared-memory segments left behind: {sorted(left)}"
     assert not folders, f"socket folders left behind: {sorted(folders)}"
     assert not procs, f"role processes left behind: {[p.info['cmdline'] for p in procs]}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test has exactly one tier marker (its own, or its module's ``pytestmark``; a module whose tests
+    differ marks each test instead), and runs under that tier's timeout."""
+    for item in items:
+        tiers = {m.name for m in item.iter_markers() if m.name in TIER_TIMEOUT_S}
+        if len(tiers) != 1:
+            raise pytest.UsageError(
+                f"{item.nodeid}: a test takes exactly one tier marker of {', '.join(TIER_TIMEOUT_S)}, found "
+                f"{', '.join(sorted(tiers)) or 'none'}; mark the test, or its module with pytestmark"
+            )
+        item.add_marker(pytest.mark.timeout(TIER_TIMEOUT_S[tiers.pop()]))

@@ -8,12 +8,12 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
-
 from conftest import REPO, run_command
-from shm.ring import Ring, RingSpec
 from test_e2e import _assert_loadable, _rows
 
+from shm.ring import Ring, RingSpec
 from zrl import protocol
 from zrl.algos.apex import NStepBuilder
 from zrl.algos.iqn import NStep
@@ -27,6 +27,7 @@ from zrl.roles.learner import apex_sgd_step
 PONG = REPO / "config" / "apex_iqn_pong.toml"
 
 
+@pytest.mark.integration
 def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_change_the_tree():
     apex = ApexConfig(noisy=False, quantiles=8, target_quantiles=8, acting_quantiles=4, embedding_dim=16, n_step=3)
     torch.manual_seed(0)
@@ -40,17 +41,33 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
         frame = ring.write(frame=rng.normal(size=(2, 4)), episode_step=np.zeros(2, np.int32))
         for t in range(12):
             nxt = ring.write(frame=rng.normal(size=(2, 4)), episode_step=np.full(2, t + 1, np.int32))
-            found.append(builder.step(np.full(2, frame), rng.integers(0, 3, 2), rng.normal(size=2).astype(np.float32),
-                                      np.full(2, 0.99, np.float32), np.zeros(2, bool), np.full(2, nxt)))  # fmt: skip
+            found.append(
+                builder.step(
+                    np.full(2, frame),
+                    rng.integers(0, 3, 2),
+                    rng.normal(size=2).astype(np.float32),
+                    np.full(2, 0.99, np.float32),
+                    np.zeros(2, bool),
+                    np.full(2, nxt),
+                )
+            )
             frame = nxt
         cols = {k: np.concatenate([f[k] for f in found]) for k in found[0]}
         gatherer = TransitionGatherer([ring], 2, 256, (4,), "float32")
         priority = _first_priorities(net, gatherer, cols, apex, torch.Generator().manual_seed(2))
         n = len(priority)
         assert n == 2 * (12 - 2) and np.isfinite(priority).all() and (priority > 0).all()
-        sent = protocol.Transitions(worker_id=0, seq=0, policy_version=0, env_frames=24, count=n, priority=priority,
-                                    **{k: cols[k] for k in ("env_index", "frame", "action", "nstep_return",
-                                                            "bootstrap_discount", "next_frame")})  # fmt: skip
+        sent = protocol.Transitions(
+            worker_id=0,
+            seq=0,
+            policy_version=0,
+            env_frames=24,
+            count=n,
+            priority=priority,
+            **{
+                k: cols[k] for k in ("env_index", "frame", "action", "nstep_return", "bootstrap_discount", "next_frame")
+            },
+        )
         replay = ApexReplay(100, 8, 1, 1, 2, 3, 3, 0.4, 10, 0)
         assert replay.insert(protocol.decode(sent.encode())) is None
         np.testing.assert_allclose(replay.replay.tree.priorities[:n], np.maximum(priority, 1e-6), rtol=1e-6)
@@ -59,13 +76,26 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
         obs, next_obs, ok = TransitionGatherer([ring], 2, 8, (4,), "float32").gather(batch)
         assert ok.all()
         target = build_iqn_model(ModelConfig(kind="mlp", mlp_hidden=(16,)), apex, (4,), "float32", 2, 3)
-        step = apex_sgd_step(net, target, torch.optim.Adam(net.parameters(), 1e-3), obs,
-                            torch.from_numpy(batch.action.copy()), NStep(torch.from_numpy(batch.nstep_return.copy()),
-                            torch.from_numpy(batch.bootstrap_discount.copy())), next_obs, torch.from_numpy(batch.weights.copy()),
-                            apex, 10.0)  # fmt: skip
+        step = apex_sgd_step(
+            net,
+            target,
+            torch.optim.Adam(net.parameters(), 1e-3),
+            obs,
+            torch.from_numpy(batch.action.copy()),
+            NStep(torch.from_numpy(batch.nstep_return.copy()), torch.from_numpy(batch.bootstrap_discount.copy())),
+            next_obs,
+            torch.from_numpy(batch.weights.copy()),
+            apex,
+            10.0,
+        )
         before = replay.replay.tree.priorities[batch.slots].copy()
-        update = protocol.PriorityUpdate(batch_id=1, size=8, slots=batch.slots, stamps=batch.stamps,
-                                         priorities=step.priorities.astype(np.float32) + 5.0)  # fmt: skip
+        update = protocol.PriorityUpdate(
+            batch_id=1,
+            size=8,
+            slots=batch.slots,
+            stamps=batch.stamps,
+            priorities=step.priorities.astype(np.float32) + 5.0,
+        )
         assert replay.update(protocol.decode(update.encode())) is None
         after = replay.replay.tree.priorities[batch.slots]
         for slot, got in zip(batch.slots, after):  # a slot drawn twice holds one of its two new priorities
@@ -77,15 +107,40 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
         ring.unlink()
 
 
+@pytest.mark.e2e
 def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path, no_leaks):
     cfg = load(PONG)
     assert cfg.algo == "apex_iqn" and cfg.replay[0].type == "prioritized"
-    small = ("--workers", "2", "--envs-per-worker", "2", "--set", "run.max_env_frames=16000",
-             "--set", 'replay=[{"type": "prioritized", "capacity": 6000}]', "--set", "apex.learn_start=1000",
-             "--set", "apex.priority_batch=100", "--set", "apex.replay_ratio=0", "--set", "learner.batch_size=8",
-             "--set", "learner.publish_every=5", "--set", "run.log_interval_s=1", "--quiet",
-             # fewer quantiles: the files and scores are under test here, not IQN on Atari at full size
-             "--set", "apex.quantiles=8", "--set", "apex.target_quantiles=8", "--set", "apex.acting_quantiles=8")  # fmt: skip
+    small = (
+        "--workers",
+        "2",
+        "--envs-per-worker",
+        "2",
+        "--set",
+        "run.max_env_frames=16000",
+        "--set",
+        'replay=[{"type": "prioritized", "capacity": 6000}]',
+        "--set",
+        "apex.learn_start=1000",
+        "--set",
+        "apex.priority_batch=100",
+        "--set",
+        "apex.replay_ratio=0",
+        "--set",
+        "learner.batch_size=8",
+        "--set",
+        "learner.publish_every=5",
+        "--set",
+        "run.log_interval_s=1",
+        "--quiet",
+        # fewer quantiles: the files and scores are under test here, not IQN on Atari at full size
+        "--set",
+        "apex.quantiles=8",
+        "--set",
+        "apex.target_quantiles=8",
+        "--set",
+        "apex.acting_quantiles=8",
+    )
     result = run_command("zrl-launch", "--config", PONG, *small, cwd=tmp_path, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
@@ -106,13 +161,25 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
     _assert_loadable(run_dir)
 
 
+@pytest.mark.e2e
 def test_replay_ratio_holds_env_steps_per_learner_step(tmp_path: Path, no_leaks):
     """apex.replay_ratio = 8 on CartPole, where the learner alone would run at about one step per two env
     steps: the workers and the broker hold it near 8 env steps per update past learn_start."""
     config = REPO / "config" / "apex_iqn_cartpole.toml"
-    result = run_command("zrl-launch", "--config", config, "--set", "run.max_env_frames=12000", "--set",
-                         "apex.replay_ratio=8", "--set", "run.log_interval_s=1", "--quiet", cwd=tmp_path,
-                         timeout=300)  # fmt: skip
+    result = run_command(
+        "zrl-launch",
+        "--config",
+        config,
+        "--set",
+        "run.max_env_frames=12000",
+        "--set",
+        "apex.replay_ratio=8",
+        "--set",
+        "run.log_interval_s=1",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     learn_start = load(config).apex.learn_start
@@ -121,12 +188,26 @@ def test_replay_ratio_holds_env_steps_per_learner_step(tmp_path: Path, no_leaks)
     assert 6.0 <= ratio <= 10.0, (ratio, last)
 
 
+@pytest.mark.e2e
 def test_the_c51_head_trains_on_the_pipeline_and_its_checkpoint_plays(tmp_path: Path, no_leaks):
     """apex.head = "c51" through workers, broker and learner on CartPole, then zrl-eval on its checkpoint."""
     config = REPO / "config" / "apex_iqn_cartpole.toml"
-    result = run_command("zrl-launch", "--config", config, "--set", "apex.head=c51", "--set", "apex.v_min=0",
-                         "--set", "apex.v_max=10", "--set", "run.max_env_frames=6000", "--quiet", cwd=tmp_path,
-                         timeout=300)  # fmt: skip
+    result = run_command(
+        "zrl-launch",
+        "--config",
+        config,
+        "--set",
+        "apex.head=c51",
+        "--set",
+        "apex.v_min=0",
+        "--set",
+        "apex.v_max=10",
+        "--set",
+        "run.max_env_frames=6000",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     latest = _assert_loadable(run_dir)
@@ -142,6 +223,7 @@ def test_the_c51_head_trains_on_the_pipeline_and_its_checkpoint_plays(tmp_path: 
     assert "score" in played.stdout
 
 
+@pytest.mark.integration
 def test_the_apex_broker_counts_worker_messages_lost_in_flight(tmp_path: Path, no_leaks):
     """The Ape-X broker counts a gap in a worker's message numbers as the V-trace broker does (it once reported
     seq_gaps = 0 whatever happened): real roles, one real worker, and one message numbered past the next."""
@@ -159,12 +241,22 @@ def test_the_apex_broker_counts_worker_messages_lost_in_flight(tmp_path: Path, n
         try:
             got = pipe.broker
             seq = skipped + 10**4  # past every number the worker has sent or will send meanwhile
-            push.send(protocol.Transitions(
-                worker_id=0, seq=seq, policy_version=0, env_frames=0, count=n, env_index=np.zeros(n, np.int32),
-                frame=np.arange(n, dtype=np.int64), action=np.zeros(n, np.int32), nstep_return=np.zeros(n, np.float32),
-                bootstrap_discount=np.ones(n, np.float32), next_frame=np.arange(n, dtype=np.int64) + 1,
-                priority=np.ones(n, np.float32),
-            ).encode())  # fmt: skip
+            push.send(
+                protocol.Transitions(
+                    worker_id=0,
+                    seq=seq,
+                    policy_version=0,
+                    env_frames=0,
+                    count=n,
+                    env_index=np.zeros(n, np.int32),
+                    frame=np.arange(n, dtype=np.int64),
+                    action=np.zeros(n, np.int32),
+                    nstep_return=np.zeros(n, np.float32),
+                    bootstrap_discount=np.ones(n, np.float32),
+                    next_frame=np.arange(n, dtype=np.int64) + 1,
+                    priority=np.ones(n, np.float32),
+                ).encode()
+            )
             pipe.watch(30, until=lambda p: p.broker.seq_gaps > 0 and p.broker.time > got.time)
         finally:
             push.close()
@@ -174,21 +266,40 @@ def test_the_apex_broker_counts_worker_messages_lost_in_flight(tmp_path: Path, n
         assert seq - 10**4 < stats.seq_gaps <= seq, stats
 
 
-def test_an_apex_start_from_a_checkpoint_keeps_its_moments_and_takes_this_configs_hyperparameters(tmp_path: Path, no_leaks):
+@pytest.mark.e2e
+def test_an_apex_start_from_a_checkpoint_keeps_its_moments_and_takes_this_configs_hyperparameters(
+    tmp_path: Path, no_leaks
+):
     """--init-from with --init-optimizer on Ape-X: Adam's moments (and its step count) carry over, and the new
     config's eps and learning rate apply (the Ape-X learner once kept the checkpoint's), as for V-trace."""
     config = REPO / "config" / "apex_iqn_cartpole.toml"
-    first = run_command("zrl-launch", "--config", config, "--set", "run.max_env_frames=1500", "--quiet", cwd=tmp_path,
-                        timeout=300)
+    first = run_command(
+        "zrl-launch", "--config", config, "--set", "run.max_env_frames=1500", "--quiet", cwd=tmp_path, timeout=300
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     ckpt = checkpoint_latest(run_dir)
     before = torch.load(ckpt, weights_only=True)
     assert before["optimizer"]["param_groups"][0]["eps"] == load(config).learner.adam_eps
-    second = run_command("zrl-launch", "--config", config, "--init-from", ckpt, "--init-optimizer", "--set",
-                         "run.max_env_frames=1500", "--set", "learner.adam_eps=0.01", "--set",
-                         "learner.learning_rate=0.002", "--set", "learner.lr_end=0.002", "--quiet", cwd=tmp_path,
-                         timeout=300)  # fmt: skip
+    second = run_command(
+        "zrl-launch",
+        "--config",
+        config,
+        "--init-from",
+        ckpt,
+        "--init-optimizer",
+        "--set",
+        "run.max_env_frames=1500",
+        "--set",
+        "learner.adam_eps=0.01",
+        "--set",
+        "learner.learning_rate=0.002",
+        "--set",
+        "learner.lr_end=0.002",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert second.returncode == 0, second.stderr[-3000:]
     (new_dir,) = [d for d in (tmp_path / "results").iterdir() if d != run_dir]
     after = torch.load(checkpoint_latest(new_dir), weights_only=True)

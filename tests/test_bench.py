@@ -7,7 +7,6 @@ import csv
 import json
 
 import pytest
-
 from conftest import REPO, run_command
 
 SMOKE = REPO / "config" / "smoke.toml"
@@ -33,6 +32,7 @@ def _positive(*values) -> None:
         assert isinstance(value, (int, float)) and value > 0, values
 
 
+@pytest.mark.e2e
 def test_env_mode_measures_the_ceiling_and_the_peers_it_can(tmp_path, no_leaks):
     doc = _bench(tmp_path, "env", *TINY, "--workers", 2, "--envs-per-worker", 2)
     ceiling = doc["result"]["ceiling"]
@@ -47,6 +47,7 @@ def test_env_mode_measures_the_ceiling_and_the_peers_it_can(tmp_path, no_leaks):
     assert named == 3, doc["result"]  # every peer is either measured or said to be missing
 
 
+@pytest.mark.e2e
 def test_sampling_mode_gives_a_ratio_to_the_ceiling_for_every_grid_point(tmp_path, no_leaks):
     doc = _bench(tmp_path, "sampling", *TINY, "--workers", "1,2", "--envs-per-worker", 2, "--warmup", 0.5)
     rows = doc["result"]["rows"]
@@ -58,6 +59,7 @@ def test_sampling_mode_gives_a_ratio_to_the_ceiling_for_every_grid_point(tmp_pat
     assert "ratio_to_ceiling" in doc["stdout"]
 
 
+@pytest.mark.e2e
 def test_transport_mode_measures_every_hop(tmp_path, no_leaks):
     result = _bench(tmp_path, "transport", *TINY)["result"]
     assert result["ring"]["torn"] == 0 and result["ring"]["slots"] > 0
@@ -66,9 +68,14 @@ def test_transport_mode_measures_every_hop(tmp_path, no_leaks):
     _positive(index["messages_per_s"], index["round_trip_us_median"], index["round_trip_us_p99"])
     assert index["decode_errors"] == 0 and index["message_bytes"] > 0
     _positive(result["weights"]["latency_ms_median"], result["weights"]["message_mb"])
-    assert {t["target"] for t in result["targets"]} == {"ring_gb_per_s", "index_messages_per_s", "queue_slower_than_ring"}
+    assert {t["target"] for t in result["targets"]} == {
+        "ring_gb_per_s",
+        "index_messages_per_s",
+        "queue_slower_than_ring",
+    }
 
 
+@pytest.mark.e2e
 def test_learner_mode_compares_the_fed_learner_with_a_bare_loop(tmp_path, no_leaks):
     result = _bench(tmp_path, "learner", *TINY, "--capacity", 16)["result"]
     _positive(result["fed_steps_per_s"], result["bare_steps_per_s"], result["ratio_to_bare"])
@@ -77,6 +84,7 @@ def test_learner_mode_compares_the_fed_learner_with_a_bare_loop(tmp_path, no_lea
     assert result["targets"][0]["target"] == "learner_ratio_to_bare"
 
 
+@pytest.mark.e2e
 def test_elite_mode_times_elite_and_attentive_batches_against_the_learner_step(tmp_path, no_leaks):
     result = _bench(tmp_path, "elite", *TINY, "--capacity", 32, "--set", "model.feature_size=16", "--repeats", 2)[
         "result"
@@ -86,33 +94,68 @@ def test_elite_mode_times_elite_and_attentive_batches_against_the_learner_step(t
     assert result["feature_size"] == 16 and result["capacity"] == 32 and result["feature_steps"] == 5
 
 
+@pytest.mark.e2e
 def test_pipeline_mode_breaks_the_time_down_by_role_and_names_the_bottleneck(tmp_path, no_leaks):
-    doc = _bench(tmp_path, "pipeline", "--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1,
-                 "--envs-per-worker", 2)
+    doc = _bench(
+        tmp_path, "pipeline", "--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1, "--envs-per-worker", 2
+    )
     result = doc["result"]
     _positive(result["frames_per_s"], result["window_s"])
     per = result["seconds_per_second"]
-    for section in ("env_step", "inference", "ring_write", "send", "broker_insert", "broker_sample", "learner_gather",
-                    "learner_step", "learner_publish", "learner_wait", "weights_wait"):  # fmt: skip
+    for section in (
+        "env_step",
+        "inference",
+        "ring_write",
+        "send",
+        "broker_insert",
+        "broker_sample",
+        "learner_gather",
+        "learner_step",
+        "learner_publish",
+        "learner_wait",
+        "weights_wait",
+    ):
         assert section in per and per[section] >= 0
     assert per["env_step"] > 0 and per["learner_step"] > 0
     assert result["bottleneck"]["role"].split()[0] in {"learner", "broker", "workers"}
     assert "bottleneck:" in doc["stdout"]
     lim = result["limit"]  # the machine's limit from the unit costs, measured in the same run
-    _positive(lim["env_step_core_ms"], lim["inference_core_ms_per_obs"], lim["learner_core_ms_per_sample"],
-              lim["learner_gflop_per_step"], lim["matmul_gflop_per_s"], lim["limit_trained_steps_per_s"])  # fmt: skip
+    _positive(
+        lim["env_step_core_ms"],
+        lim["inference_core_ms_per_obs"],
+        lim["learner_core_ms_per_sample"],
+        lim["learner_gflop_per_step"],
+        lim["matmul_gflop_per_s"],
+        lim["limit_trained_steps_per_s"],
+    )
     per_sample = lim["fresh_share"] * (lim["env_step_core_ms"] + lim["inference_core_ms_per_obs"])
     per_sample += lim["learner_core_ms_per_sample"]
-    assert abs(lim["limit_trained_steps_per_s"] - lim["cores"] * 1e3 / per_sample) <= 0.01 * lim["limit_trained_steps_per_s"]
+    assert (
+        abs(lim["limit_trained_steps_per_s"] - lim["cores"] * 1e3 / per_sample)
+        <= 0.01 * lim["limit_trained_steps_per_s"]
+    )
     samples = result["learner_steps_per_s"] * 4 * 10  # smoke.toml's batch of 4 x 10
     assert abs(lim["trained_steps_per_s"] - samples) <= 0.01 * samples + 0.1
     assert {t["target"] for t in result["targets"]} == {"pipeline_ratio_to_limit", "learner_ratio_to_matmul"}
     assert "env steps trained on per second" in doc["stdout"] and "GFLOP" in doc["stdout"]
 
 
+@pytest.mark.e2e
 def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
-    doc = _bench(tmp_path, "--suggest", "--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1,
-                 "--envs-per-worker", "1,2")
+    doc = _bench(
+        tmp_path,
+        "--suggest",
+        "--config",
+        SMOKE,
+        "--seconds",
+        2,
+        "--warmup",
+        6,
+        "--workers",
+        1,
+        "--envs-per-worker",
+        "1,2",
+    )
     rows = doc["result"]["rows"]
     assert [(r["workers"], r["envs_per_worker"]) for r in rows] == [(1, 1), (1, 2)]
     best = doc["result"]["best"]
@@ -120,24 +163,29 @@ def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
     assert f"--workers {best['workers']} --envs-per-worker {best['envs_per_worker']}" in doc["stdout"]
 
 
-@pytest.mark.parametrize("args, expected", [
-    ((), "give one of MODE"),
-    (("env", "--suggest"), "give one of MODE"),
-    (("env", "--workers", "two"), "--workers 'two': expected a positive integer"),
-    (("sampling", "--envs-per-worker", "0"), "every value must be at least 1"),
-    (("env", "--seconds", "0"), "--seconds must be > 0"),
-    (("env", "--set", "env.id=\"ALE/Nope-v5\""), "env.id"),
-    (("learning", "--config", SMOKE), "learning needs a budget"),
-    (("learning", "--runs", "no/such/run"), "not a zrl run folder"),
-    (("learning", "--seconds", "10", "--seeds", "1,x"), "--seeds '1,x'"),
-    (("learning", "--seconds", "10", "--workers", "1,2"), "takes one number"),
-])  # fmt: skip
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        ((), "give one of MODE"),
+        (("env", "--suggest"), "give one of MODE"),
+        (("env", "--workers", "two"), "--workers 'two': expected a positive integer"),
+        (("sampling", "--envs-per-worker", "0"), "every value must be at least 1"),
+        (("env", "--seconds", "0"), "--seconds must be > 0"),
+        (("env", "--set", 'env.id="ALE/Nope-v5"'), "env.id"),
+        (("learning", "--config", SMOKE), "learning needs a budget"),
+        (("learning", "--runs", "no/such/run"), "not a zrl run folder"),
+        (("learning", "--seconds", "10", "--seeds", "1,x"), "--seeds '1,x'"),
+        (("learning", "--seconds", "10", "--workers", "1,2"), "takes one number"),
+    ],
+)
 def test_bench_mistakes_exit_2_in_one_line(tmp_path, args, expected):
     done = run_command("zrl-bench", *args, cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.e2e
 def test_a_killed_learner_bench_leaves_no_role_suspended(tmp_path, no_leaks):
     """zrl-bench learner suspends the fed learner while the bare loop runs. SIGKILLed then, the bench cannot
     resume it; its watchdog does, so the learner acts on its parent-death signal and every role exits."""
@@ -146,12 +194,17 @@ def test_a_killed_learner_bench_leaves_no_role_suspended(tmp_path, no_leaks):
     import time
 
     import psutil
-
     from conftest import command, zrl_processes
+
     from zrl.launch import sweep_stale
 
-    proc = subprocess.Popen(command("zrl-bench", "learner", "--config", SMOKE, "--seconds", "40", "--capacity", "16"),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command("zrl-bench", "learner", "--config", SMOKE, "--seconds", "40", "--capacity", "16"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         for line in proc.stdout:  # the progress lines
@@ -176,13 +229,27 @@ def test_a_killed_learner_bench_leaves_no_role_suspended(tmp_path, no_leaks):
 CARTPOLE = REPO / "config" / "cartpole.toml"
 
 
+@pytest.mark.e2e
 def test_learning_mode_trains_each_seed_and_draws_the_curve_beside_the_reference(tmp_path, no_leaks):
     """The real zrl-launch on CartPole for 15,000 env frames, two seeds one after the other: the JSON holds each
     run's 100-episode mean after every episode (against frames and minutes) and the command that made it, and
     the PNG is drawn. Then --runs reads the same folders again without training, and gives the same curves."""
     png = tmp_path / "curve.png"
-    doc = _bench(tmp_path, "learning", "--config", CARTPOLE, "--frames", 15000, "--seeds", "3,4", "--png", png,
-                 "--results-dir", tmp_path / "runs", timeout=600)  # fmt: skip
+    doc = _bench(
+        tmp_path,
+        "learning",
+        "--config",
+        CARTPOLE,
+        "--frames",
+        15000,
+        "--seeds",
+        "3,4",
+        "--png",
+        png,
+        "--results-dir",
+        tmp_path / "runs",
+        timeout=600,
+    )
     result = doc["result"]
     assert [c["seed"] for c in result["curves"]] == [3, 4] and result["env"] == "CartPole-v1"
     assert result["references"] == []  # the stored reference is Pong's
@@ -206,6 +273,7 @@ def test_learning_mode_trains_each_seed_and_draws_the_curve_beside_the_reference
     assert [c["seed"] for c in again["result"]["curves"]] == [3, 4]
 
 
+@pytest.mark.unit
 def test_the_pong_reference_curve_is_kept_with_its_source():
     from zrl.bench.learning import _reference_at, references
 

@@ -14,6 +14,8 @@ from zrl import protocol
 from zrl.config import Config, LearnerConfig, ReplayConfig, WorkersConfig, unrolls_per_version
 from zrl.roles.broker import Broker, make_batch
 
+pytestmark = pytest.mark.integration
+
 M, T, A = 2, 4, 3
 
 
@@ -34,10 +36,19 @@ def _write(ring: Ring, count: int) -> None:
 
 def _unroll(worker: int, seq: int, first: int) -> protocol.Unroll:
     return protocol.Unroll(
-        worker_id=worker, seq=seq, policy_version=seq, first_frame=first, num_envs=M, length=T, env_frames=0,
-        actions=np.full((M, T), seq, np.int32), rewards=np.zeros((M, T), np.float32),
-        discounts=np.ones((M, T), np.float32), behaviour_logits=np.zeros((M, T, A), np.float32),
-        behaviour_values=np.zeros((M, T), np.float32), features=np.zeros((0, 0, 0), np.float32),
+        worker_id=worker,
+        seq=seq,
+        policy_version=seq,
+        first_frame=first,
+        num_envs=M,
+        length=T,
+        env_frames=0,
+        actions=np.full((M, T), seq, np.int32),
+        rewards=np.zeros((M, T), np.float32),
+        discounts=np.ones((M, T), np.float32),
+        behaviour_logits=np.zeros((M, T, A), np.float32),
+        behaviour_values=np.zeros((M, T), np.float32),
+        features=np.zeros((0, 0, 0), np.float32),
     )
 
 
@@ -47,8 +58,11 @@ def _next_batch(broker: Broker) -> protocol.Batch | None:
 
 
 def _broker(rings, batch=4, capacity=8) -> Broker:
-    cfg = Config(learner=LearnerConfig(batch_size=batch, unroll_length=T), workers=WorkersConfig(produce_ratio=0.0),
-                 replay=(ReplayConfig(capacity=capacity),))
+    cfg = Config(
+        learner=LearnerConfig(batch_size=batch, unroll_length=T),
+        workers=WorkersConfig(produce_ratio=0.0),
+        replay=(ReplayConfig(capacity=capacity),),
+    )
     return Broker(cfg, rings)
 
 
@@ -116,35 +130,53 @@ def test_a_batch_that_could_not_be_sent_goes_back_first(rings):
 
 def test_workers_send_enough_per_version_for_a_batch():
     for count, envs, batch, publish in [(2, 4, 32, 1), (8, 4, 32, 1), (3, 5, 16, 2), (1, 1, 8, 1)]:
-        cfg = Config(workers=WorkersConfig(count=count, envs_per_worker=envs),
-                     learner=LearnerConfig(batch_size=batch, publish_every=publish),
-                     replay=(ReplayConfig(capacity=128),))
+        cfg = Config(
+            workers=WorkersConfig(count=count, envs_per_worker=envs),
+            learner=LearnerConfig(batch_size=batch, publish_every=publish),
+            replay=(ReplayConfig(capacity=128),),
+        )
         k = unrolls_per_version(cfg)
         assert k * count * envs == pytest.approx(1.25 * batch * publish)  # on average, what was asked
     free = Config(workers=WorkersConfig(produce_ratio=0.0))
     assert unrolls_per_version(free) == 0
     # with half of each batch replayed, the workers send for the fresh half only
-    mixed = Config(workers=WorkersConfig(count=2, envs_per_worker=4), learner=LearnerConfig(batch_size=32),
-                   replay=(ReplayConfig(capacity=1, sample_ratio=0.5),
-                           ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5)))
+    mixed = Config(
+        workers=WorkersConfig(count=2, envs_per_worker=4),
+        learner=LearnerConfig(batch_size=32),
+        replay=(
+            ReplayConfig(capacity=1, sample_ratio=0.5),
+            ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5),
+        ),
+    )
     assert unrolls_per_version(mixed) * 8 == pytest.approx(1.25 * 16)
     # many workers for a small batch: each sends one unroll every few versions, not four batches' worth a version
-    many = Config(workers=WorkersConfig(count=8, envs_per_worker=4), learner=LearnerConfig(batch_size=8),
-                  replay=(ReplayConfig(capacity=64),))
+    many = Config(
+        workers=WorkersConfig(count=8, envs_per_worker=4),
+        learner=LearnerConfig(batch_size=8),
+        replay=(ReplayConfig(capacity=64),),
+    )
     assert unrolls_per_version(many) == pytest.approx(10 / 32)
 
 
 def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> Broker:
-    cfg = Config(learner=LearnerConfig(batch_size=batch, unroll_length=T, **learner),
-                 workers=WorkersConfig(produce_ratio=0.0), replay=tuple(replays))
+    cfg = Config(
+        learner=LearnerConfig(batch_size=batch, unroll_length=T, **learner),
+        workers=WorkersConfig(produce_ratio=0.0),
+        replay=tuple(replays),
+    )
     return Broker(cfg, rings, scorer)
 
 
 def test_a_batch_takes_each_replays_share(rings):
     _write(rings[0], 30)
     _write(rings[1], 30)
-    broker = _mixed_broker(rings, [ReplayConfig(type="queue", capacity=1, sample_ratio=0.5),
-                                   ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5, fill_fraction=0.1)])
+    broker = _mixed_broker(
+        rings,
+        [
+            ReplayConfig(type="queue", capacity=1, sample_ratio=0.5),
+            ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5, fill_fraction=0.1),
+        ],
+    )
     for seq in range(8):  # 8 messages of M=2 units: 16 units, exactly the queue's share
         broker.insert(_unroll(seq % 2, seq // 2, 4 + seq // 2))
     assert broker.ready() and broker.sizes().tolist() == [16, 16]
@@ -159,9 +191,14 @@ def test_a_batch_takes_each_replays_share(rings):
 
 def test_training_waits_until_every_replay_holds_its_fill(rings):
     _write(rings[0], 30)
-    broker = _mixed_broker(rings, [ReplayConfig(type="queue", capacity=4, sample_ratio=0.5),
-                                   ReplayConfig(type="uniform", capacity=40, sample_ratio=0.5, fill_fraction=0.5)],
-                           batch=4)  # fmt: skip
+    broker = _mixed_broker(
+        rings,
+        [
+            ReplayConfig(type="queue", capacity=4, sample_ratio=0.5),
+            ReplayConfig(type="uniform", capacity=40, sample_ratio=0.5, fill_fraction=0.5),
+        ],
+        batch=4,
+    )
     for seq in range(9):  # 18 units: the uniform replay wants 20
         broker.insert(_unroll(0, seq, 4 + seq))
         assert not broker.ready() and _next_batch(broker) is None
@@ -171,8 +208,9 @@ def test_training_waits_until_every_replay_holds_its_fill(rings):
 
 def test_uniform_replay_evicts_units_whose_frames_are_gone(rings):
     _write(rings[0], 60)  # frames before 28 are gone
-    broker = _mixed_broker(rings, [ReplayConfig(type="uniform", capacity=8, sample_ratio=1.0, fill_fraction=0.25)],
-                           batch=2)  # fmt: skip
+    broker = _mixed_broker(
+        rings, [ReplayConfig(type="uniform", capacity=8, sample_ratio=1.0, fill_fraction=0.25)], batch=2
+    )
     broker.insert(_unroll(0, 0, 4))
     broker.insert(_unroll(0, 1, 40))
     for _ in range(5):

@@ -38,6 +38,7 @@ def _rehash(path: Path) -> None:
     checkpoint.hash_path(path).write_text(f"{digest}  {path.name}\n")
 
 
+@pytest.mark.unit
 def test_round_trip_with_its_hash_beside_it(tmp_path):
     path = checkpoint.save(tmp_path / checkpoint.PATTERN.format(step=7), _state())
     assert checkpoint.hash_path(path).read_text().split()[0] == hashlib.sha256(path.read_bytes()).hexdigest()
@@ -54,14 +55,18 @@ def _one_line(err: CheckpointError, path: Path, reason: str) -> None:
     assert "\n" not in text and text.startswith(str(path)) and reason in text, text
 
 
-@pytest.mark.parametrize("damage, reason", [
-    ("truncate", "SHA-256 mismatch"),
-    ("empty", "empty"),
-    ("bitflip", "SHA-256 mismatch"),
-    ("nohash", "no SHA-256 recorded"),
-    ("truncate_rehashed", "refused, not a plain zrl checkpoint"),
-    ("newer", "newer zrl"),
-])  # fmt: skip
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("truncate", "SHA-256 mismatch"),
+        ("empty", "empty"),
+        ("bitflip", "SHA-256 mismatch"),
+        ("nohash", "no SHA-256 recorded"),
+        ("truncate_rehashed", "refused, not a plain zrl checkpoint"),
+        ("newer", "newer zrl"),
+    ],
+)
 def test_every_bad_file_gets_a_one_line_reason(tmp_path, damage, reason):
     path = checkpoint.save(tmp_path / "ckpt.pt", _state())
     data = path.read_bytes()
@@ -84,6 +89,7 @@ def test_every_bad_file_gets_a_one_line_reason(tmp_path, damage, reason):
     _one_line(err.value, path, reason)
 
 
+@pytest.mark.unit
 def test_wrong_game_and_wrong_model_are_named(tmp_path):
     path = checkpoint.save(tmp_path / "ckpt.pt", _state(env_id="Acrobot-v1"))
     with pytest.raises(CheckpointError) as err:
@@ -95,6 +101,7 @@ def test_wrong_game_and_wrong_model_are_named(tmp_path):
     _one_line(err.value, path, "wrong model")
 
 
+@pytest.mark.unit
 def test_a_nature_net_checkpoint_from_before_the_small_default_says_which_model_to_set(tmp_path):
     """Checkpoints written before atari_small became the default stored model.kind = "auto" for the Nature
     net; loading one into a run of the new default names the keys that would make it fit."""
@@ -102,8 +109,10 @@ def test_a_nature_net_checkpoint_from_before_the_small_default_says_which_model_
     from zrl.models import AtariNet, build_model
 
     old = AtariNet(4, 6, 512, 512, "atari")
-    state = {"config": {"env": {"id": "ALE/Pong-v5"}, "model": {"kind": "auto", "hidden_size": 512}},
-             "model": old.state_dict()}  # fmt: skip
+    state = {
+        "config": {"env": {"id": "ALE/Pong-v5"}, "model": {"kind": "auto", "hidden_size": 512}},
+        "model": old.state_dict(),
+    }
     with pytest.raises(CheckpointError) as err:
         checkpoint.check_compatible(state, "old.pt", "ALE/Pong-v5", build_model(ModelConfig(), (84, 84), "|u1", 4, 6))
     assert "model.kind = 'atari' and model.hidden_size = 512" in str(err.value)
@@ -119,6 +128,7 @@ class _Payload:
         return (Path.touch, (self.marker,))
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("form", ["torch_zip", "raw_pickle"])
 def test_a_checkpoint_carrying_a_pickle_payload_is_refused_and_never_runs(tmp_path, form):
     marker = tmp_path / "pwned"
@@ -154,6 +164,7 @@ while True:
 """
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, signum):
     """A real process writes 16 MB checkpoints back to back and is killed at a random moment, 10 times;
@@ -188,6 +199,7 @@ def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, sig
         assert not leftovers  # an orderly interrupt removes its temp file
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("fail_at, expected_step", [(1, 1), (2, 1), (3, 2)])
 def test_overwriting_a_name_never_leaves_a_file_that_fails_its_hash(tmp_path, monkeypatch, fail_at, expected_step):
     """best.pt and a final checkpoint at a periodic one's step are overwritten in place: a write that fails
@@ -208,6 +220,7 @@ def test_overwriting_a_name_never_leaves_a_file_that_fails_its_hash(tmp_path, mo
     assert checkpoint.load(path)["learner_step"] == expected_step
 
 
+@pytest.mark.unit
 def test_a_damaged_hash_file_is_a_one_line_refusal_and_orphan_hashes_are_pruned(tmp_path):
     path = checkpoint.save(tmp_path / checkpoint.PATTERN.format(step=1), _state())
     checkpoint.hash_path(path).write_bytes(b"\xff\xfe not a hash")
@@ -220,6 +233,7 @@ def test_a_damaged_hash_file_is_a_one_line_refusal_and_orphan_hashes_are_pruned(
     assert not orphan.exists() and path.exists()
 
 
+@pytest.mark.unit
 def test_a_write_the_disk_refuses_leaves_each_name_and_its_hash_as_they_were(tmp_path):
     """A checkpoint write that fails part-way (here the kernel's file-size limit, as a full disk would) raises,
     and leaves no partial file and no hash file naming a checkpoint that is not there: a name that held a

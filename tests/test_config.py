@@ -11,6 +11,8 @@ import pytest
 from zrl import config
 from zrl.config import ConfigError
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -39,9 +41,18 @@ def test_pong_toml_is_the_defaults_so_their_measured_curves_are_its_own():
 
 def test_names_scripts_rely_on_exist():
     cfg = config.Config()
-    for dotted in ["run.results_dir", "run.max_env_frames", "run.seed", "env.id", "workers.count",
-                   "workers.envs_per_worker", "learner.batch_size", "learner.unroll_length", "learner.device",
-                   "transport.bind_host"]:
+    for dotted in [
+        "run.results_dir",
+        "run.max_env_frames",
+        "run.seed",
+        "env.id",
+        "workers.count",
+        "workers.envs_per_worker",
+        "learner.batch_size",
+        "learner.unroll_length",
+        "learner.device",
+        "transport.bind_host",
+    ]:
         section, key = dotted.split(".")
         assert hasattr(getattr(cfg, section), key), dotted
 
@@ -74,20 +85,34 @@ def test_resolved_config_round_trips(tmp_path):
         ("[lerner]\nbatch_size = 4\n", ["run.toml", "unknown key 'lerner'", "learner"]),
         ("[learner]\nbatch_size = 'four'\n", ["run.toml", "learner.batch_size", "must be an integer"]),
         ("[learner]\nlearning_rate = true\n", ["learner.learning_rate", "must be a number"]),
-        ("[learner]\nbatch_size = 128\n[[replay]]\ntype = 'uniform'\ncapacity = 64\nsample_ratio = 1.0\n",
-         ["run.toml", "replay[0].capacity", "batch_size 128"]),
+        (
+            "[learner]\nbatch_size = 128\n[[replay]]\ntype = 'uniform'\ncapacity = 64\nsample_ratio = 1.0\n",
+            ["run.toml", "replay[0].capacity", "batch_size 128"],
+        ),
         ("[learner]\noptimizer = 'adamw'\n", ["learner.optimizer", "rmsprop, rmsprop_tf, adam", "did you mean 'adam'"]),
         ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.5\n", ["replay", "sum to 0.5"]),
         ("[[replay]]\ntype = 'elit'\ncapacity = 64\nsample_ratio = 1.0\n", ["replay[0].type", "did you mean 'elite'"]),
-        ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 1.0\nstrategy = 2\n",
-         ["replay[0].strategy applies only to elite and attentive replays; this one is queue"]),
-        ("[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\nstrategy = 5\n", ["replay[0].strategy", "1, 2, 3, 4"]),
-        ("[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\ndist_function = 'l2'\n",
-         ["replay[0].dist_function", "ln_norm, cos_dist, kl_div"]),
-        ("[[replay]]\ntype = 'attentive'\ncapacity = 64\nsample_ratio = 1.0\nlambda_batch_multiplier = 0.5\n",
-         ["replay[0].lambda_batch_multiplier", "must be >= 1"]),
-        ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.25\n[[replay]]\ntype = 'uniform'\n"
-         "capacity = 64\nsample_ratio = 0.75\n[learner]\nbatch_size = 6\n", ["replay[0].sample_ratio", "1.5"]),
+        (
+            "[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 1.0\nstrategy = 2\n",
+            ["replay[0].strategy applies only to elite and attentive replays; this one is queue"],
+        ),
+        (
+            "[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\nstrategy = 5\n",
+            ["replay[0].strategy", "1, 2, 3, 4"],
+        ),
+        (
+            "[[replay]]\ntype = 'elite'\ncapacity = 64\nsample_ratio = 1.0\ndist_function = 'l2'\n",
+            ["replay[0].dist_function", "ln_norm, cos_dist, kl_div"],
+        ),
+        (
+            "[[replay]]\ntype = 'attentive'\ncapacity = 64\nsample_ratio = 1.0\nlambda_batch_multiplier = 0.5\n",
+            ["replay[0].lambda_batch_multiplier", "must be >= 1"],
+        ),
+        (
+            "[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.25\n[[replay]]\ntype = 'uniform'\n"
+            "capacity = 64\nsample_ratio = 0.75\n[learner]\nbatch_size = 6\n",
+            ["replay[0].sample_ratio", "1.5"],
+        ),
         ("[learner]\nclip_rho_threshold = 2.0\n", ["learner.clip_rho_threshold is no longer a key", "vtrace.clip_rho"]),
         ("[vtrace]\nclear_policy_kl = 'forward'\n", ["vtrace.clear_policy_kl", "mu_pi, pi_mu"]),
         ("[vtrace]\nlaser_kl_threshold = 0\n", ["vtrace.laser_kl_threshold", "must be > 0"]),
@@ -95,12 +120,18 @@ def test_resolved_config_round_trips(tmp_path):
         ("algo = 'dqn'\n", ["algo", "vtrace, apex_iqn"]),
         ("[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n", ["replay[0].type", 'needs algo = "apex_iqn"']),
         ("algo = 'apex_iqn'\n", ["replay", 'exactly one [[replay]], of type "prioritized"']),
-        ("algo = 'apex_iqn'\n[apex]\nhead = 'qr'\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
-         ["apex.head", "iqn, c51"]),
-        ("algo = 'apex_iqn'\n[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n",
-         ["apex.learn_start", "more than the replay holds (1000)"]),
-        ("algo = 'apex_iqn'\n[apex]\nstate_size = -1\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
-         ["apex.state_size", "must be >= 0"]),
+        (
+            "algo = 'apex_iqn'\n[apex]\nhead = 'qr'\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
+            ["apex.head", "iqn, c51"],
+        ),
+        (
+            "algo = 'apex_iqn'\n[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n",
+            ["apex.learn_start", "more than the replay holds (1000)"],
+        ),
+        (
+            "algo = 'apex_iqn'\n[apex]\nstate_size = -1\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
+            ["apex.state_size", "must be >= 0"],
+        ),
         ("[transport]\nbind_host = '0.0.0.0'\n", ["transport.bind_host", "CurveZMQ"]),
         ("[workers]\ncount = 0\n", ["workers.count", "must be > 0"]),
         ("[workers]\nproduce_ratio = 0.5\n", ["workers.produce_ratio", "starve the learner"]),
@@ -127,10 +158,12 @@ def test_set_and_option_mistakes_name_their_source():
         config.load("does/not/exist.toml")
 
 
-REFERENCE_ELITE = ('[{"type": "custom", "capacity": 1000, "sample_ratio": 0.5, "dist_function": "ln_norm", '
-                   '"sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0, '
-                   '"elite_sampling_strategy": "strategy4", "insert_strategy": "elite_insertion", "elite_batch_size": 10},'
-                   ' {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]')  # fmt: skip
+REFERENCE_ELITE = (
+    '[{"type": "custom", "capacity": 1000, "sample_ratio": 0.5, "dist_function": "ln_norm", '
+    '"sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0, '
+    '"elite_sampling_strategy": "strategy4", "insert_strategy": "elite_insertion", "elite_batch_size": 10},'
+    ' {"type": "queue", "capacity": 1, "sample_ratio": 0.5}]'
+)
 
 
 def test_the_reference_platforms_replay_json_maps_onto_replay_tables(tmp_path):
@@ -142,8 +175,14 @@ def test_the_reference_platforms_replay_json_maps_onto_replay_tables(tmp_path):
     assert (queue.type, queue.capacity) == ("queue", 1)
     standard = config.load(None, ['replay=[{"type": "standard", "capacity": 1000, "sample_ratio": 1}]'])
     assert standard.replay[0].type == "uniform"
-    attentive = config.load(None, [], {"replay": '[{"type": "custom", "capacity": 100, "sample_ratio": 1, '
-                                                 '"sample_strategy": "attentive_sampling", "dist_function": "cos_dist"}]'})
+    attentive = config.load(
+        None,
+        [],
+        {
+            "replay": '[{"type": "custom", "capacity": 100, "sample_ratio": 1, '
+            '"sample_strategy": "attentive_sampling", "dist_function": "cos_dist"}]'
+        },
+    )
     assert attentive.replay[0].type == "attentive" and attentive.replay[0].dist_function == "cos_dist"
     # the option replaces the run file's tables, and the resolved config round-trips
     path = tmp_path / "config.toml"
@@ -152,21 +191,33 @@ def test_the_reference_platforms_replay_json_maps_onto_replay_tables(tmp_path):
     assert config.load(REPO / "config" / "smoke.toml", [], {"replay": REFERENCE_ELITE}).replay == cfg.replay
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("not json", ["option --replay", "not valid JSON"]),
-    ('{"type": "queue"}', ["expected a JSON list of objects"]),
-    ('[{"type": "standerd", "capacity": 10, "sample_ratio": 1}]', ["replay[0].type", "did you mean 'standard'"]),
-    ('[{"type": "custom", "capacity": 10, "sample_ratio": 1}]', ["replay[0]", "needs sample_strategy"]),
-    ('[{"type": "custom", "capacity": 10, "sample_ratio": 1, "sample_strategy": "elite"}]',
-     ["replay[0].sample_strategy", "elite_sampling, attentive_sampling"]),
-    ('[{"type": "queue", "capacity": 10, "sample_ratio": 1, "lambda": 2}]', ["option --replay", "replay[0].lambda"]),
-    ('[{"type": "standard", "capacity": 100, "sample_ratio": 1, "sample_strategy": "elite_sampling"}]',
-     ["replay[0].sample_strategy applies only to custom replays; this one is standard"]),
-    ('[{"type": "custom", "capacity": 2, "sample_ratio": 0.0625, "sample_strategy": "elite_sampling", '
-     '"insert_strategy": "elite_insertion"}, {"type": "queue", "capacity": 1, "sample_ratio": 0.9375}]',
-     ["replay[0].capacity", "workers.envs_per_worker 4", "elite insertion"]),
-    ('[{"type": "standard", "capacity": 100, "sample_ratio": 0.5}]', ["option --replay", "sum to 0.5"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("not json", ["option --replay", "not valid JSON"]),
+        ('{"type": "queue"}', ["expected a JSON list of objects"]),
+        ('[{"type": "standerd", "capacity": 10, "sample_ratio": 1}]', ["replay[0].type", "did you mean 'standard'"]),
+        ('[{"type": "custom", "capacity": 10, "sample_ratio": 1}]', ["replay[0]", "needs sample_strategy"]),
+        (
+            '[{"type": "custom", "capacity": 10, "sample_ratio": 1, "sample_strategy": "elite"}]',
+            ["replay[0].sample_strategy", "elite_sampling, attentive_sampling"],
+        ),
+        (
+            '[{"type": "queue", "capacity": 10, "sample_ratio": 1, "lambda": 2}]',
+            ["option --replay", "replay[0].lambda"],
+        ),
+        (
+            '[{"type": "standard", "capacity": 100, "sample_ratio": 1, "sample_strategy": "elite_sampling"}]',
+            ["replay[0].sample_strategy applies only to custom replays; this one is standard"],
+        ),
+        (
+            '[{"type": "custom", "capacity": 2, "sample_ratio": 0.0625, "sample_strategy": "elite_sampling", '
+            '"insert_strategy": "elite_insertion"}, {"type": "queue", "capacity": 1, "sample_ratio": 0.9375}]',
+            ["replay[0].capacity", "workers.envs_per_worker 4", "elite insertion"],
+        ),
+        ('[{"type": "standard", "capacity": 100, "sample_ratio": 0.5}]', ["option --replay", "sum to 0.5"]),
+    ],
+)
 def test_replay_json_mistakes_are_named(text, expected):
     with pytest.raises(ConfigError) as err:
         config.load(None, ["learner.batch_size=32"], {"replay": text, "workers.envs_per_worker": 4})
@@ -175,15 +226,27 @@ def test_replay_json_mistakes_are_named(text, expected):
 
 
 def test_attentive_replay_takes_elite_insertion_too():
-    cfg = config.load(None, [], {"replay": '[{"type": "custom", "capacity": 100, "sample_ratio": 1, '
-                                           '"sample_strategy": "attentive_sampling", "insert_strategy": "elite_insertion"}]'})
+    cfg = config.load(
+        None,
+        [],
+        {
+            "replay": '[{"type": "custom", "capacity": 100, "sample_ratio": 1, '
+            '"sample_strategy": "attentive_sampling", "insert_strategy": "elite_insertion"}]'
+        },
+    )
     assert cfg.replay[0].type == "attentive" and cfg.replay[0].elite_insertion
 
 
 def test_learning_rate_decays_over_the_budget_counted_in_fresh_units():
     queue_only = config.load(None, ["run.max_env_frames=2560000", "learner.batch_size=32"])
-    mixed = config.load(None, ["run.max_env_frames=2560000", "learner.batch_size=32"], {"replay": '[{"type": "queue", "capacity": 1, '
-                        '"sample_ratio": 0.5}, {"type": "uniform", "capacity": 100, "sample_ratio": 0.5}]'})  # fmt: skip
+    mixed = config.load(
+        None,
+        ["run.max_env_frames=2560000", "learner.batch_size=32"],
+        {
+            "replay": '[{"type": "queue", "capacity": 1, '
+            '"sample_ratio": 0.5}, {"type": "uniform", "capacity": 100, "sample_ratio": 0.5}]'
+        },
+    )
     assert config.lr_decay_steps(queue_only, 4) == 1000  # 2.56M frames / (32 x 20 x 4)
     assert config.lr_decay_steps(mixed, 4) == 2000  # half of every batch is replayed: twice the steps
     assert config.lr_decay_steps(config.load(None, ["learner.lr_decay_steps=7"]), 4) == 7
@@ -197,8 +260,13 @@ def test_a_queue_holds_at_least_what_a_batch_and_a_weights_version_need():
 
 
 def test_deterministic_mode_needs_one_worker_one_queue_and_whole_unrolls_per_version():
-    det = ["run.deterministic=true", "workers.count=1", "workers.envs_per_worker=4", "learner.batch_size=8",
-           "learner.publish_every=1"]  # fmt: skip
+    det = [
+        "run.deterministic=true",
+        "workers.count=1",
+        "workers.envs_per_worker=4",
+        "learner.batch_size=8",
+        "learner.publish_every=1",
+    ]
     cfg = config.load(None, det)
     assert config.unrolls_per_version(cfg) == 2  # exactly what one version trains on: 8 units / 4 envs
     with pytest.raises(ConfigError, match=r"workers.count: 2: run.deterministic needs a single worker"):
@@ -213,8 +281,10 @@ def test_deterministic_mode_needs_one_worker_one_queue_and_whole_unrolls_per_ver
 def test_the_agent_is_named_by_the_top_level_algo_key(tmp_path):
     from zrl.config import dumps, from_dict, load, to_dict
 
-    cfg = load(None, ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]',
-                      "apex.n_step=5"])  # fmt: skip
+    cfg = load(
+        None,
+        ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]', "apex.n_step=5"],
+    )
     assert cfg.algo == "apex_iqn" and cfg.apex.n_step == 5 and cfg.replay[0].type == "prioritized"
     path = tmp_path / "again.toml"
     path.write_text(dumps(cfg))
@@ -253,8 +323,8 @@ def test_apex_settings_it_cannot_run_are_refused_naming_the_key():
 def test_a_stored_auto_kind_from_before_the_small_torso_still_means_the_nature_net():
     """Run folders and checkpoints written before atari_small stored model.kind = "auto", which then meant the
     Nature net: they read as auto_nature, so they still resume and load. New runs store the kind they resolved."""
-    from zrl.launch import resolve_model_kind
     from zrl.envs import EnvSpec
+    from zrl.launch import resolve_model_kind
     from zrl.models import model_kind
 
     old = config.from_dict({"env": {"id": "ALE/Pong-v5"}, "model": {"kind": "auto", "hidden_size": 512}}, "ckpt.pt")

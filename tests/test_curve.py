@@ -11,8 +11,8 @@ import time
 import pytest
 import zmq
 import zmq.auth
-
 from conftest import REPO, command, metrics_rows, run_command
+
 from zrl import transport
 from zrl.config import ConfigError, TransportConfig
 
@@ -28,6 +28,7 @@ def keys(tmp_path):
     return folder
 
 
+@pytest.mark.e2e
 def test_zrl_keys_writes_private_secrets_and_never_overwrites(tmp_path, keys):
     for name in ("server.key_secret", "client.key_secret"):
         assert stat.S_IMODE((keys / name).stat().st_mode) == 0o600
@@ -38,6 +39,7 @@ def test_zrl_keys_writes_private_secrets_and_never_overwrites(tmp_path, keys):
     assert (keys / "server.key_secret").read_bytes() == before
 
 
+@pytest.mark.e2e
 def test_bad_key_folders_name_the_file(tmp_path, keys):
     with pytest.raises(ConfigError, match="is not a folder"):
         transport.load_curve_keys(str(tmp_path / "nowhere"))
@@ -53,7 +55,7 @@ def test_bad_key_folders_name_the_file(tmp_path, keys):
     with pytest.raises(ConfigError, match="server.key"):
         transport.load_curve_keys(str(keys))
     (keys / "server.key").write_text(good)
-    (keys / "authorized" / "client.key").write_text("metadata\ncurve\n    public-key = \"short\"\n")
+    (keys / "authorized" / "client.key").write_text('metadata\ncurve\n    public-key = "short"\n')
     with pytest.raises(ConfigError, match="authorized/client.key holds no valid public key"):
         transport.load_curve_keys(str(keys))
     (keys / "authorized" / "client.key").unlink()
@@ -66,6 +68,7 @@ def _delivered(sender: zmq.Socket, receiver: zmq.Socket) -> bool:
     return receiver.poll(1500, zmq.POLLIN) != 0 and receiver.recv() == b"hello"
 
 
+@pytest.mark.integration
 def test_bound_sockets_admit_only_authorized_clients(keys):
     ctx = transport.context(TransportConfig(curve_keys=str(keys)))
     others = zmq.Context()
@@ -98,26 +101,66 @@ def test_bound_sockets_admit_only_authorized_clients(keys):
         transport.configure(TransportConfig())  # this process's later sockets are plain again
 
 
+@pytest.mark.e2e
 def test_a_run_binds_every_interface_only_with_keys(tmp_path, keys, no_leaks):
-    refused = run_command("zrl-launch", "--config", CARTPOLE, "--set", 'transport.kind="tcp"', "--set",
-                          'transport.bind_host="0.0.0.0"', cwd=tmp_path)  # fmt: skip
+    refused = run_command(
+        "zrl-launch",
+        "--config",
+        CARTPOLE,
+        "--set",
+        'transport.kind="tcp"',
+        "--set",
+        'transport.bind_host="0.0.0.0"',
+        cwd=tmp_path,
+    )
     assert refused.returncode == 2 and "transport.bind_host" in refused.stderr and "zrl-keys" in refused.stderr
-    done = run_command("zrl-launch", "--config", CARTPOLE, "--set", 'transport.kind="tcp"', "--set",
-                       'transport.bind_host="0.0.0.0"', "--set", f"transport.curve_keys={str(keys)!r}", "--set",
-                       "run.max_env_frames=20000", "--quiet", cwd=tmp_path, timeout=240)  # fmt: skip
+    done = run_command(
+        "zrl-launch",
+        "--config",
+        CARTPOLE,
+        "--set",
+        'transport.kind="tcp"',
+        "--set",
+        'transport.bind_host="0.0.0.0"',
+        "--set",
+        f"transport.curve_keys={str(keys)!r}",
+        "--set",
+        "run.max_env_frames=20000",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=240,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = metrics_rows(tmp_path)
     assert int(rows[-1]["learner_step"]) > 0 and int(rows[-1]["env_frames"]) >= 20000
 
 
+@pytest.mark.e2e
 def test_a_worker_that_fails_before_its_sockets_exist_still_reports_over_curve(tmp_path, keys, no_leaks):
     """The crash report travels on a socket made after the failure: it must use the keys too, or the
     launcher's CURVE server drops it and the traceback is lost."""
     faults = REPO / "tests" / "faults"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(faults), os.environ.get("PYTHONPATH")]))}
-    done = subprocess.run(command("zrl-launch", "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlCrashInWorker-v0"',
-                                  "--workers", "1", "--set", "workers.max_restarts=0", "--set",
-                                  f"transport.curve_keys={str(keys)!r}", "--quiet"),
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)  # fmt: skip
+    done = subprocess.run(
+        command(
+            "zrl-launch",
+            "--config",
+            CARTPOLE,
+            "--set",
+            'env.id="zrl_fault_envs:ZrlCrashInWorker-v0"',
+            "--workers",
+            "1",
+            "--set",
+            "workers.max_restarts=0",
+            "--set",
+            f"transport.curve_keys={str(keys)!r}",
+            "--quiet",
+        ),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert done.returncode == 1, done.stderr[-3000:]
     assert "injected fault while a worker builds its env" in done.stderr and "zrl-worker-0's traceback:" in done.stderr

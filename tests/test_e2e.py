@@ -11,12 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import REPO, command, run_command
+
 from zrl import checkpoint
 from zrl.config import from_dict
 from zrl.envs import probe
 from zrl.models import build_agent_model
+
+pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
 RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "checkpoints"]
@@ -74,9 +76,20 @@ def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split
     """Oversubscription works, only slower: 8 workers x 4 envs pinned to 2 cores run to their budget, and the run
     says (on screen and in zrl.log) that fewer, larger workers would train faster here."""
     two = sorted(os.sched_getaffinity(0))[:2]
-    result = run_command("zrl-launch", "--config", SMOKE, "--workers", 8, "--envs-per-worker", 4, "--set",
-                         "run.max_env_frames=20000", cwd=tmp_path, timeout=300,
-                         preexec_fn=lambda: os.sched_setaffinity(0, two))  # fmt: skip
+    result = run_command(
+        "zrl-launch",
+        "--config",
+        SMOKE,
+        "--workers",
+        8,
+        "--envs-per-worker",
+        4,
+        "--set",
+        "run.max_env_frames=20000",
+        cwd=tmp_path,
+        timeout=300,
+        preexec_fn=lambda: os.sched_setaffinity(0, two),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     cores = len(two)
     hint = f"--workers {cores} --envs-per-worker 8"
@@ -87,10 +100,17 @@ def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split
     assert int(last["env_frames"]) >= 20_000 and int(last["learner_step"]) > 0
 
 
-def _interrupt(tmp_path: Path, config: Path, signum: int, min_steps: int = 2, extra: tuple = ()) -> tuple[int, str, str]:
+def _interrupt(
+    tmp_path: Path, config: Path, signum: int, min_steps: int = 2, extra: tuple = ()
+) -> tuple[int, str, str]:
     """Start an endless run, wait until the learner has stepped, send ``signum``; (exit code, out, err)."""
-    proc = subprocess.Popen(command("zrl-launch", "--config", config, "--set", "run.max_env_frames=100000000", *extra),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        command("zrl-launch", "--config", config, "--set", "run.max_env_frames=100000000", *extra),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -119,33 +139,59 @@ def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
 
 def test_tcp_transport_on_loopback(tmp_path, no_leaks):
     cartpole = REPO / "config" / "cartpole.toml"
-    result = run_command("zrl-launch", "--config", cartpole, "--set", 'transport.kind="tcp"',
-                         "--set", "run.max_env_frames=30000", "--quiet", cwd=tmp_path, timeout=180)
+    result = run_command(
+        "zrl-launch",
+        "--config",
+        cartpole,
+        "--set",
+        'transport.kind="tcp"',
+        "--set",
+        "run.max_env_frames=30000",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     last = _rows(run_dir / "metrics.csv")[-1]
     assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0
 
 
-ELITE_MIX = ('[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, {"type": "custom", "capacity": 64, '
-             '"sample_ratio": 0.5, "dist_function": "ln_norm", "sample_strategy": "elite_sampling", '
-             '"lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0, "elite_sampling_strategy": "strategy3"}]')
+ELITE_MIX = (
+    '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, {"type": "custom", "capacity": 64, '
+    '"sample_ratio": 0.5, "dist_function": "ln_norm", "sample_strategy": "elite_sampling", '
+    '"lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0, "elite_sampling_strategy": "strategy3"}]'
+)
 
 
 def test_pong_with_queue_and_elite_replay_reports_its_figures(tmp_path, no_leaks):
     """The reference platform's elite command, brought over with --replay, on real Pong with LASER on."""
-    result = run_command("zrl-launch", "--config", SMOKE, "--replay", ELITE_MIX, "--set", "vtrace.laser=true",
-                         "--set", "run.max_env_frames=40000", "--quiet", cwd=tmp_path, timeout=240)  # fmt: skip
+    result = run_command(
+        "zrl-launch",
+        "--config",
+        SMOKE,
+        "--replay",
+        ELITE_MIX,
+        "--set",
+        "vtrace.laser=true",
+        "--set",
+        "run.max_env_frames=40000",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
-    assert "[[replay]]\ntype = \"elite\"" in (run_dir / "config.toml").read_text()
+    assert '[[replay]]\ntype = "elite"' in (run_dir / "config.toml").read_text()
     rows = [r for r in _rows(run_dir / "metrics.csv") if r["learner_step"] and int(r["learner_step"]) > 0]
     assert rows, "the learner never trained"
     scored = [r for r in rows if r["elite_distance_pool"] and float(r["elite_lambda"]) > 0]
     assert scored, "no elite pool was scored"
     last = scored[-1]
     assert 1.0 <= float(last["elite_lambda"]) <= 6.0
-    assert float(last["elite_distance_min"]) <= float(last["elite_distance_chosen"]) <= float(last["elite_distance_max"])
+    assert (
+        float(last["elite_distance_min"]) <= float(last["elite_distance_chosen"]) <= float(last["elite_distance_max"])
+    )
     assert all(0.0 <= float(r["laser_masked_fraction"]) <= 1.0 for r in rows)
     assert all(float(r["sample_age_max"]) >= float(r["sample_age_mean"]) >= 0.0 for r in rows)
     timed = [r for r in rows if r["broker_prepare_s"] and r["learner_wait_fraction"]]
@@ -205,15 +251,31 @@ CARTPOLE = REPO / "config" / "cartpole.toml"
 def test_resume_continues_the_same_run(tmp_path, no_leaks):
     """100 learner steps, Ctrl-C, resume, more steps: counters continue and the CSV files run on without
     a gap or a duplicate."""
-    code, _, err = _interrupt(tmp_path, CARTPOLE, signal.SIGINT, min_steps=100,
-                              extra=("--set", "run.checkpoint_every_steps=25", "--set", "run.log_interval_s=0.5"))
+    code, _, err = _interrupt(
+        tmp_path,
+        CARTPOLE,
+        signal.SIGINT,
+        min_steps=100,
+        extra=("--set", "run.checkpoint_every_steps=25", "--set", "run.log_interval_s=0.5"),
+    )
     assert code == 130, err[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     stopped = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
     assert stopped["learner_step"] >= 100
     budget = stopped["env_frames"] + 60_000
-    result = run_command("zrl-launch", "--resume", "auto", "--config", CARTPOLE, "--set",
-                         f"run.max_env_frames={budget}", "--set", "run.log_interval_s=0.5", cwd=tmp_path, timeout=240)
+    result = run_command(
+        "zrl-launch",
+        "--resume",
+        "auto",
+        "--config",
+        CARTPOLE,
+        "--set",
+        f"run.max_env_frames={budget}",
+        "--set",
+        "run.log_interval_s=0.5",
+        cwd=tmp_path,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming" in result.stdout and [p.name for p in (tmp_path / "results").iterdir()] == [run_dir.name]
     final = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
@@ -232,9 +294,21 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
 
 
 # One worker of 2 envs in lockstep with the learner; a learner step trains B x T x frame skip = 2 x 5 x 4 frames.
-DETERMINISTIC = ("--set", "run.deterministic=true", "--set", "workers.count=1", "--set", "learner.batch_size=2",
-                 "--set", "learner.unroll_length=5", "--set", "learner.lr_decay_steps=1000", "--set",
-                 "run.log_interval_s=0.5", "--quiet")  # fmt: skip
+DETERMINISTIC = (
+    "--set",
+    "run.deterministic=true",
+    "--set",
+    "workers.count=1",
+    "--set",
+    "learner.batch_size=2",
+    "--set",
+    "learner.unroll_length=5",
+    "--set",
+    "learner.lr_decay_steps=1000",
+    "--set",
+    "run.log_interval_s=0.5",
+    "--quiet",
+)
 FRAMES_PER_LEARNER_STEP = 2 * 5 * 4
 
 
@@ -260,8 +334,9 @@ def test_deterministic_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path
     assert code == 130, err[-3000:]
     cut = _final_state(interrupted)["learner_step"]
     for cwd in (stopped, interrupted):
-        again = run_command("zrl-launch", "--resume", "auto", "--config", SMOKE, *budget(200), "--quiet", cwd=cwd,
-                            timeout=240)  # fmt: skip
+        again = run_command(
+            "zrl-launch", "--resume", "auto", "--config", SMOKE, *budget(200), "--quiet", cwd=cwd, timeout=240
+        )
         assert again.returncode == 0, again.stderr[-3000:]
     want = _final_state(straight)
     assert want["learner_step"] == 200
@@ -271,8 +346,9 @@ def test_deterministic_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path
         assert torch.equal(got["trained_actions"], want["trained_actions"]), note
         for name, tensor in want["model"].items():
             assert torch.equal(got["model"][name], tensor), f"{name} differs ({note})"
-        for (_, mine), (_, theirs) in zip(sorted(got["optimizer"]["state"].items()),
-                                          sorted(want["optimizer"]["state"].items())):  # fmt: skip
+        for (_, mine), (_, theirs) in zip(
+            sorted(got["optimizer"]["state"].items()), sorted(want["optimizer"]["state"].items())
+        ):
             assert all(torch.equal(mine[k], theirs[k]) for k in theirs), note
     # and the second hundred steps did train: the weights moved after step 100
     assert any(not torch.equal(halfway["model"][n], t) for n, t in want["model"].items())
@@ -290,24 +366,45 @@ def _damaged(run_dir: Path, how: str) -> Path:
 
 
 def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_path, no_leaks):
-    result = run_command("zrl-launch", "--config", CARTPOLE, "--set", "run.max_env_frames=40000", "--set",
-                         "run.checkpoint_every_steps=10", "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    result = run_command(
+        "zrl-launch",
+        "--config",
+        CARTPOLE,
+        "--set",
+        "run.max_env_frames=40000",
+        "--set",
+        "run.checkpoint_every_steps=10",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     bad = _damaged(run_dir, "bitflip")
     unsafe = run_command("zrl-launch", "--resume", run_dir, "--set", "learner.batch_size=8", cwd=tmp_path)
     assert unsafe.returncode == 2 and "learner.batch_size: cannot change when resuming" in unsafe.stderr
     assert "Traceback" not in unsafe.stderr and unsafe.stderr.count("\n") <= 2
-    resumed = run_command("zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=60000", "--quiet",
-                          cwd=tmp_path, timeout=180)  # fmt: skip
+    resumed = run_command(
+        "zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=60000", "--quiet", cwd=tmp_path, timeout=180
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"skipped a checkpoint that cannot be used: {bad}: SHA-256 mismatch" in (run_dir / "zrl.log").read_text()
     bad = bad.with_name(bad.name + ".bad")  # set aside, so that it is never picked again
     assert bad.is_file() and checkpoint.latest(run_dir / "checkpoints") != bad
     # --init-from: a new run from the weights; a damaged or foreign checkpoint is refused in one line
     good = checkpoint.latest(run_dir / "checkpoints")
-    fresh = run_command("zrl-launch", "--config", CARTPOLE, "--init-from", good, "--set", "run.max_env_frames=20000",
-                        "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    fresh = run_command(
+        "zrl-launch",
+        "--config",
+        CARTPOLE,
+        "--init-from",
+        good,
+        "--set",
+        "run.max_env_frames=20000",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert len(list((tmp_path / "results").iterdir())) == 2
     for args, reason in [((bad,), "SHA-256 mismatch"), ((tmp_path / "nope.pt",), "no such checkpoint file")]:
@@ -342,15 +439,23 @@ def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint
     import random
 
     rng = random.Random(int(signum))
-    args = ["--set", "run.checkpoint_every_steps=1", "--set", "run.log_interval_s=0.2", "--set",
-            "run.max_env_frames=100000000", "--quiet"]  # fmt: skip
+    args = [
+        "--set",
+        "run.checkpoint_every_steps=1",
+        "--set",
+        "run.log_interval_s=0.2",
+        "--set",
+        "run.max_env_frames=100000000",
+        "--quiet",
+    ]
     results = tmp_path / "results"
     last_step = 0
     for i in range(KILLS):
         first = command("zrl-launch", "--config", CARTPOLE, *args)
         again = command("zrl-launch", "--resume", "auto", "--config", CARTPOLE, *args)
-        proc = subprocess.Popen(first if i == 0 else again, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)  # fmt: skip
+        proc = subprocess.Popen(
+            first if i == 0 else again, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         try:
             _wait_for_step(results, last_step)
             time.sleep(rng.uniform(0.0, 1.0))
@@ -371,8 +476,18 @@ def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint
         assert good["learner_step"] >= last_step
         last_step = good["learner_step"]
     # the last resume runs to a budget and cleans up after all the kills
-    done = run_command("zrl-launch", "--resume", "auto", "--config", CARTPOLE, "--set",
-                       f"run.max_env_frames={good['env_frames'] + 20_000}", "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    done = run_command(
+        "zrl-launch",
+        "--resume",
+        "auto",
+        "--config",
+        CARTPOLE,
+        "--set",
+        f"run.max_env_frames={good['env_frames'] + 20_000}",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert not list((run_dir / "checkpoints").glob(".*.tmp-*"))
     import re

@@ -20,6 +20,8 @@ from zrl.gather import Gatherer, stack_observations
 from zrl.replay.elite import feature_distance
 from zrl.roles.broker import Broker, FeatureScorer, make_batch
 
+pytestmark = pytest.mark.integration
+
 M, T, A, S, F, SHAPE = 2, 4, 3, 2, 8, (3,)
 MODEL = ModelConfig(kind="mlp", mlp_hidden=(16,), feature_size=F)
 WIRING = SimpleNamespace(frame_shape=SHAPE, frame_dtype="float32", num_actions=A)
@@ -38,14 +40,22 @@ def ring():
 
 
 def _config(**replay) -> Config:
-    return Config(env=EnvConfig(id="CartPole-v1", frame_stack=S), model=MODEL, workers=WorkersConfig(produce_ratio=0.0),
-                  learner=LearnerConfig(batch_size=4, unroll_length=T), replay=(ReplayConfig(**replay),))  # fmt: skip
+    return Config(
+        env=EnvConfig(id="CartPole-v1", frame_stack=S),
+        model=MODEL,
+        workers=WorkersConfig(produce_ratio=0.0),
+        learner=LearnerConfig(batch_size=4, unroll_length=T),
+        replay=(ReplayConfig(**replay),),
+    )
 
 
 def _behaviour_features(model, ring, first_frame: int) -> np.ndarray:
     """What a worker acting with ``model`` would have sent: features of observations 0..T-1, [M, T, F]."""
-    where = SimpleNamespace(worker_ids=np.zeros(M, np.int32), env_index=np.arange(M, dtype=np.int32),
-                            first_frame=np.full(M, first_frame, np.int64))  # fmt: skip
+    where = SimpleNamespace(
+        worker_ids=np.zeros(M, np.int32),
+        env_index=np.arange(M, dtype=np.int32),
+        first_frame=np.full(M, first_frame, np.int64),
+    )
     frames, steps, ok = Gatherer([ring], S, T, M, SHAPE, "float32").gather(where)
     assert ok.all()
     obs = stack_observations(frames, steps, S)[:, :T]
@@ -55,10 +65,19 @@ def _behaviour_features(model, ring, first_frame: int) -> np.ndarray:
 
 def _unroll(seq: int, features: np.ndarray) -> protocol.Unroll:
     return protocol.Unroll(
-        worker_id=0, seq=seq, policy_version=seq, first_frame=4 + seq * T, num_envs=M, length=T, env_frames=0,
-        actions=np.zeros((M, T), np.int32), rewards=np.zeros((M, T), np.float32),
-        discounts=np.ones((M, T), np.float32), behaviour_logits=np.zeros((M, T, A), np.float32),
-        behaviour_values=np.zeros((M, T), np.float32), features=features.astype(np.float32),
+        worker_id=0,
+        seq=seq,
+        policy_version=seq,
+        first_frame=4 + seq * T,
+        num_envs=M,
+        length=T,
+        env_frames=0,
+        actions=np.zeros((M, T), np.int32),
+        rewards=np.zeros((M, T), np.float32),
+        discounts=np.ones((M, T), np.float32),
+        behaviour_logits=np.zeros((M, T, A), np.float32),
+        behaviour_values=np.zeros((M, T), np.float32),
+        features=features.astype(np.float32),
     )
 
 
@@ -75,8 +94,15 @@ def _filled(ring, cfg: Config, messages: int = 8) -> tuple[Broker, FeatureScorer
 
 @pytest.mark.parametrize("feature_steps", [0, 2])
 def test_elite_picks_the_units_whose_features_the_current_policy_reproduces(ring, feature_steps):
-    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=1,
-                  lambda_batch_multiplier=4.0, feature_steps=feature_steps)  # fmt: skip
+    cfg = _config(
+        type="elite",
+        capacity=16,
+        sample_ratio=1.0,
+        fill_fraction=1.0,
+        strategy=1,
+        lambda_batch_multiplier=4.0,
+        feature_steps=feature_steps,
+    )
     broker, _ = _filled(ring, cfg)
     batch = make_batch(1, *broker.next_units())
     assert sorted(batch.policy_versions.tolist()) == [0, 0, 1, 1]  # messages 0 and 1: the smallest noise
@@ -87,8 +113,9 @@ def test_elite_picks_the_units_whose_features_the_current_policy_reproduces(ring
 
 
 def test_elite_counts_samples_and_strategy_3_prefers_the_least_sampled(ring):
-    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=3,
-                  lambda_batch_multiplier=5.0)  # fmt: skip  (the pool stays the whole store while lambda anneals)
+    cfg = _config(
+        type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=3, lambda_batch_multiplier=5.0
+    )  # (the pool stays the whole store while lambda anneals)
     broker, _ = _filled(ring, cfg)
     first = make_batch(1, *broker.next_units())
     second = make_batch(2, *broker.next_units())
@@ -98,8 +125,16 @@ def test_elite_counts_samples_and_strategy_3_prefers_the_least_sampled(ring):
 
 
 def test_attentive_prefers_units_like_the_newest_state(ring):
-    cfg = _config(type="attentive", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=1,
-                  lambda_batch_multiplier=4.0, feature_steps=0, dist_function="cos_dist")  # fmt: skip
+    cfg = _config(
+        type="attentive",
+        capacity=16,
+        sample_ratio=1.0,
+        fill_fraction=1.0,
+        strategy=1,
+        lambda_batch_multiplier=4.0,
+        feature_steps=0,
+        dist_function="cos_dist",
+    )
     broker, scorer = _filled(ring, cfg)
     store = broker.replays[0].store
     slots = store.slots()
@@ -113,8 +148,9 @@ def test_attentive_prefers_units_like_the_newest_state(ring):
 
 
 def test_elite_insertion_replaces_the_farthest_units(ring):
-    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, elite_insertion=True,
-                  elite_batch_size=16)  # fmt: skip
+    cfg = _config(
+        type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, elite_insertion=True, elite_batch_size=16
+    )
     broker, scorer = _filled(ring, cfg)
     store = broker.replays[0].store
     assert store.full and sorted(store.first_frame.tolist()).count(4 + 7 * T) == 2
@@ -151,8 +187,15 @@ def test_stale_candidates_are_replaced_so_a_batch_holds_distinct_fresh_units(rin
 
 
 def test_the_replay_index_holds_units_counts_and_stored_features(ring):
-    cfg = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0, strategy=1,
-                  lambda_batch_multiplier=5.0, feature_steps=2)  # fmt: skip
+    cfg = _config(
+        type="elite",
+        capacity=16,
+        sample_ratio=1.0,
+        fill_fraction=1.0,
+        strategy=1,
+        lambda_batch_multiplier=5.0,
+        feature_steps=2,
+    )
     broker, _ = _filled(ring, cfg)
     broker.next_units()
     index = protocol.decode(broker.index().encode())

@@ -8,10 +8,19 @@ import pytest
 from zrl.config import ConfigError, EnvConfig
 from zrl.envs import atari_rom, make_vector_env, probe
 
+pytestmark = pytest.mark.integration
 
-@pytest.mark.parametrize("env_id, rom", [("ALE/Pong-v5", "pong"), ("PongNoFrameskip-v4", "pong"),
-                                         ("ALE/SpaceInvaders-v5", "space_invaders"),
-                                         ("BreakoutNoFrameskip-v4", "breakout"), ("CartPole-v1", None)])
+
+@pytest.mark.parametrize(
+    "env_id, rom",
+    [
+        ("ALE/Pong-v5", "pong"),
+        ("PongNoFrameskip-v4", "pong"),
+        ("ALE/SpaceInvaders-v5", "space_invaders"),
+        ("BreakoutNoFrameskip-v4", "breakout"),
+        ("CartPole-v1", None),
+    ],
+)
 def test_atari_ids_of_both_styles(env_id, rom):
     assert atari_rom(env_id) == rom
 

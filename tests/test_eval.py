@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO, run_command
+
 from zrl import checkpoint, evaluate, scores
 from zrl.config import load, to_dict
 from zrl.envs import make_vector_env, probe
@@ -30,8 +30,10 @@ def _checkpoint(folder: Path, env_id: str, always: int | None = None) -> Path:
             model.heads.policy.bias.fill_(-100.0)
             model.heads.policy.bias[always] = 100.0
     (folder / "checkpoints").mkdir(parents=True, exist_ok=True)
-    return checkpoint.save(folder / "checkpoints" / checkpoint.PATTERN.format(step=1), {
-        "model": model.state_dict(), "learner_step": 1, "env_frames": 0, "config": to_dict(cfg)})  # fmt: skip
+    return checkpoint.save(
+        folder / "checkpoints" / checkpoint.PATTERN.format(step=1),
+        {"model": model.state_dict(), "learner_step": 1, "env_frames": 0, "config": to_dict(cfg)},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +41,26 @@ def pong(tmp_path_factory) -> Path:
     return _checkpoint(tmp_path_factory.mktemp("pong_run"), "ALE/Pong-v5")
 
 
-FIELDS = {"checkpoint", "sha256", "learner_step", "env_id", "protocol", "episodes", "seed", "workers", "action_rule",
-          "score", "reference_scores", "human_normalised_mean", "reference", "per_episode"}  # fmt: skip
+FIELDS = {
+    "checkpoint",
+    "sha256",
+    "learner_step",
+    "env_id",
+    "protocol",
+    "episodes",
+    "seed",
+    "workers",
+    "action_rule",
+    "score",
+    "reference_scores",
+    "human_normalised_mean",
+    "reference",
+    "per_episode",
+}
 STATS = {"mean", "median", "min", "max", "std", "ci95_low", "ci95_high"}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("protocol", evaluate.PROTOCOLS)
 def test_every_protocol_writes_every_field(pong, protocol):
     report = evaluate.evaluate(str(pong), episodes=1, protocol=protocol, seed=5, progress=lambda _: None)
@@ -61,6 +78,7 @@ def test_every_protocol_writes_every_field(pong, protocol):
     assert Path(report["files"][0]).parent == pong.parent.parent / "eval"
 
 
+@pytest.mark.integration
 def test_the_same_seed_gives_the_same_results_on_any_number_of_workers(pong):
     one = evaluate.evaluate(str(pong), episodes=2, protocol="machado", seed=11, workers=1, progress=lambda _: None)
     two = evaluate.evaluate(str(pong), episodes=2, protocol="machado", seed=11, workers=2, progress=lambda _: None)
@@ -75,6 +93,7 @@ def _frames(env_cfg, seed: int, actions: np.ndarray) -> np.ndarray:
     return seen
 
 
+@pytest.mark.integration
 def test_sticky_actions_are_really_on():
     cfg = load(REPO / "config" / "smoke.toml")
     sticky, _ = evaluate.protocol_env(cfg.env, "machado")
@@ -86,6 +105,7 @@ def test_sticky_actions_are_really_on():
     assert not np.array_equal(_frames(sticky, 7, actions), a)  # p = 0.25 changes the trajectory
 
 
+@pytest.mark.integration
 def test_saber_ends_an_episode_after_five_minutes_without_reward(tmp_path):
     # Breakout with a policy that never presses FIRE: after the first lost life the ball never comes back.
     ckpt = _checkpoint(tmp_path / "run", "ALE/Breakout-v5", always=0)
@@ -95,12 +115,14 @@ def test_saber_ends_an_episode_after_five_minutes_without_reward(tmp_path):
     assert evaluate.FRAMES_5_MIN <= episode["frames"] < 4 * evaluate.FRAMES_5_MIN
 
 
+@pytest.mark.integration
 def test_a_minimal_set_policy_acts_through_the_games_action_ids():
     assert evaluate.minimal_actions("pong").tolist() == [0, 1, 3, 4, 11, 12]  # NOOP FIRE RIGHT LEFT RIGHTFIRE LEFTFIRE
     assert len(evaluate.minimal_actions("space_invaders")) == 6
     assert evaluate.minimal_actions("montezuma_revenge").tolist() == list(range(18))
 
 
+@pytest.mark.unit
 def test_reference_scores_cover_the_57_games_with_their_source():
     assert len(scores.SCORES) == 57 and "Hafner et al. 2021" in scores.SOURCE
     import ale_py
@@ -110,26 +132,44 @@ def test_reference_scores_cover_the_57_games_with_their_source():
     assert scores.record_normalised("surround", 1.0) is None
 
 
+@pytest.mark.e2e
 def test_zrl_eval_cli_and_compare(pong, tmp_path):
     run = pong.parent.parent
-    result = run_command("zrl-eval", run, "--episodes", "2", "--protocol", "deepmind", "--workers", "2",
-                         "--greedy", cwd=tmp_path, timeout=300)  # fmt: skip
+    result = run_command(
+        "zrl-eval",
+        run,
+        "--episodes",
+        "2",
+        "--protocol",
+        "deepmind",
+        "--workers",
+        "2",
+        "--greedy",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "human-normalised mean" in result.stdout and "wrote" in result.stdout
     compared = run_command("zrl-eval", "--compare", run, run, "--protocol", "deepmind", cwd=tmp_path)
     assert compared.returncode == 0 and "B - A: +0.0" in compared.stdout, compared.stderr
-    for args, reason in [(["nowhere.pt"], "no such checkpoint file"), (["--compare", run, tmp_path], "no deepmind evaluation"),
-                         ([run, "--protocol", "atari"], "Invalid value for '--protocol'")]:  # fmt: skip
+    for args, reason in [
+        (["nowhere.pt"], "no such checkpoint file"),
+        (["--compare", run, tmp_path], "no deepmind evaluation"),
+        ([run, "--protocol", "atari"], "Invalid value for '--protocol'"),
+    ]:
         bad = run_command("zrl-eval", *args, cwd=tmp_path)
         assert bad.returncode == 2 and reason in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("suffix", [".mp4", ".gif"])
 def test_video_records_the_first_episode(pong, tmp_path, suffix):
     import imageio.v2 as imageio
 
     out = tmp_path / f"first{suffix}"
-    report = evaluate.evaluate(str(pong), episodes=1, protocol="deepmind", seed=2, video=str(out), progress=lambda _: None)
+    report = evaluate.evaluate(
+        str(pong), episodes=1, protocol="deepmind", seed=2, video=str(out), progress=lambda _: None
+    )
     frames = imageio.mimread(out, memtest=False)
     steps = report["per_episode"][0]["frames"] // 4
     assert frames[0].shape[:2] == (84 * evaluate.VIDEO_SCALE, 84 * evaluate.VIDEO_SCALE)
@@ -140,6 +180,7 @@ def test_video_records_the_first_episode(pong, tmp_path, suffix):
     assert report["video"] == str(out.resolve())
 
 
+@pytest.mark.integration
 def test_render_without_a_display_says_so(pong, tmp_path, monkeypatch):
     monkeypatch.delenv("DISPLAY", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)

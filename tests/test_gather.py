@@ -13,6 +13,8 @@ from shm.ring import Ring, RingSpec
 from zrl import protocol
 from zrl.gather import ActingStack, Gatherer, stack_observations
 
+pytestmark = pytest.mark.integration
+
 M, S, T, A = 3, 4, 5, 2
 SHAPE = (2, 3)
 
@@ -40,11 +42,19 @@ def _act(ring: Ring, steps: int, seed: int):
 def _batch(worker_ids, env_index, first_frame) -> protocol.Batch:
     b = len(worker_ids)
     return protocol.Batch(
-        batch_id=1, length=T, env_frames=0, worker_ids=np.array(worker_ids, np.int32), env_index=np.array(env_index, np.int32),
-        first_frame=np.array(first_frame, np.int64), policy_versions=np.zeros(b, np.int64),
-        actions=np.zeros((b, T), np.int32), rewards=np.zeros((b, T), np.float32),
-        discounts=np.ones((b, T), np.float32), behaviour_logits=np.zeros((b, T, A), np.float32),
-        behaviour_values=np.zeros((b, T), np.float32), replay_index=np.zeros(b, np.int32),
+        batch_id=1,
+        length=T,
+        env_frames=0,
+        worker_ids=np.array(worker_ids, np.int32),
+        env_index=np.array(env_index, np.int32),
+        first_frame=np.array(first_frame, np.int64),
+        policy_versions=np.zeros(b, np.int64),
+        actions=np.zeros((b, T), np.int32),
+        rewards=np.zeros((b, T), np.float32),
+        discounts=np.ones((b, T), np.float32),
+        behaviour_logits=np.zeros((b, T, A), np.float32),
+        behaviour_values=np.zeros((b, T), np.float32),
+        replay_index=np.zeros(b, np.int32),
     )
 
 
@@ -92,11 +102,22 @@ def test_transition_stacks_equal_the_stacks_the_worker_acted_on(rings):
     picks = [(0, 0, 0, 3, 0.97), (0, 2, 10, 13, 0.97), (1, 1, 30, 33, 0.0), (1, 0, 37, 40, 0.97)]
     w, e, f, nf, d = (np.array(c) for c in zip(*picks))
     b = len(picks)
-    batch = protocol.TransitionBatch(batch_id=1, env_frames=0, size=b, worker_ids=w.astype(np.int32),
-                                     env_index=e.astype(np.int32), frame=f.astype(np.int64), action=np.zeros(b, np.int32),
-                                     nstep_return=np.zeros(b, np.float32), bootstrap_discount=d.astype(np.float32),
-                                     next_frame=nf.astype(np.int64), slots=np.arange(b), stamps=np.ones(b, np.int64),
-                                     weights=np.ones(b, np.float32), policy_version=np.zeros(b, np.int64))  # fmt: skip
+    batch = protocol.TransitionBatch(
+        batch_id=1,
+        env_frames=0,
+        size=b,
+        worker_ids=w.astype(np.int32),
+        env_index=e.astype(np.int32),
+        frame=f.astype(np.int64),
+        action=np.zeros(b, np.int32),
+        nstep_return=np.zeros(b, np.float32),
+        bootstrap_discount=d.astype(np.float32),
+        next_frame=nf.astype(np.int64),
+        slots=np.arange(b),
+        stamps=np.ones(b, np.int64),
+        weights=np.ones(b, np.float32),
+        policy_version=np.zeros(b, np.int64),
+    )
     obs, next_obs, ok = TransitionGatherer(rings, S, 8, SHAPE, "|u1").gather(batch)
     assert ok.all() and obs.shape == (b, S, *SHAPE) and next_obs.shape == (b, S, *SHAPE)
     for i, (wi, ei, fi, nfi, _) in enumerate(picks):
@@ -109,11 +130,21 @@ def test_a_transition_whose_next_stack_is_not_there_is_ok_only_without_bootstrap
 
     _act(rings[0], 20, seed=0)  # frames 0..20 written; frame 22 does not exist yet
     b = 3
-    batch = protocol.TransitionBatch(batch_id=1, env_frames=0, size=b, worker_ids=np.zeros(b, np.int32),
-                                     env_index=np.zeros(b, np.int32), frame=np.array([10, 19, 19]),
-                                     action=np.zeros(b, np.int32), nstep_return=np.zeros(b, np.float32),
-                                     bootstrap_discount=np.array([0.97, 0.97, 0.0], np.float32),
-                                     next_frame=np.array([13, 22, 22]), slots=np.arange(b), stamps=np.ones(b, np.int64),
-                                     weights=np.ones(b, np.float32), policy_version=np.zeros(b, np.int64))  # fmt: skip
+    batch = protocol.TransitionBatch(
+        batch_id=1,
+        env_frames=0,
+        size=b,
+        worker_ids=np.zeros(b, np.int32),
+        env_index=np.zeros(b, np.int32),
+        frame=np.array([10, 19, 19]),
+        action=np.zeros(b, np.int32),
+        nstep_return=np.zeros(b, np.float32),
+        bootstrap_discount=np.array([0.97, 0.97, 0.0], np.float32),
+        next_frame=np.array([13, 22, 22]),
+        slots=np.arange(b),
+        stamps=np.ones(b, np.int64),
+        weights=np.ones(b, np.float32),
+        policy_version=np.zeros(b, np.int64),
+    )
     _, _, ok = TransitionGatherer(rings, S, 4, SHAPE, "|u1").gather(batch)
     assert ok.tolist() == [True, False, True]

@@ -7,8 +7,17 @@ import math
 import pytest
 import torch
 
-from zrl.algos.iqn import (NStep, cosine_basis, double_q_targets, greedy_actions, iqn_losses, nstep_returns,
-                           quantile_huber_loss)
+from zrl.algos.iqn import (
+    NStep,
+    cosine_basis,
+    double_q_targets,
+    greedy_actions,
+    iqn_losses,
+    nstep_returns,
+    quantile_huber_loss,
+)
+
+pytestmark = pytest.mark.unit
 
 
 def test_quantile_huber_loss_matches_a_hand_computed_case():
@@ -146,10 +155,18 @@ def _run_builder(n, rewards, discounts, game_over):
     builder = NStepBuilder(1, n)
     out = []
     for t in range(len(rewards)):
-        got = builder.step(np.array([100 + t]), np.array([t % 3]), np.array([rewards[t]], np.float32),
-                           np.array([discounts[t]], np.float32), np.array([game_over[t]]), np.array([101 + t]))  # fmt: skip
-        out += [(t, int(f) - 100, float(r), float(d), int(nf) - 100) for f, r, d, nf in
-                zip(got["frame"], got["nstep_return"], got["bootstrap_discount"], got["next_frame"])]  # fmt: skip
+        got = builder.step(
+            np.array([100 + t]),
+            np.array([t % 3]),
+            np.array([rewards[t]], np.float32),
+            np.array([discounts[t]], np.float32),
+            np.array([game_over[t]]),
+            np.array([101 + t]),
+        )
+        out += [
+            (t, int(f) - 100, float(r), float(d), int(nf) - 100)
+            for f, r, d, nf in zip(got["frame"], got["nstep_return"], got["bootstrap_discount"], got["next_frame"])
+        ]
     return out
 
 
@@ -167,8 +184,12 @@ def test_nstep_builder_cuts_windows_at_an_episode_end():
     discounts = [g, g, g, 0.0, g, g]  # step 3 ends the episode (a reset follows)
     over = [False, False, False, True, False, False]
     out = _run_builder(3, rewards, discounts, over)
-    assert out[:4] == [(2, 0, 1 + 1 + 1, 0.125, 3),
-                       (3, 1, 2 + 2 + 0.25 * 8, 0.0, 4), (3, 2, 4 + 0.5 * 8, 0.0, 4), (3, 3, 8.0, 0.0, 4)]  # fmt: skip
+    assert out[:4] == [
+        (2, 0, 1 + 1 + 1, 0.125, 3),
+        (3, 1, 2 + 2 + 0.25 * 8, 0.0, 4),
+        (3, 2, 4 + 0.5 * 8, 0.0, 4),
+        (3, 3, 8.0, 0.0, 4),
+    ]
     assert out[4:] == []  # the new episode has only 2 steps: nothing complete yet
     # Every step of the first episode was emitted exactly once.
     assert sorted(t for _, t, *_ in out) == [0, 1, 2, 3]
@@ -194,8 +215,18 @@ def test_iqn_losses_train_the_online_network_only_and_fall_on_a_fixed_batch():
     target.eval()
     first = None
     for step in range(300):
-        losses = iqn_losses(net, target, obs, actions, nstep, next_obs, n=16, n_target=16, k=8,
-                            generator=torch.Generator().manual_seed(step))  # fmt: skip
+        losses = iqn_losses(
+            net,
+            target,
+            obs,
+            actions,
+            nstep,
+            next_obs,
+            n=16,
+            n_target=16,
+            k=8,
+            generator=torch.Generator().manual_seed(step),
+        )
         assert losses.shape == (16,) and (losses >= 0).all()
         opt.zero_grad()
         losses.mean().backward()
@@ -230,8 +261,9 @@ def test_worker_priorities_are_the_losses_to_the_power_omega():
     obs, next_obs = torch.randn(6, 1, 8, generator=g), torch.randn(6, 1, 8, generator=g)
     actions = torch.randint(0, 3, (6,), generator=g)
     nstep = nstep_returns(torch.randn(6, 3, generator=g), torch.full((6, 3), 0.9))
-    losses = iqn_losses(net, net, obs, actions, nstep, next_obs, n=8, n_target=8, k=4,
-                        generator=torch.Generator().manual_seed(5)).detach()  # fmt: skip
+    losses = iqn_losses(
+        net, net, obs, actions, nstep, next_obs, n=8, n_target=8, k=4, generator=torch.Generator().manual_seed(5)
+    ).detach()
     apex = ApexConfig(quantiles=8, target_quantiles=8, acting_quantiles=4, priority_exponent=0.5)
     p = first_priorities(net, obs, actions, nstep, next_obs, apex, generator=torch.Generator().manual_seed(5))
     torch.testing.assert_close(p, losses.sqrt())
@@ -266,8 +298,15 @@ def test_c51_loss_takes_the_online_action_and_the_target_distribution():
     loss = c51_losses(net(online_next), net(target_next), obs, torch.tensor([0]), nstep, next_obs, atoms)
     expected = -(0.25 * math.log(0.2) + 0.5 * math.log(0.5) + 0.25 * math.log(0.3))
     assert loss.shape == (1,) and loss.item() == pytest.approx(expected, rel=1e-5)
-    ended = c51_losses(net(online_next), net(target_next), obs, torch.tensor([0]),
-                       NStep(torch.tensor([2.0]), torch.tensor([0.0])), next_obs, atoms)  # fmt: skip
+    ended = c51_losses(
+        net(online_next),
+        net(target_next),
+        obs,
+        torch.tensor([0]),
+        NStep(torch.tensor([2.0]), torch.tensor([0.0])),
+        next_obs,
+        atoms,
+    )
     assert ended.item() == pytest.approx(-math.log(0.3), rel=1e-5)  # an episode end: all mass on the return
 
 
@@ -278,8 +317,9 @@ def test_c51_net_gives_a_distribution_per_action_and_its_expectation_as_q():
     from zrl.models.iqn import C51Net
 
     torch.manual_seed(0)
-    net = C51Net(nn.Sequential(nn.Flatten(), nn.Linear(8, 16), nn.ReLU()), 16, 3, support(11, -5.0, 5.0), hidden=32,
-                 scale=False)  # fmt: skip
+    net = C51Net(
+        nn.Sequential(nn.Flatten(), nn.Linear(8, 16), nn.ReLU()), 16, 3, support(11, -5.0, 5.0), hidden=32, scale=False
+    )
     obs = torch.randn(2, 1, 8)
     net.eval()
     log_probs = net(obs)

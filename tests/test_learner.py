@@ -27,6 +27,7 @@ def _batch():
     }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("kind, optimizer", [("atari", "rmsprop"), ("atari_small", "rmsprop_tf"), ("atari", "adam")])
 def test_sgd_step_changes_weights_and_they_reach_the_actor(kind, optimizer):
     torch.manual_seed(0)
@@ -47,6 +48,7 @@ def test_sgd_step_changes_weights_and_they_reach_the_actor(kind, optimizer):
     assert sched.get_last_lr()[0] < cfg.learning_rate  # the polynomial decay moved
 
 
+@pytest.mark.unit
 def test_channels_last_weights_travel_in_the_logical_order():
     """The conv nets compute channels-last; their flat weights are in PyTorch's logical (NCHW) order, so a plain
     contiguous copy of the network given them computes the same logits."""
@@ -66,6 +68,7 @@ def test_channels_last_weights_travel_in_the_logical_order():
             torch.testing.assert_close(plain(x).values, net(x).values, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.unit
 def test_no_gradient_clip_still_reports_the_norm():
     model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
     cfg = LearnerConfig(grad_norm_clip=0.0)
@@ -74,6 +77,7 @@ def test_no_gradient_clip_still_reports_the_norm():
     assert step.grad_norm > 0 and np.isfinite(step.grad_norm)
 
 
+@pytest.mark.unit
 def test_learning_rate_decays_polynomially_to_the_end_value():
     model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, 2)
     cfg = LearnerConfig(learning_rate=0.01, lr_end=0.001, lr_decay_power=2.0)
@@ -87,6 +91,7 @@ def test_learning_rate_decays_polynomially_to_the_end_value():
     assert np.allclose(seen, expected)
 
 
+@pytest.mark.unit
 def test_bf16_step_is_finite_and_close_to_fp32():
     torch.manual_seed(1)
     model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
@@ -118,12 +123,16 @@ print(kept, first, faults() - before)
 """
 
 
+@pytest.mark.integration
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_kept_freed_memory_is_reused_without_page_faults():
     """run.keep_freed_memory: a freed 64 MB tensor's memory serves the next one, where by default glibc
     unmaps it and each of the next ten faults its pages in again (counted against the first one's faults)."""
+
     def faults(mode: str) -> tuple[str, int, int]:
-        done = subprocess.run([sys.executable, "-c", _FAULTS_PER_REALLOC, mode], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", _FAULTS_PER_REALLOC, mode], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, done.stderr
         kept, first, ten = done.stdout.split()
         return kept, int(first), int(ten)
@@ -146,14 +155,18 @@ def _iqn_setup(noisy=False, head="iqn"):
     online = build_apex_model(ModelConfig(kind="mlp", mlp_hidden=(32, 32)), apex, (4,), "float32", 1, 3)
     target = copy.deepcopy(online)
     g = torch.Generator().manual_seed(1)
-    batch = dict(obs=torch.randn(16, 1, 4, generator=g), actions=torch.randint(0, 3, (16,), generator=g),
-                 next_obs=torch.randn(16, 1, 4, generator=g))  # fmt: skip
+    batch = dict(
+        obs=torch.randn(16, 1, 4, generator=g),
+        actions=torch.randint(0, 3, (16,), generator=g),
+        next_obs=torch.randn(16, 1, 4, generator=g),
+    )
     from zrl.algos.iqn import nstep_returns
 
     nstep = nstep_returns(torch.randn(16, 3, generator=g), torch.full((16, 3), 0.99))
     return apex, online, target, batch, nstep
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("head", ["iqn", "c51"])
 def test_apex_step_changes_the_online_network_and_returns_new_priorities(head):
     from zrl.roles.learner import apex_sgd_step
@@ -168,6 +181,7 @@ def test_apex_step_changes_the_online_network_and_returns_new_priorities(head):
     assert step.priorities.shape == (16,) and (step.priorities > 0).all() and np.isfinite(step.loss)
 
 
+@pytest.mark.unit
 def test_iqn_step_with_zero_importance_weights_changes_nothing():
     from zrl.roles.learner import apex_sgd_step
 
@@ -179,6 +193,7 @@ def test_iqn_step_with_zero_importance_weights_changes_nothing():
     assert (step.priorities > 0).all()  # the losses, and so the priorities, are there all the same
 
 
+@pytest.mark.unit
 def test_the_atari_iqn_network_takes_stacked_frames():
     from zrl.config import ApexConfig
     from zrl.models.iqn import build_iqn_model

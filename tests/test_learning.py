@@ -13,9 +13,11 @@ import csv
 import json
 
 import pytest
-
 from conftest import REPO, run_command
+
 from zrl import checkpoint, config
+
+pytestmark = pytest.mark.learning
 
 CARTPOLE = REPO / "config" / "cartpole.toml"
 BUDGET_ENV_STEPS = 100_000
@@ -25,8 +27,9 @@ BUDGET_ENV_STEPS = 100_000
 def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     cfg = config.load(CARTPOLE)
     assert cfg.run.max_env_frames == BUDGET_ENV_STEPS
-    result = run_command("zrl-launch", "--config", CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path,
-                         timeout=600)  # fmt: skip
+    result = run_command(
+        "zrl-launch", "--config", CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     with open(run_dir / "episodes.csv") as fh:
@@ -34,7 +37,9 @@ def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     returns = [float(e["raw_return"]) for e in episodes]
     assert len(returns) >= 20
     last_20 = sum(returns[-20:]) / 20
-    assert last_20 >= 475, f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f} after {BUDGET_ENV_STEPS:,} env steps"
+    assert last_20 >= 475, (
+        f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f} after {BUDGET_ENV_STEPS:,} env steps"
+    )
 
 
 APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
@@ -65,7 +70,9 @@ def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
     assert played.returncode == 0, played.stderr[-3000:]
     (report,) = (run_dir / "eval").glob("deepmind_*.json")
     score = json.loads(report.read_text())["score"]["mean"]
-    assert score >= 400, f"{last.name} scores {score:.1f} over 20 greedy episodes after {APEX_BUDGET_ENV_STEPS:,} env steps"
+    assert score >= 400, (
+        f"{last.name} scores {score:.1f} over 20 greedy episodes after {APEX_BUDGET_ENV_STEPS:,} env steps"
+    )
 
 
 PONG_BUDGET_FRAMES = 3_000_000
@@ -90,8 +97,18 @@ def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, 
     0.8 steps/s) stayed at uniform over this budget (issue "1 of 7")."""
     import math
 
-    result = run_command("zrl-launch", "--set", f"run.max_env_frames={PONG_BUDGET_FRAMES}", "--set", "run.seed=0",
-                         "--set", "run.log_interval_s=2.0", "--quiet", cwd=tmp_path, timeout=1200)  # fmt: skip
+    result = run_command(
+        "zrl-launch",
+        "--set",
+        f"run.max_env_frames={PONG_BUDGET_FRAMES}",
+        "--set",
+        "run.seed=0",
+        "--set",
+        "run.log_interval_s=2.0",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     with open(run_dir / "metrics.csv") as fh:
@@ -103,13 +120,15 @@ def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, 
         return sum(values) / len(values)
 
     value_loss = [float(r["baseline_loss"]) for r in rows]
-    first, last = mean(value_loss[: len(rows) // 5]), mean(value_loss[-(len(rows) // 3):])
+    first, last = mean(value_loss[: len(rows) // 5]), mean(value_loss[-(len(rows) // 3) :])
     assert last < 0.85 * first, f"value loss {first:.2f} over the first fifth, {last:.2f} over the last third"
 
     samples, uniform = cfg_samples_per_step(), math.log(6)  # Pong's minimal action set
     entropy = [-float(r["entropy_loss"]) / samples / uniform for r in rows]  # per sample, a fraction of uniform
     lowest = min(mean(entropy[i : i + WINDOW_ROWS]) for i in range(len(entropy) - WINDOW_ROWS + 1))
-    assert lowest < 0.98, f"the policy's entropy never averaged below {lowest:.3f} of uniform over {WINDOW_ROWS} rows in {PONG_BUDGET_FRAMES:,} frames"
+    assert lowest < 0.98, (
+        f"the policy's entropy never averaged below {lowest:.3f} of uniform over {WINDOW_ROWS} rows in {PONG_BUDGET_FRAMES:,} frames"
+    )
 
 
 def cfg_samples_per_step() -> int:

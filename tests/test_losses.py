@@ -7,6 +7,8 @@ import torch
 
 from zrl.algos import losses, vtrace
 
+pytestmark = pytest.mark.unit
+
 
 def _softmax_by_hand(logits):
     out = torch.empty_like(logits)
@@ -142,11 +144,15 @@ def test_vtrace_loss_parts_match_components():
     out = losses.vtrace_loss(**inputs, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0)
     with torch.no_grad():
         log_rhos = (
-            torch.log_softmax(inputs["learner_logits"], -1)
-            - torch.log_softmax(inputs["behaviour_logits"], -1)
-        ).gather(-1, inputs["actions"][..., None]).squeeze(-1)
+            (torch.log_softmax(inputs["learner_logits"], -1) - torch.log_softmax(inputs["behaviour_logits"], -1))
+            .gather(-1, inputs["actions"][..., None])
+            .squeeze(-1)
+        )
     vt = vtrace.from_importance_weights(
-        log_rhos, inputs["discounts"], inputs["rewards"], inputs["values"],
+        log_rhos,
+        inputs["discounts"],
+        inputs["rewards"],
+        inputs["values"],
         inputs["bootstrap_value"],
     )
     torch.testing.assert_close(
@@ -170,9 +176,10 @@ def test_vtrace_loss_gradients():
     out2 = losses.vtrace_loss(**inputs2, baseline_cost=1.0, entropy_cost=0.0)
     out2.baseline.backward()
     log_rhos = (
-        torch.log_softmax(inputs2["learner_logits"], -1)
-        - torch.log_softmax(inputs2["behaviour_logits"], -1)
-    ).gather(-1, inputs2["actions"][..., None]).squeeze(-1)
+        (torch.log_softmax(inputs2["learner_logits"], -1) - torch.log_softmax(inputs2["behaviour_logits"], -1))
+        .gather(-1, inputs2["actions"][..., None])
+        .squeeze(-1)
+    )
     vt = vtrace.from_importance_weights(
         log_rhos, inputs2["discounts"], inputs2["rewards"], vals.detach(), inputs2["bootstrap_value"]
     )
@@ -378,9 +385,14 @@ def test_vtrace_loss_with_clear_and_laser_is_the_sum_of_its_parts(direction, for
     weights = dict(baseline_cost=0.4, entropy_cost=0.03, clear_policy_weight=0.7, clear_value_weight=0.2)
     rho_bar, c_bar, pg_rho_bar = 2.0, 0.5, 1.0
     out = losses.vtrace_loss(
-        **_tiny_vtrace_inputs(), **weights,
-        clip_rho_threshold=rho_bar, clip_pg_rho_threshold=pg_rho_bar, clip_c_threshold=c_bar,
-        laser_kl_threshold=LASER_THRESHOLD, clear_policy_kl=direction, clear_value_loss=form,
+        **_tiny_vtrace_inputs(),
+        **weights,
+        clip_rho_threshold=rho_bar,
+        clip_pg_rho_threshold=pg_rho_bar,
+        clip_c_threshold=c_bar,
+        laser_kl_threshold=LASER_THRESHOLD,
+        clear_policy_kl=direction,
+        clear_value_loss=form,
     )
     assert isinstance(out, losses.VTraceLoss)
     assert out._fields[:5] == ("total", "pg", "baseline", "entropy", "mean_rho")
@@ -534,8 +546,12 @@ def test_behaviour_tensors_get_no_gradient():
         inputs["behaviour_logits"].requires_grad_(True)
         inputs["behaviour_values"].requires_grad_(True)
         out = losses.vtrace_loss(
-            **inputs, laser_kl_threshold=LASER_THRESHOLD, clear_policy_weight=1.0, clear_value_weight=1.0,
-            clear_policy_kl=direction, clear_value_loss=form,
+            **inputs,
+            laser_kl_threshold=LASER_THRESHOLD,
+            clear_policy_weight=1.0,
+            clear_value_weight=1.0,
+            clear_policy_kl=direction,
+            clear_value_loss=form,
         )
         out.total.backward()
         assert inputs["behaviour_logits"].grad is None
@@ -560,15 +576,19 @@ def test_clear_weights_scale_only_their_terms():
     [
         (lambda: losses.policy_cloning_loss(*_tiny_logits(), direction="forward"), "mu_pi"),
         (lambda: losses.value_cloning_loss(torch.zeros(2, 2), torch.zeros(2, 2), form="huber"), "l2_norm"),
-        (lambda: losses.vtrace_loss(**dict(_tiny_vtrace_inputs(), behaviour_values=None), clear_value_weight=1.0),
-         "behaviour_values"),
+        (
+            lambda: losses.vtrace_loss(**dict(_tiny_vtrace_inputs(), behaviour_values=None), clear_value_weight=1.0),
+            "behaviour_values",
+        ),
         (lambda: losses.vtrace_loss(**_tiny_vtrace_inputs(), clear_policy_kl="kl"), "clear_policy_kl"),
         (lambda: losses.vtrace_loss(**_tiny_vtrace_inputs(), clear_value_loss="l1"), "clear_value_loss"),
         (lambda: losses.vtrace_loss(**_tiny_vtrace_inputs(), clear_policy_weight=-1.0), "clear_policy_weight"),
         (lambda: losses.vtrace_loss(**_tiny_vtrace_inputs(), laser_kl_threshold=-0.1), "laser_kl_threshold"),
         (lambda: losses.vtrace_loss(**_tiny_vtrace_inputs(), clip_c_threshold=0.0), "clip_c_threshold"),
-        (lambda: losses.vtrace_loss(**dict(_tiny_vtrace_inputs(), behaviour_values=torch.zeros(2, 3))),
-         "behaviour_values"),
+        (
+            lambda: losses.vtrace_loss(**dict(_tiny_vtrace_inputs(), behaviour_values=torch.zeros(2, 3))),
+            "behaviour_values",
+        ),
         (lambda: losses.laser_mask(*_tiny_logits(), threshold=math.nan), "threshold"),
         (lambda: losses.kl_divergence(torch.zeros(2, 2, 3), torch.zeros(2, 2, 4)), "q_logits"),
         (lambda: losses.kl_divergence(torch.zeros(2, 3), torch.zeros(2, 3)), "p_logits"),

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import csv
 
+import pytest
+
 from zrl.metrics import CsvLog
+
+pytestmark = pytest.mark.unit
 
 
 def test_a_file_with_an_older_header_keeps_its_columns_aligned(tmp_path):

@@ -11,6 +11,8 @@ import torch
 
 from zrl.optim import TFRMSprop
 
+pytestmark = pytest.mark.unit
+
 
 def _tf_reference(p0, grads, lr, alpha, eps, momentum):
     """ms starts at 1; mom = momentum * mom + lr * g / sqrt(ms + eps); p -= mom."""
@@ -41,8 +43,10 @@ def test_its_first_step_is_lr_times_the_gradient_where_pytorchs_is_ten_lr_in_eve
     moves every coordinate by about 10 x lr on the first step, however small its gradient."""
     g = torch.tensor([1e-3, 1.0, 30.0])
     steps = {}
-    for name, make in (("tf", lambda p: TFRMSprop([p], lr=1e-3, alpha=0.99, eps=1e-8)),
-                       ("torch", lambda p: torch.optim.RMSprop([p], lr=1e-3, alpha=0.99, eps=1e-8))):  # fmt: skip
+    for name, make in (
+        ("tf", lambda p: TFRMSprop([p], lr=1e-3, alpha=0.99, eps=1e-8)),
+        ("torch", lambda p: torch.optim.RMSprop([p], lr=1e-3, alpha=0.99, eps=1e-8)),
+    ):
         p = torch.nn.Parameter(torch.zeros(3))
         p.grad = g.clone()
         make(p).step()

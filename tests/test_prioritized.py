@@ -8,13 +8,22 @@ import pytest
 
 from zrl.replay.prioritized import PrioritizedReplay, Transitions
 
+pytestmark = pytest.mark.unit
+
 
 def _transitions(frames, worker=0) -> Transitions:
     frames = np.asarray(frames, np.int64)
     n = len(frames)
-    return Transitions(np.full(n, worker, np.int32), np.zeros(n, np.int32), frames, np.ones(n, np.int32),
-                       frames.astype(np.float32), np.full(n, 0.99**3, np.float32), frames + 3,
-                       np.zeros(n, np.int64))  # fmt: skip
+    return Transitions(
+        np.full(n, worker, np.int32),
+        np.zeros(n, np.int32),
+        frames,
+        np.ones(n, np.int32),
+        frames.astype(np.float32),
+        np.full(n, 0.99**3, np.float32),
+        frames + 3,
+        np.zeros(n, np.int64),
+    )
 
 
 def test_insert_wraps_around_and_sampling_follows_the_priorities():
@@ -110,10 +119,20 @@ def _message(worker=0, frames=(10, 11, 12), priority=(1.0, 2.0, -1.0), **change)
 
     frames = np.asarray(frames, np.int64)
     n = len(frames)
-    fields = dict(worker_id=worker, seq=0, policy_version=0, env_frames=0, count=n, env_index=np.zeros(n, np.int32),
-                  frame=frames, action=np.ones(n, np.int32), nstep_return=np.ones(n, np.float32),
-                  bootstrap_discount=np.full(n, 0.97, np.float32), next_frame=frames + 3,
-                  priority=np.asarray(priority, np.float32))  # fmt: skip
+    fields = dict(
+        worker_id=worker,
+        seq=0,
+        policy_version=0,
+        env_frames=0,
+        count=n,
+        env_index=np.zeros(n, np.int32),
+        frame=frames,
+        action=np.ones(n, np.int32),
+        nstep_return=np.ones(n, np.float32),
+        bootstrap_discount=np.full(n, 0.97, np.float32),
+        next_frame=frames + 3,
+        priority=np.asarray(priority, np.float32),
+    )
     fields.update(change)
     return protocol.Transitions(**fields)
 
@@ -122,8 +141,18 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
     from zrl import protocol
     from zrl.replay.prioritized import ApexReplay
 
-    apex = ApexReplay(capacity=100, batch_size=4, learn_start=5, workers=2, envs_per_worker=2, num_actions=3,
-                      n_step=3, beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
+    apex = ApexReplay(
+        capacity=100,
+        batch_size=4,
+        learn_start=5,
+        workers=2,
+        envs_per_worker=2,
+        num_actions=3,
+        n_step=3,
+        beta_start=0.4,
+        beta_anneal_steps=10,
+        seed=0,
+    )
     assert apex.insert(_message()) is None
     assert apex.next_batch(1, 0, np.zeros(2, np.int64)) is None  # 3 < learn_start
     assert apex.insert(_message(worker=1, frames=(50, 51, 52), policy_version=7)) is None
@@ -133,8 +162,9 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
     # each transition keeps the weights version its worker played it with (the learner's sample ages)
     np.testing.assert_array_equal(batch.policy_version, np.where(batch.worker_ids == 1, 7, 0))
     assert protocol.decode(batch.encode()).batch_id == 2  # it crosses the wire as any message
-    update = protocol.PriorityUpdate(batch_id=2, size=4, slots=batch.slots, stamps=batch.stamps,
-                                     priorities=np.full(4, 9.0, np.float32))  # fmt: skip
+    update = protocol.PriorityUpdate(
+        batch_id=2, size=4, slots=batch.slots, stamps=batch.stamps, priorities=np.full(4, 9.0, np.float32)
+    )
     assert apex.update(update) is None
     assert set(apex.replay.tree.priorities[np.unique(batch.slots)]) == {9.0}
     assert (np.diff(batch.worker_ids) >= 0).all()  # sorted by worker, one block per ring
@@ -143,20 +173,43 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
     for i in range(20):
         b = apex.next_batch(3 + i, 0, np.array([20, 0]))
         assert (b.worker_ids == 1).all()
-    for bad in (protocol.PriorityUpdate(batch_id=1, size=1, slots=np.array([100]), stamps=np.ones(1, np.int64),
-                                        priorities=np.ones(1, np.float32)),
-                protocol.PriorityUpdate(batch_id=1, size=1, slots=np.array([0]), stamps=np.ones(1, np.int64),
-                                        priorities=np.array([np.nan], np.float32)),
-                protocol.PriorityUpdate(batch_id=1, size=1, slots=np.array([0]), stamps=np.ones(1, np.int64),
-                                        priorities=np.array([-1.0], np.float32))):  # fmt: skip
+    for bad in (
+        protocol.PriorityUpdate(
+            batch_id=1, size=1, slots=np.array([100]), stamps=np.ones(1, np.int64), priorities=np.ones(1, np.float32)
+        ),
+        protocol.PriorityUpdate(
+            batch_id=1,
+            size=1,
+            slots=np.array([0]),
+            stamps=np.ones(1, np.int64),
+            priorities=np.array([np.nan], np.float32),
+        ),
+        protocol.PriorityUpdate(
+            batch_id=1,
+            size=1,
+            slots=np.array([0]),
+            stamps=np.ones(1, np.int64),
+            priorities=np.array([-1.0], np.float32),
+        ),
+    ):
         assert apex.update(bad) is not None
 
 
 def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
     from zrl.replay.prioritized import ApexReplay
 
-    apex = ApexReplay(capacity=100, batch_size=4, learn_start=1, workers=2, envs_per_worker=2, num_actions=3,
-                      n_step=3, beta_start=0.4, beta_anneal_steps=10, seed=0)  # fmt: skip
+    apex = ApexReplay(
+        capacity=100,
+        batch_size=4,
+        learn_start=1,
+        workers=2,
+        envs_per_worker=2,
+        num_actions=3,
+        n_step=3,
+        beta_start=0.4,
+        beta_anneal_steps=10,
+        seed=0,
+    )
     bad = [
         _message(worker=2),
         _message(env_index=np.array([0, 2, 0], np.int32)),
@@ -172,5 +225,15 @@ def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
     assert all(apex.insert(m) is not None for m in bad)
     assert len(apex.replay) == 0
     with pytest.raises(ValueError, match="beta_anneal_steps"):
-        ApexReplay(capacity=10, batch_size=2, learn_start=1, workers=1, envs_per_worker=1, num_actions=2, n_step=3,
-                   beta_start=0.4, beta_anneal_steps=0, seed=0)
+        ApexReplay(
+            capacity=10,
+            batch_size=2,
+            learn_start=1,
+            workers=1,
+            envs_per_worker=1,
+            num_actions=2,
+            n_step=3,
+            beta_start=0.4,
+            beta_anneal_steps=0,
+            seed=0,
+        )

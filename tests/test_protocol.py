@@ -18,24 +18,25 @@ from zrl.protocol import (
     MESSAGE_TYPES,
     Batch,
     BrokerStats,
+    Credit,
     Episode,
+    IndexRequest,
     LearnerStats,
-    ProtocolError,
     PriorityUpdate,
+    ProtocolError,
+    ReplayIndex,
     RoleError,
     TransitionBatch,
     Transitions,
     Unroll,
     WeightsRequest,
-    Credit,
-    IndexRequest,
-    ReplayIndex,
     WorkerStats,
     decode,
     decode_weights,
     encode_weights,
 )
 
+pytestmark = pytest.mark.unit
 
 # ---------------------------------------------------------------------------
 # factories
@@ -43,11 +44,7 @@ from zrl.protocol import (
 
 
 def make_unroll(rng, M=3, T=5, A=6, F=4, seq=0) -> Unroll:
-    feats = (
-        rng.standard_normal((M, T, F)).astype(np.float32)
-        if F
-        else np.zeros((0, 0, 0), np.float32)
-    )
+    feats = rng.standard_normal((M, T, F)).astype(np.float32) if F else np.zeros((0, 0, 0), np.float32)
     return Unroll(
         worker_id=int(rng.integers(0, 64)),
         seq=seq,
@@ -186,33 +183,54 @@ def make_index_request(rng) -> IndexRequest:
 
 def make_replay_index(rng, N=6, G=3, K=5, F=8) -> ReplayIndex:
     return ReplayIndex(
-        replay=rng.integers(0, 2, size=N, dtype=np.int32), worker_ids=rng.integers(0, 4, size=N, dtype=np.int32),
-        env_index=rng.integers(0, 4, size=N, dtype=np.int32), first_frame=rng.integers(0, 2**40, size=N, dtype=np.int64),
-        policy_versions=rng.integers(0, 100, size=N, dtype=np.int64), counts=rng.integers(0, 9, size=N, dtype=np.int64),
+        replay=rng.integers(0, 2, size=N, dtype=np.int32),
+        worker_ids=rng.integers(0, 4, size=N, dtype=np.int32),
+        env_index=rng.integers(0, 4, size=N, dtype=np.int32),
+        first_frame=rng.integers(0, 2**40, size=N, dtype=np.int64),
+        policy_versions=rng.integers(0, 100, size=N, dtype=np.int64),
+        counts=rng.integers(0, 9, size=N, dtype=np.int64),
         sample_calls=np.array([0, 17], np.int64),
-        feature_rows=np.arange(G, dtype=np.int32), features=rng.standard_normal((G, K, F)).astype(np.float32),
+        feature_rows=np.arange(G, dtype=np.int32),
+        features=rng.standard_normal((G, K, F)).astype(np.float32),
     )
 
 
 def make_transitions(rng, n=5) -> Transitions:
     frames = rng.integers(0, 10**6, n)
-    return Transitions(worker_id=int(rng.integers(0, 8)), seq=int(rng.integers(0, 10**6)), policy_version=3,
-                       env_frames=int(rng.integers(0, 10**9)), count=n, env_index=rng.integers(0, 4, n, dtype=np.int32),
-                       frame=frames, action=rng.integers(0, 6, n, dtype=np.int32),
-                       nstep_return=rng.standard_normal(n, dtype=np.float32),
-                       bootstrap_discount=np.full(n, 0.99**3, np.float32), next_frame=frames + 3,
-                       priority=rng.random(n, dtype=np.float32))  # fmt: skip
+    return Transitions(
+        worker_id=int(rng.integers(0, 8)),
+        seq=int(rng.integers(0, 10**6)),
+        policy_version=3,
+        env_frames=int(rng.integers(0, 10**9)),
+        count=n,
+        env_index=rng.integers(0, 4, n, dtype=np.int32),
+        frame=frames,
+        action=rng.integers(0, 6, n, dtype=np.int32),
+        nstep_return=rng.standard_normal(n, dtype=np.float32),
+        bootstrap_discount=np.full(n, 0.99**3, np.float32),
+        next_frame=frames + 3,
+        priority=rng.random(n, dtype=np.float32),
+    )
 
 
 def make_transition_batch(rng, b=4) -> TransitionBatch:
     frames = rng.integers(0, 10**6, b)
-    return TransitionBatch(batch_id=int(rng.integers(0, 10**6)), env_frames=int(rng.integers(0, 10**9)), size=b,
-                           worker_ids=rng.integers(0, 8, b, dtype=np.int32), env_index=rng.integers(0, 4, b, dtype=np.int32),
-                           frame=frames, action=rng.integers(0, 6, b, dtype=np.int32),
-                           nstep_return=rng.standard_normal(b, dtype=np.float32),
-                           bootstrap_discount=np.full(b, 0.97, np.float32), next_frame=frames + 3,
-                           slots=rng.integers(0, 10**6, b), stamps=rng.integers(1, 10**9, b),
-                           weights=rng.random(b, dtype=np.float32), policy_version=rng.integers(0, 10**4, b))  # fmt: skip
+    return TransitionBatch(
+        batch_id=int(rng.integers(0, 10**6)),
+        env_frames=int(rng.integers(0, 10**9)),
+        size=b,
+        worker_ids=rng.integers(0, 8, b, dtype=np.int32),
+        env_index=rng.integers(0, 4, b, dtype=np.int32),
+        frame=frames,
+        action=rng.integers(0, 6, b, dtype=np.int32),
+        nstep_return=rng.standard_normal(b, dtype=np.float32),
+        bootstrap_discount=np.full(b, 0.97, np.float32),
+        next_frame=frames + 3,
+        slots=rng.integers(0, 10**6, b),
+        stamps=rng.integers(1, 10**9, b),
+        weights=rng.random(b, dtype=np.float32),
+        policy_version=rng.integers(0, 10**4, b),
+    )
 
 
 FACTORIES = {
@@ -233,11 +251,18 @@ FACTORIES = {
     "Transitions": lambda rng: make_transitions(rng),
     "Transitions-empty": lambda rng: make_transitions(rng, n=0),
     "TransitionBatch": lambda rng: make_transition_batch(rng),
-    "PriorityUpdate": lambda rng: PriorityUpdate(batch_id=int(rng.integers(0, 10**6)), size=3,
-                                                 slots=rng.integers(0, 10**6, 3), stamps=rng.integers(1, 10**9, 3),
-                                                 priorities=rng.random(3, dtype=np.float32)),  # fmt: skip
-    "RoleError": lambda rng: RoleError(role="zrl-worker-1", pid=int(rng.integers(1, 2**22)),
-                                       traceback='Traceback (most recent call last):\n  ...\nRuntimeError: boom\n'),
+    "PriorityUpdate": lambda rng: PriorityUpdate(
+        batch_id=int(rng.integers(0, 10**6)),
+        size=3,
+        slots=rng.integers(0, 10**6, 3),
+        stamps=rng.integers(1, 10**9, 3),
+        priorities=rng.random(3, dtype=np.float32),
+    ),
+    "RoleError": lambda rng: RoleError(
+        role="zrl-worker-1",
+        pid=int(rng.integers(1, 2**22)),
+        traceback="Traceback (most recent call last):\n  ...\nRuntimeError: boom\n",
+    ),
 }
 
 
@@ -280,8 +305,20 @@ def expect_error(data, *fragments):
 
 def test_message_types_tuple():
     assert set(MESSAGE_TYPES) == {
-        Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest,
-        ReplayIndex, RoleError, Transitions, TransitionBatch, PriorityUpdate,
+        Unroll,
+        Batch,
+        Episode,
+        WorkerStats,
+        BrokerStats,
+        LearnerStats,
+        WeightsRequest,
+        Credit,
+        IndexRequest,
+        ReplayIndex,
+        RoleError,
+        Transitions,
+        TransitionBatch,
+        PriorityUpdate,
     }
     assert len({cls.TAG for cls in MESSAGE_TYPES}) == len(MESSAGE_TYPES)
     assert FORMAT_VERSION == 1
@@ -461,7 +498,7 @@ def test_weights_decode_rejects_malformed():
         "fmt": good[:4] + struct.pack("<H", 2) + good[6:],
         "reserved": good[:6] + struct.pack("<H", 1) + good[8:],
     }
-    for label, data in bad.items():
+    for data in bad.values():
         with pytest.raises(ProtocolError, match="weights"):
             decode_weights(data)
     with pytest.raises(ProtocolError):
@@ -644,12 +681,12 @@ def test_shape_data_length_mismatch():
     for data in (a["data"][:-1], a["data"] + b"\x00", a["data"][:-4], b""):
         expect_error(
             pack({**w, "behaviour_logits": {**a, "data": data}}),
-            "Batch", "behaviour_logits", "bytes",
+            "Batch",
+            "behaviour_logits",
+            "bytes",
         )
     # shape changed but data kept
-    expect_error(
-        pack({**w, "behaviour_logits": {**a, "shape": [3, 4, 3]}}), "Batch", "behaviour_logits"
-    )
+    expect_error(pack({**w, "behaviour_logits": {**a, "shape": [3, 4, 3]}}), "Batch", "behaviour_logits")
 
 
 def test_negative_and_huge_dims():
@@ -660,11 +697,10 @@ def test_negative_and_huge_dims():
     # zero-size product with an absurd other dim must not reach numpy
     expect_error(
         pack({**w, "rewards": {**r, "shape": [0, 2**64 - 1], "data": b""}}),
-        "Unroll", "rewards",
+        "Unroll",
+        "rewards",
     )
-    expect_error(
-        pack({**w, "rewards": {**r, "shape": [2**40, 2**40]}}), "Unroll", "rewards"
-    )
+    expect_error(pack({**w, "rewards": {**r, "shape": [2**40, 2**40]}}), "Unroll", "rewards")
 
 
 def test_wrong_ndim():
@@ -673,9 +709,7 @@ def test_wrong_ndim():
     expect_error(pack({**w, "rewards": {**r, "shape": [6]}}), "Unroll", "rewards", "ndim")
     expect_error(pack({**w, "rewards": {**r, "shape": [2, 3, 1]}}), "Unroll", "rewards", "ndim")
     f = w["features"]
-    expect_error(
-        pack({**w, "features": {**f, "shape": [0, 0]}}), "Unroll", "features", "ndim"
-    )
+    expect_error(pack({**w, "features": {**f, "shape": [0, 0]}}), "Unroll", "features", "ndim")
 
 
 def _arr(shape, dtype="<f4"):
@@ -769,10 +803,14 @@ def test_zmq_receiver_survives_garbage():
         valid = [make_unroll(rng, M=2, T=5, A=4, F=(i % 2) * 3, seq=i) for i in range(40)]
         valid += [make_worker_stats(rng), make_episode(rng), make_learner_stats(rng)]
         valid_bytes = [m.encode() for m in valid]
-        garbage = [rng.integers(0, 256, size=int(rng.integers(0, 300)), dtype=np.uint8).tobytes()
-                   for _ in range(60)]
-        garbage += [valid_bytes[0][:50], valid_bytes[1] + b"\x00", b"", b"\xc6\xff\xff\xff\xff",
-                    encode_weights(1, 1, np.zeros(4, np.float32))]
+        garbage = [rng.integers(0, 256, size=int(rng.integers(0, 300)), dtype=np.uint8).tobytes() for _ in range(60)]
+        garbage += [
+            valid_bytes[0][:50],
+            valid_bytes[1] + b"\x00",
+            b"",
+            b"\xc6\xff\xff\xff\xff",
+            encode_weights(1, 1, np.zeros(4, np.float32)),
+        ]
 
         frames = [(True, b) for b in valid_bytes] + [(False, g) for g in garbage]
         order = rng.permutation(len(frames))
@@ -812,9 +850,13 @@ def test_the_fast_decode_path_accepts_exactly_what_the_general_path_accepts():
     from zrl import protocol
 
     rng = np.random.default_rng(11)
-    seeds = [make_unroll(rng, M=2, T=3, A=4, F=2).encode(), make_unroll(rng, M=2, T=3, A=4, F=0).encode(),
-             make_batch(rng, B=2, T=3, A=4).encode(), make_learner_stats(rng).encode(),
-             make_replay_index(rng).encode()]  # fmt: skip
+    seeds = [
+        make_unroll(rng, M=2, T=3, A=4, F=2).encode(),
+        make_unroll(rng, M=2, T=3, A=4, F=0).encode(),
+        make_batch(rng, B=2, T=3, A=4).encode(),
+        make_learner_stats(rng).encode(),
+        make_replay_index(rng).encode(),
+    ]
     fast_only = both = 0
     for i in range(6000):
         buf = bytearray(seeds[i % len(seeds)])
@@ -834,8 +876,11 @@ def test_the_fast_decode_path_accepts_exactly_what_the_general_path_accepts():
         general = {}
         for name, spec in cls._SPECS:  # what the general path builds, through its own checks
             value = obj[name]
-            general[name] = (protocol._array_from_wire(cls.__name__, name, spec, value)
-                             if isinstance(spec, protocol._ArraySpec) else value)  # fmt: skip
+            general[name] = (
+                protocol._array_from_wire(cls.__name__, name, spec, value)
+                if isinstance(spec, protocol._ArraySpec)
+                else value
+            )
         assert_msg_equal(fast, cls(**general))
         both += 1
     assert fast_only == both and both > 1000

@@ -6,6 +6,8 @@ import torch
 
 from zrl.replay import elite
 
+pytestmark = pytest.mark.unit
+
 # Pool A (m=8). Positions:        0    1    2    3    4    5    6    7
 A_DIST = np.array([0.5, 0.1, 0.9, 0.1, 0.3, 0.7, 0.2, 0.3])
 A_COUNT = np.array([2, 3, 0, 1, 0, 1, 2, 0])
@@ -47,12 +49,16 @@ C_N7 = {
 }
 
 
-@pytest.mark.parametrize("distances, counts, n, expected", [
-    (A_DIST, A_COUNT, 3, A_N3),
-    (A_DIST, A_COUNT, 8, A_N8),
-    (B_DIST, B_COUNT, 2, B_N2),
-    (C_DIST, C_COUNT, 7, C_N7),
-], ids=["A-m8-n3", "A-m8-n8", "B-m6-n2", "C-m3-n7"])
+@pytest.mark.parametrize(
+    "distances, counts, n, expected",
+    [
+        (A_DIST, A_COUNT, 3, A_N3),
+        (A_DIST, A_COUNT, 8, A_N8),
+        (B_DIST, B_COUNT, 2, B_N2),
+        (C_DIST, C_COUNT, 7, C_N7),
+    ],
+    ids=["A-m8-n3", "A-m8-n8", "B-m6-n2", "C-m3-n7"],
+)
 @pytest.mark.parametrize("strategy", elite.STRATEGIES)
 def test_select_hand_worked(strategy, distances, counts, n, expected):
     chosen = elite.select(strategy, distances, counts, n)
@@ -154,14 +160,18 @@ SHAPE_PAIRS = [((5, 3, 7), (5, 3, 7)), ((5, 3, 7), (1, 1, 7)), ((1, 1, 7), (5, 3
 
 
 @pytest.mark.parametrize("shape_a, shape_b", SHAPE_PAIRS, ids=["full", "b-broadcast", "a-broadcast"])
-@pytest.mark.parametrize("kind, p", [("ln_norm", 1.0), ("ln_norm", 2.0), ("ln_norm", 3.0),
-                                     ("cos_dist", 2.0), ("kl_div", 2.0)])
+@pytest.mark.parametrize(
+    "kind, p", [("ln_norm", 1.0), ("ln_norm", 2.0), ("ln_norm", 3.0), ("cos_dist", 2.0), ("kl_div", 2.0)]
+)
 def test_distance_matches_reference(kind, p, shape_a, shape_b):
     a, b = _features(2, shape_a), _features(3, shape_b)
     out = elite.feature_distance(torch.from_numpy(a), torch.from_numpy(b), kind, p=p)
     assert out.shape == (5,) and out.dtype == torch.float32
-    ref = {"ln_norm": lambda: _ref_ln_norm(a, b, p), "cos_dist": lambda: _ref_cos_dist(a, b),
-           "kl_div": lambda: _ref_kl_div(a, b)}[kind]()
+    ref = {
+        "ln_norm": lambda: _ref_ln_norm(a, b, p),
+        "cos_dist": lambda: _ref_cos_dist(a, b),
+        "kl_div": lambda: _ref_kl_div(a, b),
+    }[kind]()
     np.testing.assert_allclose(out.numpy(), ref, rtol=1e-5, atol=1e-5)
 
 

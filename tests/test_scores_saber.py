@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from zrl.scores import SABER_5_MIN_FRAMES, SaberEpisodes
+
+pytestmark = pytest.mark.unit
 
 
 def test_scores_at_the_caps_and_uncapped():

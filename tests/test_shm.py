@@ -30,7 +30,7 @@ SHM_DIR = "/dev/shm"
 RUN_ID = "r1"
 CHILD_TIMEOUT = 30.0
 
-pytestmark = pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm")
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm")]
 
 
 def _leftovers(prefix: str) -> list[str]:
@@ -449,7 +449,8 @@ def test_ring_concurrent_writer_reader(prefix: str) -> None:
     stop = ctx.Event()
     writer = ctx.Process(target=_writer_main, args=(name, spec, stop, q, 50.0), daemon=True)
     reader = ctx.Process(
-        target=_reader_main, args=(name, spec, min_reads, int.from_bytes(os.urandom(4), "little"), q, 40.0),
+        target=_reader_main,
+        args=(name, spec, min_reads, int.from_bytes(os.urandom(4), "little"), q, 40.0),
         daemon=True,
     )
     results: dict = {}
@@ -493,8 +494,10 @@ def test_read_column_copies_one_row_of_each_slot(prefix):
     ring = Ring.create(name, spec)
     try:
         for n in range(6):
-            ring.write(frame=np.arange(3, dtype=np.uint8)[:, None, None] + 10 * n + np.zeros((3, 2, 2), np.uint8),
-                       step=np.arange(3, dtype=np.int32) + 100 * n)
+            ring.write(
+                frame=np.arange(3, dtype=np.uint8)[:, None, None] + 10 * n + np.zeros((3, 2, 2), np.uint8),
+                step=np.arange(3, dtype=np.int32) + 100 * n,
+            )
         frames = np.array([2, 3, 5, 5, 1], np.int64)
         cols = np.array([0, 2, 1, 0, 1], np.int64)
         out = {"frame": np.zeros((5, 2, 2), np.uint8), "step": np.zeros(5, np.int32)}

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from zrl.replay.sumtree import SumTree, annealed_beta, importance_weights
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("capacity", [1, 2, 7, 64, 1000])

@@ -8,9 +8,20 @@ import torch
 
 from zrl.algos import vtrace
 
+pytestmark = pytest.mark.unit
 
-def _reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,
-                      clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold=1.0, mask=None):
+
+def _reference_vtrace(
+    log_rhos,
+    discounts,
+    rewards,
+    values,
+    bootstrap_value,
+    clip_rho_threshold,
+    clip_pg_rho_threshold,
+    clip_c_threshold=1.0,
+    mask=None,
+):
     """Direct O(T^2) evaluation of the paper's sum, in float64 numpy.
 
     A 0/1 ``mask`` m_t enters as rho_t -> m_t rho_t, c_t -> m_t c_t and a pg
@@ -39,9 +50,7 @@ def _reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,
                 weight = 1.0
                 for i in range(s, t):
                     weight *= discounts[i, b] * cs[i, b]
-                delta = clipped_rhos[t, b] * (
-                    rewards[t, b] + discounts[t, b] * values_ext[t + 1, b] - values[t, b]
-                )
+                delta = clipped_rhos[t, b] * (rewards[t, b] + discounts[t, b] * values_ext[t + 1, b] - values[t, b])
                 total += weight * delta
             vs[s, b] = total
 
@@ -49,8 +58,10 @@ def _reference_vtrace(log_rhos, discounts, rewards, values, bootstrap_value,
     pg = np.zeros((T, B))
     for b in range(B):
         for t in range(T):
-            pg[t, b] = m[t, b] * min(pg_rho_bar, rhos[t, b]) * (
-                rewards[t, b] + discounts[t, b] * vs_ext[t + 1, b] - values[t, b]
+            pg[t, b] = (
+                m[t, b]
+                * min(pg_rho_bar, rhos[t, b])
+                * (rewards[t, b] + discounts[t, b] * vs_ext[t + 1, b] - values[t, b])
             )
     return vs, pg
 
@@ -87,9 +98,7 @@ def test_matches_reference(B, T, clip_rho, clip_pg_rho, dtype, atol):
     inputs = _make_inputs(T, B, seed=T * 100 + B)
     expected_vs, expected_pg = _reference_vtrace(*inputs, clip_rho, clip_pg_rho)
     tensors = [torch.tensor(x, dtype=dtype) for x in inputs]
-    out = vtrace.from_importance_weights(
-        *tensors, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho
-    )
+    out = vtrace.from_importance_weights(*tensors, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho)
     assert isinstance(out, vtrace.VTraceReturns)
     assert out.vs.shape == (T, B) and out.pg_advantages.shape == (T, B)
     assert out.vs.dtype == dtype and out.pg_advantages.dtype == dtype
@@ -121,7 +130,9 @@ def test_clip_c_matches_reference(T, B, clip_rho, clip_c, clip_pg_rho, dtype, at
     expected_vs, expected_pg = _reference_vtrace(*inputs, clip_rho, clip_pg_rho, clip_c_threshold=clip_c)
     out = vtrace.from_importance_weights(
         *[torch.tensor(x, dtype=dtype) for x in inputs],
-        clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho, clip_c_threshold=clip_c,
+        clip_rho_threshold=clip_rho,
+        clip_pg_rho_threshold=clip_pg_rho,
+        clip_c_threshold=clip_c,
     )
     rtol = 1e-10 if dtype == torch.float64 else 1e-4
     np.testing.assert_allclose(out.vs.numpy(), expected_vs, rtol=rtol, atol=atol)
@@ -163,12 +174,13 @@ def test_mask_matches_reference(clip_rho, clip_c, clip_pg_rho, mask_dtype):
     inputs[1][:] = 0.9  # no episode end, so only the mask cuts the trace
     mask = _mask_with_cut(T, B, t_cut)
     mask[5, 2] = 0.0  # a second cut in another column
-    expected_vs, expected_pg = _reference_vtrace(
-        *inputs, clip_rho, clip_pg_rho, clip_c_threshold=clip_c, mask=mask
-    )
+    expected_vs, expected_pg = _reference_vtrace(*inputs, clip_rho, clip_pg_rho, clip_c_threshold=clip_c, mask=mask)
     tensors = [torch.tensor(x) for x in inputs]
     out = vtrace.from_importance_weights(
-        *tensors, clip_rho_threshold=clip_rho, clip_pg_rho_threshold=clip_pg_rho, clip_c_threshold=clip_c,
+        *tensors,
+        clip_rho_threshold=clip_rho,
+        clip_pg_rho_threshold=clip_pg_rho,
+        clip_c_threshold=clip_c,
         mask=torch.tensor(mask).to(mask_dtype),
     )
     np.testing.assert_allclose(out.vs.numpy(), expected_vs, rtol=1e-10, atol=1e-10)
@@ -197,18 +209,16 @@ def test_mask_cuts_the_trace():
     base = vtrace.from_importance_weights(log_rhos, discounts, rewards, values, bootstrap, mask=mask)
     rewards2, values2 = rewards.clone(), values.clone()
     rewards2[t_cut:] += 10.0
-    values2[t_cut + 1:] -= 3.0
+    values2[t_cut + 1 :] -= 3.0
     changed = vtrace.from_importance_weights(log_rhos, discounts, rewards2, values2, bootstrap + 5.0, mask=mask)
     torch.testing.assert_close(base.vs[: t_cut + 1, 0], changed.vs[: t_cut + 1, 0])
     torch.testing.assert_close(base.pg_advantages[: t_cut + 1, 0], changed.pg_advantages[: t_cut + 1, 0])
-    assert not torch.allclose(base.vs[t_cut + 1:, 0], changed.vs[t_cut + 1:, 0])
+    assert not torch.allclose(base.vs[t_cut + 1 :, 0], changed.vs[t_cut + 1 :, 0])
     assert not torch.allclose(base.vs[:, 1], changed.vs[:, 1])  # the unmasked column still sees them
     # Step t_cut - 1 is a one-step target bootstrapped from V(x_cut) (rho_bar = c_bar = 1).
     s = t_cut - 1
     rho = min(1.0, math.exp(log_rhos[s, 0].item()))
-    expected = values[s, 0].item() + rho * (
-        rewards[s, 0].item() + 0.9 * values[t_cut, 0].item() - values[s, 0].item()
-    )
+    expected = values[s, 0].item() + rho * (rewards[s, 0].item() + 0.9 * values[t_cut, 0].item() - values[s, 0].item())
     assert base.vs[s, 0].item() == pytest.approx(expected, rel=1e-12)
 
 
@@ -230,8 +240,15 @@ def test_masked_infinite_rho_does_not_poison_the_unroll():
     mask = torch.ones(5, 2)
     mask[2, 0] = 0.0
     out = vtrace.from_importance_weights(
-        log_rhos, discounts, rewards, values, bootstrap,
-        clip_rho_threshold=None, clip_pg_rho_threshold=None, clip_c_threshold=None, mask=mask,
+        log_rhos,
+        discounts,
+        rewards,
+        values,
+        bootstrap,
+        clip_rho_threshold=None,
+        clip_pg_rho_threshold=None,
+        clip_c_threshold=None,
+        mask=mask,
     )
     assert torch.isfinite(out.vs).all() and torch.isfinite(out.pg_advantages).all()
 
@@ -268,8 +285,13 @@ def test_on_policy_equals_n_step_return():
     values = torch.tensor([[0.3, 1.0], [-0.2, 2.0], [0.7, -1.0]], dtype=torch.float64)
     bootstrap = torch.tensor([4.0, 10.0], dtype=torch.float64)
     out = vtrace.from_importance_weights(
-        torch.zeros(3, 2, dtype=torch.float64), discounts, rewards, values, bootstrap,
-        clip_rho_threshold=None, clip_pg_rho_threshold=None,
+        torch.zeros(3, 2, dtype=torch.float64),
+        discounts,
+        rewards,
+        values,
+        bootstrap,
+        clip_rho_threshold=None,
+        clip_pg_rho_threshold=None,
     )
     g = 0.9
     # Column 0: no episode end.
@@ -293,9 +315,7 @@ def test_on_policy_equals_n_step_return():
 
 def test_outputs_are_detached():
     T, B = 4, 3
-    tensors = [
-        torch.tensor(x, requires_grad=True) for x in _make_inputs(T, B, seed=11)
-    ]
+    tensors = [torch.tensor(x, requires_grad=True) for x in _make_inputs(T, B, seed=11)]
     out = vtrace.from_importance_weights(*tensors)
     assert not out.vs.requires_grad
     assert not out.pg_advantages.requires_grad

@@ -12,10 +12,11 @@ import pytest
 import zmq
 
 from shm.ring import RingSpec
-
 from zrl import protocol, transport
 from zrl.roles.common import RunWiring, WeightsFeed
 from zrl.transport import ENDPOINT_NAMES, Endpoints
+
+pytestmark = pytest.mark.integration
 
 
 class FakeLearner:
@@ -57,11 +58,20 @@ def learner(tmp_path):
 
 
 def _feed(learner: FakeLearner, ask_after_s: float = 0.5, stop_event=None):
-    wiring = RunWiring(endpoints=learner.endpoints, ring_names=(), ring_spec=RingSpec(capacity=1, fields={"frame": ((1,), "uint8")}),
-                       frame_shape=(1,), frame_dtype="uint8", num_actions=2, frames_per_step=1,
-                       launcher_pid=os.getppid())  # fmt: skip
+    wiring = RunWiring(
+        endpoints=learner.endpoints,
+        ring_names=(),
+        ring_spec=RingSpec(capacity=1, fields={"frame": ((1,), "uint8")}),
+        frame_shape=(1,),
+        frame_dtype="uint8",
+        num_actions=2,
+        frames_per_step=1,
+        launcher_pid=os.getppid(),
+    )
     ctx = zmq.Context()
-    return ctx, WeightsFeed(ctx, wiring, requester_id=0, poll_ms=50, stop_event=stop_event or threading.Event(), ask_after_s=ask_after_s)
+    return ctx, WeightsFeed(
+        ctx, wiring, requester_id=0, poll_ms=50, stop_event=stop_event or threading.Event(), ask_after_s=ask_after_s
+    )
 
 
 def test_a_lost_broadcast_is_asked_for_instead_of_waited_on(learner):

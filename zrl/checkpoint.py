@@ -20,8 +20,9 @@ import io
 import os
 import pickle
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
@@ -111,7 +112,9 @@ def load(path: str | Path) -> dict[str, Any]:
     if not recorded.is_file():
         raise CheckpointError(f"{path}: no SHA-256 recorded beside it ({recorded.name}); it cannot be verified")
     if hashlib.sha256(data).hexdigest() not in _recorded(path):
-        raise CheckpointError(f"{path}: SHA-256 mismatch with {recorded.name} (the file is truncated, corrupt or altered)")
+        raise CheckpointError(
+            f"{path}: SHA-256 mismatch with {recorded.name} (the file is truncated, corrupt or altered)"
+        )
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except (RuntimeError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError, OSError, ValueError) as err:
@@ -120,7 +123,9 @@ def load(path: str | Path) -> dict[str, Any]:
     if not isinstance(state, dict) or not isinstance(state.get("format"), int):
         raise CheckpointError(f"{path}: not a zrl checkpoint (no format field)")
     if state["format"] > FORMAT:
-        raise CheckpointError(f"{path}: written by a newer zrl (format {state['format']}, this one reads up to {FORMAT})")
+        raise CheckpointError(
+            f"{path}: written by a newer zrl (format {state['format']}, this one reads up to {FORMAT})"
+        )
     if state["format"] < FORMAT:
         raise CheckpointError(f"{path}: written by an older zrl (format {state['format']}); this one reads {FORMAT}")
     return state
@@ -139,10 +144,15 @@ def check_compatible(state: dict[str, Any], path: str | Path, env_id: str, model
         kind = trained.get("kind")
         if kind in ("auto", "auto_nature"):  # stored before kinds were stored resolved: auto was the Nature net
             kind = "atari" if stored.get("torso.0.weight", (0,))[0] == 32 else "mlp"
-        hint = (f"; it was trained with model.kind = {kind!r} and model.hidden_size = {trained.get('hidden_size')}: "
-                "--set them to match" if kind else "")  # fmt: skip
-        raise CheckpointError(f"{path}: its network does not fit this one (wrong model; first difference: "
-                              f"{diff[0]}){hint}")  # fmt: skip
+        hint = (
+            f"; it was trained with model.kind = {kind!r} and model.hidden_size = {trained.get('hidden_size')}: "
+            "--set them to match"
+            if kind
+            else ""
+        )
+        raise CheckpointError(
+            f"{path}: its network does not fit this one (wrong model; first difference: {diff[0]}){hint}"
+        )
 
 
 def periodic(folder: str | Path) -> list[Path]:

@@ -22,28 +22,57 @@ def _usage_error(prog: str, message: str) -> None:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_path", type=str, default=None,
-              help="TOML run file (see config/defaults.toml for every key). Without it: the built-in default, Pong.")
+@click.option(
+    "--config",
+    "config_path",
+    type=str,
+    default=None,
+    help="TOML run file (see config/defaults.toml for every key). Without it: the built-in default, Pong.",
+)
 @click.option("--workers", type=int, default=None, help="Worker processes (workers.count).")
 @click.option("--envs-per-worker", type=int, default=None, help="Environments per worker (workers.envs_per_worker).")
-@click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE",
-              help="Override one config key; repeatable. Values are TOML: 16, 0.5, true, \"text\", [64, 64].")
-@click.option("--replay", "replay_json", type=str, default=None, metavar="JSON",
-              help="The replays as the reference platform's JSON list, replacing the run file's [[replay]] tables, "
-                   "e.g. '[{\"type\": \"queue\", \"capacity\": 1, \"sample_ratio\": 0.5}, "
-                   "{\"type\": \"standard\", \"capacity\": 1000, \"sample_ratio\": 0.5}]'. "
-                   "standard means uniform; custom with sample_strategy means elite or attentive.")
-@click.option("--resume", "resume_ref", type=str, default=None, metavar="RUN|auto",
-              help="Continue a run in its own folder from its newest good checkpoint (auto: the newest run of the "
-                   "config's env). Its config is used; only keys such as the budget, worker counts, threads and "
-                   "intervals may change.")
-@click.option("--init-from", "init_from", type=str, default=None, metavar="CHECKPOINT",
-              help="Start a new run from a checkpoint's weights (the same game and network).")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="SECTION.KEY=VALUE",
+    help='Override one config key; repeatable. Values are TOML: 16, 0.5, true, "text", [64, 64].',
+)
+@click.option(
+    "--replay",
+    "replay_json",
+    type=str,
+    default=None,
+    metavar="JSON",
+    help="The replays as the reference platform's JSON list, replacing the run file's [[replay]] tables, "
+    'e.g. \'[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '
+    '{"type": "standard", "capacity": 1000, "sample_ratio": 0.5}]\'. '
+    "standard means uniform; custom with sample_strategy means elite or attentive.",
+)
+@click.option(
+    "--resume",
+    "resume_ref",
+    type=str,
+    default=None,
+    metavar="RUN|auto",
+    help="Continue a run in its own folder from its newest good checkpoint (auto: the newest run of the "
+    "config's env). Its config is used; only keys such as the budget, worker counts, threads and "
+    "intervals may change.",
+)
+@click.option(
+    "--init-from",
+    "init_from",
+    type=str,
+    default=None,
+    metavar="CHECKPOINT",
+    help="Start a new run from a checkpoint's weights (the same game and network).",
+)
 @click.option("--init-optimizer", is_flag=True, help="With --init-from: take the checkpoint's optimiser state too.")
 @click.option("--quiet", is_flag=True, help="No progress output (the log and CSV files are still written).")
 @click.version_option(__version__, prog_name="zrl")
-def launch_main(config_path, workers, envs_per_worker, sets, replay_json, resume_ref, init_from, init_optimizer,
-                quiet) -> None:  # fmt: skip
+def launch_main(
+    config_path, workers, envs_per_worker, sets, replay_json, resume_ref, init_from, init_optimizer, quiet
+) -> None:
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
     from zrl.launch import launch, resume
@@ -56,8 +85,10 @@ def launch_main(config_path, workers, envs_per_worker, sets, replay_json, resume
             raise ConfigError("--init-optimizer goes with --init-from CHECKPOINT")
         if resume_ref is not None:
             if config_path is not None and resume_ref != "auto":
-                raise ConfigError(f"--config: a resumed run uses its own config ({resume_ref}/config.toml); "
-                                  "change safe keys with --set or the options")  # fmt: skip
+                raise ConfigError(
+                    f"--config: a resumed run uses its own config ({resume_ref}/config.toml); "
+                    "change safe keys with --set or the options"
+                )
             probe_cfg = config_mod.load(config_path, sets, options)
             code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet)
         else:
@@ -85,42 +116,127 @@ def _counts(text: str | None, flag: str) -> list[int]:
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("mode", required=False, type=click.Choice(["env", "sampling", "transport", "learner", "elite", "pipeline",
-                                                          "learning"]))
-@click.option("--config", "config_path", type=str, default=None, help="TOML run file whose env, network and batch shape are measured.")
+@click.argument(
+    "mode",
+    required=False,
+    type=click.Choice(["env", "sampling", "transport", "learner", "elite", "pipeline", "learning"]),
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=str,
+    default=None,
+    help="TOML run file whose env, network and batch shape are measured.",
+)
 @click.option("--set", "sets", multiple=True, metavar="SECTION.KEY=VALUE", help="Override one config key; repeatable.")
-@click.option("--workers", type=str, default=None, metavar="N[,N...]", help="Worker processes; sampling takes a list (a grid).")
-@click.option("--envs-per-worker", type=str, default=None, metavar="M[,M...]", help="Envs per worker; sampling takes a list.")
-@click.option("--seconds", type=float, default=None,
-              help="Measured seconds of each step of the mode [5]; learning: each run's wall-clock budget.")
+@click.option(
+    "--workers", type=str, default=None, metavar="N[,N...]", help="Worker processes; sampling takes a list (a grid)."
+)
+@click.option(
+    "--envs-per-worker", type=str, default=None, metavar="M[,M...]", help="Envs per worker; sampling takes a list."
+)
+@click.option(
+    "--seconds",
+    type=float,
+    default=None,
+    help="Measured seconds of each step of the mode [5]; learning: each run's wall-clock budget.",
+)
 @click.option("--warmup", type=float, default=None, help="Seconds before measuring (sampling 2, pipeline 15).")
-@click.option("--json", "json_path", type=str, default=None, metavar="PATH", help="Write the figures and the machine's facts.")
-@click.option("--policy", type=click.Choice(["uniform", "network"]), default="uniform", show_default=True,
-              help="sampling: act uniformly at random (the data path alone) or with the fixed initial network.")
-@click.option("--no-ceiling", is_flag=True, help="sampling: do not measure the env ceiling (no ratio_to_ceiling); "
-              "pipeline: do not measure the machine's limit (the unit costs, GFLOP/s and matmul peak).")
+@click.option(
+    "--json", "json_path", type=str, default=None, metavar="PATH", help="Write the figures and the machine's facts."
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["uniform", "network"]),
+    default="uniform",
+    show_default=True,
+    help="sampling: act uniformly at random (the data path alone) or with the fixed initial network.",
+)
+@click.option(
+    "--no-ceiling",
+    is_flag=True,
+    help="sampling: do not measure the env ceiling (no ratio_to_ceiling); "
+    "pipeline: do not measure the machine's limit (the unit costs, GFLOP/s and matmul peak).",
+)
 @click.option("--no-peers", is_flag=True, help="env: only zrl's ceiling, not ale-py's vector env, Gymnasium, EnvPool.")
 @click.option("--capacity", type=int, default=1000, show_default=True, help="learner, elite: replay capacity in units.")
-@click.option("--lambda", "lam", type=float, default=6.0, show_default=True, help="elite: lambda, the pool is lambda x B.")
-@click.option("--feature-steps", type=int, default=None, help="elite: steps compared per unit (default: the config's, 5).")
-@click.option("--precision", type=click.Choice(["fp32", "bf16"]), default="fp32", show_default=True,
-              help="elite: the broker's feature passes.")
-@click.option("--repeats", type=int, default=5, show_default=True, help="elite: batches timed (the median is reported).")
-@click.option("--suggest", is_flag=True, help="Short pipeline runs over a grid (the --workers and --envs-per-worker "
-              "lists; by default half, all and twice the cores x 2, 4, 8 envs); prints the best for this machine, the "
-              "one whose learner trains the most per second.")
+@click.option(
+    "--lambda", "lam", type=float, default=6.0, show_default=True, help="elite: lambda, the pool is lambda x B."
+)
+@click.option(
+    "--feature-steps", type=int, default=None, help="elite: steps compared per unit (default: the config's, 5)."
+)
+@click.option(
+    "--precision",
+    type=click.Choice(["fp32", "bf16"]),
+    default="fp32",
+    show_default=True,
+    help="elite: the broker's feature passes.",
+)
+@click.option(
+    "--repeats", type=int, default=5, show_default=True, help="elite: batches timed (the median is reported)."
+)
+@click.option(
+    "--suggest",
+    is_flag=True,
+    help="Short pipeline runs over a grid (the --workers and --envs-per-worker "
+    "lists; by default half, all and twice the cores x 2, 4, 8 envs); prints the best for this machine, the "
+    "one whose learner trains the most per second.",
+)
 @click.option("--frames", type=int, default=None, help="learning: each run's budget of env frames.")
-@click.option("--seeds", type=str, default="0", show_default=True, metavar="S[,S...]",
-              help="learning: one run per seed, one after another (each alone on the machine).")
-@click.option("--runs", multiple=True, metavar="RUN_DIR",
-              help="learning: read these run folders' curves instead of training (runs started by hand); repeatable.")
-@click.option("--png", "png_path", type=str, default=None, metavar="PATH",
-              help="learning: draw the curves (return against frames and against wall time) with the reference.")
-@click.option("--results-dir", type=str, default="results", show_default=True,
-              help="learning: where the runs' folders go (learning_<time>/seed<S>/ under it).")
-def bench_main(mode, config_path, sets, workers, envs_per_worker, seconds, warmup, json_path, policy, no_ceiling,
-               no_peers, capacity, lam, feature_steps, precision, repeats, suggest, frames, seeds, runs, png_path,
-               results_dir) -> None:  # fmt: skip
+@click.option(
+    "--seeds",
+    type=str,
+    default="0",
+    show_default=True,
+    metavar="S[,S...]",
+    help="learning: one run per seed, one after another (each alone on the machine).",
+)
+@click.option(
+    "--runs",
+    multiple=True,
+    metavar="RUN_DIR",
+    help="learning: read these run folders' curves instead of training (runs started by hand); repeatable.",
+)
+@click.option(
+    "--png",
+    "png_path",
+    type=str,
+    default=None,
+    metavar="PATH",
+    help="learning: draw the curves (return against frames and against wall time) with the reference.",
+)
+@click.option(
+    "--results-dir",
+    type=str,
+    default="results",
+    show_default=True,
+    help="learning: where the runs' folders go (learning_<time>/seed<S>/ under it).",
+)
+def bench_main(
+    mode,
+    config_path,
+    sets,
+    workers,
+    envs_per_worker,
+    seconds,
+    warmup,
+    json_path,
+    policy,
+    no_ceiling,
+    no_peers,
+    capacity,
+    lam,
+    feature_steps,
+    precision,
+    repeats,
+    suggest,
+    frames,
+    seeds,
+    runs,
+    png_path,
+    results_dir,
+) -> None:
     """Measure a hop of the pipeline against the machine's own ceiling, in the same run:
     zrl-bench sampling --workers 2 --envs-per-worker 4 --json perf/results/sampling.json
 
@@ -135,17 +251,39 @@ def bench_main(mode, config_path, sets, workers, envs_per_worker, seconds, warmu
         if suggest == (mode is not None):
             raise ConfigError(f"give one of MODE ({', '.join(bench.MODES)}) or --suggest")
         if mode == "learning":
-            _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seeds, runs, json_path, png_path,
-                      results_dir)  # fmt: skip
+            _learning(
+                config_path,
+                sets,
+                workers,
+                envs_per_worker,
+                seconds,
+                frames,
+                seeds,
+                runs,
+                json_path,
+                png_path,
+                results_dir,
+            )
             return
         seconds = 5.0 if seconds is None else seconds
         if seconds <= 0 or (warmup is not None and warmup < 0) or capacity < 1 or repeats < 1 or lam < 1:
             raise ConfigError("--seconds must be > 0, --warmup >= 0, --capacity and --repeats >= 1, --lambda >= 1")
-        opt = bench.Options(config_path=config_path, sets=list(sets), workers=_counts(workers, "--workers"),
-                            envs_per_worker=_counts(envs_per_worker, "--envs-per-worker"), seconds=seconds,
-                            warmup=warmup, policy=policy, ceiling=not no_ceiling, peers=not no_peers,
-                            capacity=capacity, lam=lam, feature_steps=feature_steps, precision=precision,
-                            repeats=repeats)  # fmt: skip
+        opt = bench.Options(
+            config_path=config_path,
+            sets=list(sets),
+            workers=_counts(workers, "--workers"),
+            envs_per_worker=_counts(envs_per_worker, "--envs-per-worker"),
+            seconds=seconds,
+            warmup=warmup,
+            policy=policy,
+            ceiling=not no_ceiling,
+            peers=not no_peers,
+            capacity=capacity,
+            lam=lam,
+            feature_steps=feature_steps,
+            precision=precision,
+            repeats=repeats,
+        )
         name = "suggest" if suggest else mode
         result = bench.run(name, opt, progress=lambda text: click.echo(f"zrl-bench: {text} ...", err=True))
     except ConfigError as err:
@@ -165,8 +303,9 @@ def bench_main(mode, config_path, sets, workers, envs_per_worker, seconds, warmu
         click.echo(f"wrote {path}")
 
 
-def _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seeds, runs, json_path, png_path,
-              results_dir) -> None:  # fmt: skip
+def _learning(
+    config_path, sets, workers, envs_per_worker, seconds, frames, seeds, runs, json_path, png_path, results_dir
+) -> None:
     """zrl-bench learning: train (or read) runs, print their marks beside the reference, write JSON and PNG."""
     import json
     from pathlib import Path
@@ -176,7 +315,10 @@ def _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seed
 
     if (seconds is not None and seconds <= 0) or (frames is not None and frames <= 0):
         raise ConfigError("--seconds and --frames must be > 0")
-    one_count = {"--workers": _counts(workers, "--workers"), "--envs-per-worker": _counts(envs_per_worker, "--envs-per-worker")}
+    one_count = {
+        "--workers": _counts(workers, "--workers"),
+        "--envs-per-worker": _counts(envs_per_worker, "--envs-per-worker"),
+    }
     for flag, values in one_count.items():
         if len(values) > 1:
             raise ConfigError(f"learning: {flag} takes one number, not a list")
@@ -186,12 +328,34 @@ def _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seed
         seed_list = [int(s) for s in seeds.split(",")]
     except ValueError:
         raise ConfigError(f"--seeds {seeds!r}: expected an integer or a comma list such as 1,2") from None
-    result = learning.learning(config_path, list(sets), w, m, seed_list, seconds, frames, list(runs), results_dir,
-                               progress=lambda text: click.echo(f"zrl-bench: {text}", err=True))  # fmt: skip
+    result = learning.learning(
+        config_path,
+        list(sets),
+        w,
+        m,
+        seed_list,
+        seconds,
+        frames,
+        list(runs),
+        results_dir,
+        progress=lambda text: click.echo(f"zrl-bench: {text}", err=True),
+    )
     facts = machine()
-    click.echo(_table(learning.summary_rows(result), ["curve", "minutes", "env_frames", "learner_steps", "episodes",
-                                                      *(f"{m}min" for m in learning.MARKS_MIN), "last",
-                                                      f"last {learning.LAST_FEW} ep"]))  # fmt: skip
+    click.echo(
+        _table(
+            learning.summary_rows(result),
+            [
+                "curve",
+                "minutes",
+                "env_frames",
+                "learner_steps",
+                "episodes",
+                *(f"{m}min" for m in learning.MARKS_MIN),
+                "last",
+                f"last {learning.LAST_FEW} ep",
+            ],
+        )
+    )
     if json_path:
         path = Path(json_path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,16 +370,32 @@ def _learning(config_path, sets, workers, envs_per_worker, seconds, frames, seed
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("checkpoint_or_run", required=False)
 @click.option("--episodes", type=int, default=100, show_default=True, help="Episodes to play; episode i uses seed S+i.")
-@click.option("--protocol", type=click.Choice(["deepmind", "machado", "saber"]), default="deepmind", show_default=True,
-              help="deepmind: 30 no-ops, 108k-frame cap; machado: sticky 0.25, full action set; saber: machado, a "
-                   "100-hour cap and 5 minutes without reward ends an episode (scores at 5 min, 30 min, uncapped).")
+@click.option(
+    "--protocol",
+    type=click.Choice(["deepmind", "machado", "saber"]),
+    default="deepmind",
+    show_default=True,
+    help="deepmind: 30 no-ops, 108k-frame cap; machado: sticky 0.25, full action set; saber: machado, a "
+    "100-hour cap and 5 minutes without reward ends an episode (scores at 5 min, 30 min, uncapped).",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="S: episode i is played with seed S+i.")
 @click.option("--workers", type=int, default=1, show_default=True, help="Processes that play episodes in parallel.")
 @click.option("--greedy/--sample", default=False, help="Act on the most likely action, or sample the policy (default).")
-@click.option("--compare", "compare_runs", nargs=2, default=None, metavar="RUN_A RUN_B",
-              help="Put two runs' newest evaluations under --protocol side by side, with the difference of means.")
-@click.option("--video", type=str, default=None, metavar="OUT.mp4|OUT.gif",
-              help="Record the first episode as the agent sees it (84x84 frames, scaled up, real time).")
+@click.option(
+    "--compare",
+    "compare_runs",
+    nargs=2,
+    default=None,
+    metavar="RUN_A RUN_B",
+    help="Put two runs' newest evaluations under --protocol side by side, with the difference of means.",
+)
+@click.option(
+    "--video",
+    type=str,
+    default=None,
+    metavar="OUT.mp4|OUT.gif",
+    help="Record the first episode as the agent sees it (84x84 frames, scaled up, real time).",
+)
 @click.option("--render", is_flag=True, help="Show the first episode in a window (needs a display).")
 @click.option("--quiet", is_flag=True, help="Only the table.")
 def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, compare_runs, video, render, quiet) -> None:
@@ -228,16 +408,28 @@ def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, comp
             result = evaluate.compare(*compare_runs, protocol=protocol, seed=seed)
             for side in ("a", "b"):
                 r = result[side]
-                click.echo(f"{side.upper()} {r['run']}: mean {r['mean']:.1f} [{r['ci95_low']:.1f}, {r['ci95_high']:.1f}] "
-                           f"over {r['episodes']} episodes")  # fmt: skip
-            click.echo(f"B - A: {result['difference_of_means']:+.1f}, 95% CI [{result['ci95_low']:+.1f}, "
-                       f"{result['ci95_high']:+.1f}]{' (significant)' if result['significant'] else ''}")  # fmt: skip
+                click.echo(
+                    f"{side.upper()} {r['run']}: mean {r['mean']:.1f} [{r['ci95_low']:.1f}, {r['ci95_high']:.1f}] "
+                    f"over {r['episodes']} episodes"
+                )
+            click.echo(
+                f"B - A: {result['difference_of_means']:+.1f}, 95% CI [{result['ci95_low']:+.1f}, "
+                f"{result['ci95_high']:+.1f}]{' (significant)' if result['significant'] else ''}"
+            )
             return
         if checkpoint_or_run is None:
             raise ConfigError("give a checkpoint or a run folder (or --compare RUN_A RUN_B)")
-        report = evaluate.evaluate(checkpoint_or_run, episodes, protocol, seed, workers, greedy,
-                                   progress=(lambda _: None) if quiet else click.echo, video=video,
-                                   render=render)  # fmt: skip
+        report = evaluate.evaluate(
+            checkpoint_or_run,
+            episodes,
+            protocol,
+            seed,
+            workers,
+            greedy,
+            progress=(lambda _: None) if quiet else click.echo,
+            video=video,
+            render=render,
+        )
     except ConfigError as err:
         _usage_error("zrl-eval", str(err))
     except KeyboardInterrupt:
@@ -263,5 +455,7 @@ def keys_main(folder) -> None:
         make_curve_keys(folder)
     except OSError as err:
         _usage_error("zrl-keys", f"cannot make {folder} ({err.strerror or err})")
-    click.echo(f"wrote CurveZMQ keys to {folder}; run with --set transport.curve_keys={folder!r} "
-               "(and, to bind beyond loopback, --set transport.bind_host=...)")
+    click.echo(
+        f"wrote CurveZMQ keys to {folder}; run with --set transport.curve_keys={folder!r} "
+        "(and, to bind beyond loopback, --set transport.bind_host=...)"
+    )

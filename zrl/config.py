@@ -293,7 +293,14 @@ DISTANCES = ("ln_norm", "cos_dist", "kl_div")
 CLONING_KL = ("mu_pi", "pi_mu")
 CLONING_VALUE = ("squared", "l2_norm")
 _REPLAY_COMMON = ("type", "capacity", "sample_ratio")
-_REPLAY_SAMPLED = ("dist_function", "p", "strategy", "lambda_batch_multiplier", "alfa_annealing_factor", "feature_steps")
+_REPLAY_SAMPLED = (
+    "dist_function",
+    "p",
+    "strategy",
+    "lambda_batch_multiplier",
+    "alfa_annealing_factor",
+    "feature_steps",
+)
 REPLAY_KEYS = {
     "queue": _REPLAY_COMMON,
     "uniform": _REPLAY_COMMON + ("fill_fraction",),
@@ -313,13 +320,29 @@ TRANSPORT_KINDS = ("ipc", "tcp")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 # Keys a resumed run may change: how long, how many processes, how often it reports and saves.
 SAFE_ON_RESUME = (
-    "run.max_env_frames", "run.log_interval_s", "run.checkpoint_every_steps", "run.checkpoint_every_minutes",
-    "run.keep_checkpoints", "run.heartbeat_timeout_s", "run.max_seconds", "workers.max_restarts",
-    "workers.restart_window_s", "workers.count", "workers.envs_per_worker",
-    "workers.torch_threads", "workers.nice", "workers.stats_interval_s", "workers.max_weights_wait_s", "learner.device",
-    "learner.torch_threads", "broker.torch_threads", "broker.prefetch_batches", "transport.kind",
-    "transport.hwm", "transport.poll_timeout_ms",
-)  # fmt: skip
+    "run.max_env_frames",
+    "run.log_interval_s",
+    "run.checkpoint_every_steps",
+    "run.checkpoint_every_minutes",
+    "run.keep_checkpoints",
+    "run.heartbeat_timeout_s",
+    "run.max_seconds",
+    "workers.max_restarts",
+    "workers.restart_window_s",
+    "workers.count",
+    "workers.envs_per_worker",
+    "workers.torch_threads",
+    "workers.nice",
+    "workers.stats_interval_s",
+    "workers.max_weights_wait_s",
+    "learner.device",
+    "learner.torch_threads",
+    "broker.torch_threads",
+    "broker.prefetch_batches",
+    "transport.kind",
+    "transport.hwm",
+    "transport.poll_timeout_ms",
+)
 TOP_KEYS: dict[str, type] = {"algo": str}  # keys outside any section
 OPTION_FLAGS = {"workers.count": "--workers", "workers.envs_per_worker": "--envs-per-worker"}
 
@@ -433,8 +456,10 @@ def check(cfg: Config) -> None:
         _fail("learner.lr_end", f"{cfg.learner.lr_end} is above learner.learning_rate {cfg.learner.learning_rate}")
     _choice("learner.optimizer", cfg.learner.optimizer, OPTIMIZERS)
     if cfg.learner.optimizer == "rmsprop_tf" and not cfg.learner.rmsprop_alpha < 1.0:
-        _fail("learner.rmsprop_alpha", f"must be below 1 for rmsprop_tf (the mean square would never move), got "
-              f"{cfg.learner.rmsprop_alpha}")
+        _fail(
+            "learner.rmsprop_alpha",
+            f"must be below 1 for rmsprop_tf (the mean square would never move), got {cfg.learner.rmsprop_alpha}",
+        )
     _choice("learner.precision", cfg.learner.precision, PRECISIONS)
     _choice("broker.precision", cfg.broker.precision, PRECISIONS)
     _choice("vtrace.clear_policy_kl", cfg.vtrace.clear_policy_kl, CLONING_KL)
@@ -443,9 +468,14 @@ def check(cfg: Config) -> None:
     _choice("transport.kind", cfg.transport.kind, TRANSPORT_KINDS)
     _choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
     if not 0 <= cfg.workers.nice <= 19:
-        _fail("workers.nice", f"must be between 0 and 19 (the workers only lower their priority), got {cfg.workers.nice}")
+        _fail(
+            "workers.nice", f"must be between 0 and 19 (the workers only lower their priority), got {cfg.workers.nice}"
+        )
     if cfg.workers.max_restarts < 0:
-        _fail("workers.max_restarts", f"must be >= 0 (0: a worker that dies stops the run), got {cfg.workers.max_restarts}")
+        _fail(
+            "workers.max_restarts",
+            f"must be >= 0 (0: a worker that dies stops the run), got {cfg.workers.max_restarts}",
+        )
     if not cfg.workers.restart_window_s > 0:
         _fail("workers.restart_window_s", f"must be > 0, got {cfg.workers.restart_window_s}")
     if cfg.run.max_seconds < 0:
@@ -472,12 +502,18 @@ def check(cfg: Config) -> None:
     _check_apex(cfg)
     _check_deterministic(cfg)
     if 0 < cfg.workers.produce_ratio < 1:
-        _fail("workers.produce_ratio", f"{cfg.workers.produce_ratio} would send less than one batch per weights "
-              "version and starve the learner; give 1 or more (1.25 leaves a margin), or 0 to run free")
+        _fail(
+            "workers.produce_ratio",
+            f"{cfg.workers.produce_ratio} would send less than one batch per weights "
+            "version and starve the learner; give 1 or more (1.25 leaves a margin), or 0 to run free",
+        )
     window = cfg.learner.unroll_length + cfg.env.frame_stack
     if cfg.workers.ring_slots and cfg.workers.ring_slots < 2 * window:
-        _fail("workers.ring_slots", f"{cfg.workers.ring_slots} slots cannot keep one unroll's frames while the next is "
-              f"written; give at least 2 x (learner.unroll_length + env.frame_stack) = {2 * window}, or 0 for auto")
+        _fail(
+            "workers.ring_slots",
+            f"{cfg.workers.ring_slots} slots cannot keep one unroll's frames while the next is "
+            f"written; give at least 2 x (learner.unroll_length + env.frame_stack) = {2 * window}, or 0 for auto",
+        )
 
 
 def _check_deterministic(cfg: Config) -> None:
@@ -489,9 +525,12 @@ def _check_deterministic(cfg: Config) -> None:
     if len(cfg.replay) != 1 or cfg.replay[0].type != "queue":
         _fail("replay", f"{why} a single queue replay (sampled replays draw at random, in time with the workers)")
     if cfg.learner.batch_size % cfg.workers.envs_per_worker:
-        _fail("workers.envs_per_worker", f"{cfg.workers.envs_per_worker}: {why} learner.batch_size "
-              f"({cfg.learner.batch_size}) to be a multiple of it, so that every batch trains on whole unrolls of "
-              "the worker")  # fmt: skip
+        _fail(
+            "workers.envs_per_worker",
+            f"{cfg.workers.envs_per_worker}: {why} learner.batch_size "
+            f"({cfg.learner.batch_size}) to be a multiple of it, so that every batch trains on whole unrolls of "
+            "the worker",
+        )
 
 
 def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
@@ -505,19 +544,39 @@ def _check_apex(cfg: Config) -> None:
     prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
     if cfg.algo != "apex_iqn":
         if prioritized:
-            _fail(f"replay[{prioritized[0]}].type", 'a prioritized replay holds Ape-X transitions: it needs algo = "apex_iqn"')
+            _fail(
+                f"replay[{prioritized[0]}].type",
+                'a prioritized replay holds Ape-X transitions: it needs algo = "apex_iqn"',
+            )
         return
     if len(cfg.replay) != 1 or not prioritized:
-        _fail("replay", 'algo = "apex_iqn" takes exactly one [[replay]], of type "prioritized" (capacity in transitions)')
+        _fail(
+            "replay", 'algo = "apex_iqn" takes exactly one [[replay]], of type "prioritized" (capacity in transitions)'
+        )
     a = cfg.apex
     _choice("apex.head", a.head, APEX_HEADS)
-    for key in ("n_step", "priority_batch", "target_update", "quantiles", "target_quantiles", "acting_quantiles",
-                "embedding_dim", "learn_start"):  # fmt: skip
+    for key in (
+        "n_step",
+        "priority_batch",
+        "target_update",
+        "quantiles",
+        "target_quantiles",
+        "acting_quantiles",
+        "embedding_dim",
+        "learn_start",
+    ):
         if getattr(a, key) < 1:
             _fail(f"apex.{key}", f"must be >= 1, got {getattr(a, key)}")
     if not 0.0 <= a.epsilon <= 1.0:
         _fail("apex.epsilon", f"must be in [0, 1], got {a.epsilon}")
-    for key in ("epsilon_alpha", "priority_exponent", "noisy_sigma0", "replay_ratio", "beta_anneal_steps", "state_size"):
+    for key in (
+        "epsilon_alpha",
+        "priority_exponent",
+        "noisy_sigma0",
+        "replay_ratio",
+        "beta_anneal_steps",
+        "state_size",
+    ):
         if getattr(a, key) < 0:
             _fail(f"apex.{key}", f"must be >= 0, got {getattr(a, key)}")
     if not 0.0 <= a.importance_beta <= 1.0:
@@ -527,13 +586,19 @@ def _check_apex(cfg: Config) -> None:
     if a.head == "c51" and (a.atoms < 2 or not a.v_min < a.v_max):
         _fail("apex.atoms", f"C51 needs at least 2 atoms and v_min < v_max, got {a.atoms}, {a.v_min}, {a.v_max}")
     if cfg.run.deterministic:
-        _fail("run.deterministic", 'algo = "apex_iqn" runs are not deterministic (workers and learner run free); '
-              "set run.deterministic = false")  # fmt: skip
+        _fail(
+            "run.deterministic",
+            'algo = "apex_iqn" runs are not deterministic (workers and learner run free); '
+            "set run.deterministic = false",
+        )
     capacity = cfg.replay[prioritized[0]].capacity
     if a.learn_start > capacity:
         _fail("apex.learn_start", f"{a.learn_start} transitions is more than the replay holds ({capacity})")
     if a.priority_batch > capacity:
-        _fail("apex.priority_batch", f"a worker's block of {a.priority_batch} transitions does not fit the replay ({capacity})")
+        _fail(
+            "apex.priority_batch",
+            f"a worker's block of {a.priority_batch} transitions does not fit the replay ({capacity})",
+        )
 
 
 def _check_replays(cfg: Config) -> None:
@@ -568,16 +633,24 @@ def _check_replays(cfg: Config) -> None:
         if rep.strategy not in (1, 2, 3, 4):
             _fail(f"{key}.strategy", f"{rep.strategy} is not one of 1, 2, 3, 4")
         if not rep.lambda_batch_multiplier >= 1.0:
-            _fail(f"{key}.lambda_batch_multiplier", f"must be >= 1 (1 samples uniformly), got {rep.lambda_batch_multiplier}")
+            _fail(
+                f"{key}.lambda_batch_multiplier",
+                f"must be >= 1 (1 samples uniformly), got {rep.lambda_batch_multiplier}",
+            )
         if not rep.alfa_annealing_factor > 0.0:
             _fail(f"{key}.alfa_annealing_factor", f"must be > 0, got {rep.alfa_annealing_factor}")
         if rep.feature_steps < 0:
             _fail(f"{key}.feature_steps", f"must be >= 0 (0 compares all steps), got {rep.feature_steps}")
         if rep.elite_insertion and rep.capacity < cfg.workers.envs_per_worker:
-            _fail(f"{key}.capacity", f"{rep.capacity} units cannot take one worker message of workers.envs_per_worker "
-                  f"{cfg.workers.envs_per_worker} units by elite insertion; raise it, or set elite_insertion = false")
+            _fail(
+                f"{key}.capacity",
+                f"{rep.capacity} units cannot take one worker message of workers.envs_per_worker "
+                f"{cfg.workers.envs_per_worker} units by elite insertion; raise it, or set elite_insertion = false",
+            )
         if rep.elite_batch_size < 1:
-            _fail(f"{key}.elite_batch_size", f"must be >= 1 (at most the capacity is drawn), got {rep.elite_batch_size}")
+            _fail(
+                f"{key}.elite_batch_size", f"must be >= 1 (at most the capacity is drawn), got {rep.elite_batch_size}"
+            )
         total += rep.sample_ratio
     if abs(total - 1.0) > 1e-6:
         _fail("replay", f"the sample_ratio values sum to {total:g}; they must sum to 1")
@@ -658,10 +731,12 @@ def split_note(cfg: Config) -> str | None:
     cores = usable_cores()
     if cfg.workers.count <= cores:
         return None
-    return (f"{cfg.workers.count} worker processes share {cores} cores with the learner; they run at nice "
-            f"{cfg.workers.nice} so that the learner keeps its share, but fewer, larger workers train faster here "
-            f"(on 2 cores, 8 x 4 made 0.74 of the learner steps/s of 2 x 8). Try --workers {cores} "
-            f"--envs-per-worker 8; zrl-bench --suggest measures the splits on this machine.")
+    return (
+        f"{cfg.workers.count} worker processes share {cores} cores with the learner; they run at nice "
+        f"{cfg.workers.nice} so that the learner keeps its share, but fewer, larger workers train faster here "
+        f"(on 2 cores, 8 x 4 made 0.74 of the learner steps/s of 2 x 8). Try --workers {cores} "
+        f"--envs-per-worker 8; zrl-bench --suggest measures the splits on this machine."
+    )
 
 
 def queue_capacity(cfg: Config, rep: ReplayConfig) -> int:
@@ -680,8 +755,15 @@ def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:
     return max(1, int(cfg.run.max_env_frames // fresh_per_step))
 
 
-REFERENCE_TYPES = {"queue": "queue", "standard": "uniform", "uniform": "uniform", "elite": "elite",
-                   "attentive": "attentive", "prioritized": "prioritized", "custom": None}  # fmt: skip
+REFERENCE_TYPES = {
+    "queue": "queue",
+    "standard": "uniform",
+    "uniform": "uniform",
+    "elite": "elite",
+    "attentive": "attentive",
+    "prioritized": "prioritized",
+    "custom": None,
+}
 REFERENCE_SAMPLERS = {"elite_sampling": "elite", "attentive_sampling": "attentive"}
 
 
@@ -696,8 +778,9 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
     except json.JSONDecodeError as err:
         raise ConfigError(f"{source}: not valid JSON: {err}") from None
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
-        raise ConfigError(f'{source}: expected a JSON list of objects, e.g. [{{"type": "queue", "capacity": 1, '
-                          '"sample_ratio": 1}]')  # fmt: skip
+        raise ConfigError(
+            f'{source}: expected a JSON list of objects, e.g. [{{"type": "queue", "capacity": 1, "sample_ratio": 1}}]'
+        )
     tables = []
     for i, item in enumerate(items):
         item = dict(item)
@@ -712,16 +795,23 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
         sampler = item.pop("sample_strategy", None)
         insert = item.pop("insert_strategy", None)
         if kind in ("queue", "uniform") and sampler is not None:
-            raise ConfigError(f"{source}: {key}.sample_strategy applies only to custom replays; this one is "
-                              f"{items[i]['type']}")  # fmt: skip
+            raise ConfigError(
+                f"{source}: {key}.sample_strategy applies only to custom replays; this one is {items[i]['type']}"
+            )
         if sampler is not None and (not isinstance(sampler, str) or sampler.lower() not in REFERENCE_SAMPLERS):
-            raise ConfigError(f"{source}: {key}.sample_strategy = {sampler!r} is not one of elite_sampling, attentive_sampling")
+            raise ConfigError(
+                f"{source}: {key}.sample_strategy = {sampler!r} is not one of elite_sampling, attentive_sampling"
+            )
         if insert is not None and (not isinstance(insert, str) or insert.lower() != "elite_insertion"):
-            raise ConfigError(f"{source}: {key}.insert_strategy = {insert!r}: the only insertion strategy is elite_insertion")
+            raise ConfigError(
+                f"{source}: {key}.insert_strategy = {insert!r}: the only insertion strategy is elite_insertion"
+            )
         if kind is None:  # custom
             if sampler is None and insert is None:
-                raise ConfigError(f"{source}: {key}: a custom replay needs sample_strategy (elite_sampling or "
-                                  "attentive_sampling) or insert_strategy (elite_insertion)")  # fmt: skip
+                raise ConfigError(
+                    f"{source}: {key}: a custom replay needs sample_strategy (elite_sampling or "
+                    "attentive_sampling) or insert_strategy (elite_insertion)"
+                )
             kind = REFERENCE_SAMPLERS[sampler.lower()] if sampler else "elite"
             if sampler is None:
                 table["lambda_batch_multiplier"] = 1.0
@@ -731,8 +821,10 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
         if strategy is not None:
             text_value = str(strategy).lower().removeprefix("strategy")
             if text_value not in ("1", "2", "3", "4"):
-                raise ConfigError(f"{source}: {key}.elite_sampling_strategy = {strategy!r} is not one of strategy1, "
-                                  "strategy2, strategy3, strategy4")  # fmt: skip
+                raise ConfigError(
+                    f"{source}: {key}.elite_sampling_strategy = {strategy!r} is not one of strategy1, "
+                    "strategy2, strategy3, strategy4"
+                )
             table["strategy"] = int(text_value)
         for name, value in item.items():
             if isinstance(value, str) and name == "dist_function":
@@ -790,8 +882,10 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
     for section, body in layer.items():
         if section in TOP_KEYS:
             if section == "algo" and isinstance(body, dict):
-                raise ConfigError(f"{source}: [algo] is now [vtrace] (V-trace's clips, CLEAR and LASER); the top-level "
-                                  'key algo = "vtrace" or "apex_iqn" names the agent')  # fmt: skip
+                raise ConfigError(
+                    f"{source}: [algo] is now [vtrace] (V-trace's clips, CLEAR and LASER); the top-level "
+                    'key algo = "vtrace" or "apex_iqn" names the agent'
+                )
             base[section] = body
             sources[section] = source
             continue
@@ -805,7 +899,9 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
                 for key in table:
                     if key in everything and key not in valid:
                         users = " and ".join(k for k, keys in REPLAY_KEYS.items() if key in keys)
-                        raise ConfigError(f"{source}: replay[{i}].{key} applies only to {users} replays; this one is {kind}")
+                        raise ConfigError(
+                            f"{source}: replay[{i}].{key} applies only to {users} replays; this one is {kind}"
+                        )
                     if key not in valid:
                         raise _unknown(source, f"replay[{i}].{key}", [f"replay[{i}].{v}" for v in valid])
             base["replay"] = [dict(t) for t in body]
@@ -819,7 +915,11 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
         for key, value in body.items():
             if f"{section}.{key}" in MOVED_KEYS:
                 to = MOVED_KEYS[f"{section}.{key}"]
-                why = f"it is now {to}" if to else "workers now send features whenever an elite or attentive replay needs them"
+                why = (
+                    f"it is now {to}"
+                    if to
+                    else "workers now send features whenever an elite or attentive replay needs them"
+                )
                 raise ConfigError(f"{source}: {section}.{key} is no longer a key: {why}")
             if key not in valid:
                 raise _unknown(source, f"{section}.{key}", _all_keys())
@@ -917,8 +1017,12 @@ def load(
         _merge(raw, _renamed(read_toml(path)) if stored else read_toml(path), str(path), sources)
     for item in sets:
         section, key, value = parse_set(item)
-        _merge(raw, {section: value} if section == "replay" or section in TOP_KEYS else {section: {key: value}},
-               f"--set {item}", sources)  # fmt: skip
+        _merge(
+            raw,
+            {section: value} if section == "replay" or section in TOP_KEYS else {section: {key: value}},
+            f"--set {item}",
+            sources,
+        )
     for dotted, value in (options or {}).items():
         if value is None:
             continue
@@ -934,7 +1038,9 @@ def load(
 def to_dict(cfg: Config) -> dict[str, Any]:
     out: dict[str, Any] = {key: getattr(cfg, key) for key in TOP_KEYS}
     for name in SECTIONS:
-        out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(getattr(cfg, name)).items()}
+        out[name] = {
+            k: (list(v) if isinstance(v, tuple) else v) for k, v in dataclasses.asdict(getattr(cfg, name)).items()
+        }
     out["replay"] = [{k: v for k, v in dataclasses.asdict(r).items() if k in REPLAY_KEYS[r.type]} for r in cfg.replay]
     return out
 
@@ -946,7 +1052,11 @@ def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
     if isinstance(raw.get("algo"), dict):
         raw = {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
     model, workers = raw.get("model"), raw.get("workers")
-    if isinstance(model, dict) and model.get("kind") == "auto" and not (isinstance(workers, dict) and "nice" in workers):
+    if (
+        isinstance(model, dict)
+        and model.get("kind") == "auto"
+        and not (isinstance(workers, dict) and "nice" in workers)
+    ):
         raw = {**raw, "model": {**model, "kind": "auto_nature"}}
     return raw
 

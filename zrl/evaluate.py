@@ -41,11 +41,13 @@ def protocol_env(train: EnvConfig, protocol: str) -> tuple[EnvConfig, int]:
     if protocol == "deepmind":
         return dataclasses.replace(base, noop_max=30, sticky_action_prob=0.0, max_episode_frames=FRAMES_30_MIN), 0
     if protocol == "machado":
-        return dataclasses.replace(base, noop_max=0, sticky_action_prob=0.25, full_action_space=True,
-                                   max_episode_frames=FRAMES_30_MIN), 0  # fmt: skip
+        return dataclasses.replace(
+            base, noop_max=0, sticky_action_prob=0.25, full_action_space=True, max_episode_frames=FRAMES_30_MIN
+        ), 0
     if protocol == "saber":
-        return dataclasses.replace(base, noop_max=0, sticky_action_prob=0.25, full_action_space=True,
-                                   max_episode_frames=FRAMES_100_HOURS), FRAMES_5_MIN  # fmt: skip
+        return dataclasses.replace(
+            base, noop_max=0, sticky_action_prob=0.25, full_action_space=True, max_episode_frames=FRAMES_100_HOURS
+        ), FRAMES_5_MIN
     raise ConfigError(f"--protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
 
 
@@ -106,8 +108,10 @@ def check_display() -> None:
     import os
 
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
-        raise ConfigError("--render: this machine has no display (DISPLAY and WAYLAND_DISPLAY are unset); "
-                          "record the first episode with --video out.mp4 instead")  # fmt: skip
+        raise ConfigError(
+            "--render: this machine has no display (DISPLAY and WAYLAND_DISPLAY are unset); "
+            "record the first episode with --video out.mp4 instead"
+        )
 
 
 def _view(frame: np.ndarray) -> np.ndarray:
@@ -223,8 +227,17 @@ def _play(job: Job) -> list[dict[str, Any]]:
             window.close()
         if recorded:
             write_video(job.video, recorded)
-        results.append({"episode": episode, "seed": seed, "score": total, "score_5min": at_5, "score_30min": at_30,
-                        "frames": frames, "ended_by": ended_by})  # fmt: skip
+        results.append(
+            {
+                "episode": episode,
+                "seed": seed,
+                "score": total,
+                "score_5min": at_5,
+                "score_30min": at_30,
+                "frames": frames,
+                "ended_by": ended_by,
+            }
+        )
     return results
 
 
@@ -232,14 +245,29 @@ def summary(values: np.ndarray, seed: int) -> dict[str, float]:
     """Mean, median, min, max, standard deviation and a 95% bootstrap interval of the mean."""
     rng = np.random.default_rng(seed)
     means = rng.choice(values, (BOOTSTRAP_RESAMPLES, len(values)), replace=True).mean(axis=1)
-    return {"mean": float(values.mean()), "median": float(np.median(values)), "min": float(values.min()),
-            "max": float(values.max()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-            "ci95_low": float(np.percentile(means, 2.5)), "ci95_high": float(np.percentile(means, 97.5))}  # fmt: skip
+    return {
+        "mean": float(values.mean()),
+        "median": float(np.median(values)),
+        "min": float(values.min()),
+        "max": float(values.max()),
+        "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        "ci95_low": float(np.percentile(means, 2.5)),
+        "ci95_high": float(np.percentile(means, 97.5)),
+    }
 
 
-def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: int = 0, workers: int = 1,
-             greedy: bool = False, out_dir: Path | None = None, progress=print, video: str | None = None,
-             render: bool = False) -> dict[str, Any]:  # fmt: skip
+def evaluate(
+    ref: str,
+    episodes: int = 100,
+    protocol: str = "deepmind",
+    seed: int = 0,
+    workers: int = 1,
+    greedy: bool = False,
+    out_dir: Path | None = None,
+    progress=print,
+    video: str | None = None,
+    render: bool = False,
+) -> dict[str, Any]:
     """Play, summarise, write eval/<protocol>_<timestamp>.json and .csv; returns the report."""
     from zrl.envs import atari_rom
 
@@ -260,10 +288,22 @@ def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: in
     protocol_env(cfg.env, protocol)  # a bad protocol name fails here, before any process starts
     rom = atari_rom(cfg.env.id)
     workers = min(workers, episodes)
-    jobs = [Job(str(ckpt), protocol, greedy, seed, tuple(range(k, episodes, workers)), video if k == 0 else None,
-                render and k == 0) for k in range(workers)]  # fmt: skip
-    progress(f"zrl-eval: {episodes} episodes of {cfg.env.id} under {protocol} with {ckpt} "
-             f"(learner step {state.get('learner_step', '?')}), {workers} processes, seed {seed}")  # fmt: skip
+    jobs = [
+        Job(
+            str(ckpt),
+            protocol,
+            greedy,
+            seed,
+            tuple(range(k, episodes, workers)),
+            video if k == 0 else None,
+            render and k == 0,
+        )
+        for k in range(workers)
+    ]
+    progress(
+        f"zrl-eval: {episodes} episodes of {cfg.env.id} under {protocol} with {ckpt} "
+        f"(learner step {state.get('learner_step', '?')}), {workers} processes, seed {seed}"
+    )
     start = time.monotonic()
     if workers == 1:
         played = _play(jobs[0])
@@ -273,12 +313,20 @@ def evaluate(ref: str, episodes: int = 100, protocol: str = "deepmind", seed: in
     played.sort(key=lambda r: r["episode"])
     score = np.array([r["score"] for r in played], np.float64)
     report: dict[str, Any] = {
-        "checkpoint": str(ckpt), "sha256": checkpoint.hash_path(ckpt).read_text().split()[0],
-        "learner_step": state.get("learner_step"), "env_frames": state.get("env_frames"), "env_id": cfg.env.id,
-        "protocol": protocol, "episodes": episodes, "seed": seed, "workers": workers,
-        "action_rule": "greedy" if greedy else "sample", "seconds": round(time.monotonic() - start, 2),
-        "score": summary(score, seed), "reference_scores": scores.SOURCE,
-    }  # fmt: skip
+        "checkpoint": str(ckpt),
+        "sha256": checkpoint.hash_path(ckpt).read_text().split()[0],
+        "learner_step": state.get("learner_step"),
+        "env_frames": state.get("env_frames"),
+        "env_id": cfg.env.id,
+        "protocol": protocol,
+        "episodes": episodes,
+        "seed": seed,
+        "workers": workers,
+        "action_rule": "greedy" if greedy else "sample",
+        "seconds": round(time.monotonic() - start, 2),
+        "score": summary(score, seed),
+        "reference_scores": scores.SOURCE,
+    }
     if rom is not None and rom in scores.SCORES:
         report["human_normalised_mean"] = scores.human_normalised(rom, report["score"]["mean"])
         report["reference"] = dict(zip(("random", "human", "record"), scores.SCORES[rom]))
@@ -315,8 +363,10 @@ def table(report: dict[str, Any]) -> str:
     lines = [f"{'':16} {'mean':>10} {'95% CI':>23} {'median':>10} {'min':>10} {'max':>10} {'std':>10}"]
     for name, s in rows:
         ci = f"[{s['ci95_low']:.1f}, {s['ci95_high']:.1f}]"
-        lines.append(f"{name:16} {s['mean']:>10.1f} {ci:>23} {s['median']:>10.1f} {s['min']:>10.1f} "
-                     f"{s['max']:>10.1f} {s['std']:>10.1f}")  # fmt: skip
+        lines.append(
+            f"{name:16} {s['mean']:>10.1f} {ci:>23} {s['median']:>10.1f} {s['min']:>10.1f} "
+            f"{s['max']:>10.1f} {s['std']:>10.1f}"
+        )
     if report.get("human_normalised_mean") is not None:
         lines.append(f"human-normalised mean: {report['human_normalised_mean']:.3f}")
     if report.get("record_normalised_mean") is not None:
@@ -342,11 +392,15 @@ def compare(run_a: str, run_b: str, protocol: str, seed: int = 0) -> dict[str, A
     sa = np.array([r["score"] for r in a["per_episode"]])
     sb = np.array([r["score"] for r in b["per_episode"]])
     rng = np.random.default_rng(seed)
-    diffs = (rng.choice(sb, (BOOTSTRAP_RESAMPLES, len(sb))).mean(axis=1)
-             - rng.choice(sa, (BOOTSTRAP_RESAMPLES, len(sa))).mean(axis=1))  # fmt: skip
-    return {"protocol": protocol, "a": {"run": run_a, **a["score"], "episodes": len(sa)},
-            "b": {"run": run_b, **b["score"], "episodes": len(sb)},
-            "difference_of_means": float(sb.mean() - sa.mean()),
-            "ci95_low": float(np.percentile(diffs, 2.5)), "ci95_high": float(np.percentile(diffs, 97.5)),
-            "significant": bool(np.percentile(diffs, 2.5) > 0 or np.percentile(diffs, 97.5) < 0)}  # fmt: skip
-
+    diffs = rng.choice(sb, (BOOTSTRAP_RESAMPLES, len(sb))).mean(axis=1) - rng.choice(
+        sa, (BOOTSTRAP_RESAMPLES, len(sa))
+    ).mean(axis=1)
+    return {
+        "protocol": protocol,
+        "a": {"run": run_a, **a["score"], "episodes": len(sa)},
+        "b": {"run": run_b, **b["score"], "episodes": len(sb)},
+        "difference_of_means": float(sb.mean() - sa.mean()),
+        "ci95_low": float(np.percentile(diffs, 2.5)),
+        "ci95_high": float(np.percentile(diffs, 97.5)),
+        "significant": bool(np.percentile(diffs, 2.5) > 0 or np.percentile(diffs, 97.5) < 0),
+    }

@@ -16,13 +16,20 @@ import numpy as np
 import torch
 
 from shm.ring import Ring
-
 from zrl import protocol
 
 
 class Gatherer:
-    def __init__(self, rings: list[Ring], stack: int, unroll_length: int, max_batch: int,
-                 frame_shape: tuple[int, ...], frame_dtype: str, pin_memory: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rings: list[Ring],
+        stack: int,
+        unroll_length: int,
+        max_batch: int,
+        frame_shape: tuple[int, ...],
+        frame_dtype: str,
+        pin_memory: bool = False,
+    ) -> None:
         self.rings = rings
         self.stack = stack
         self.window = unroll_length + stack
@@ -58,8 +65,9 @@ class Gatherer:
         return self._frames_t[:b_total], self._steps_t[:b_total], ok
 
 
-def stack_observations(frames: torch.Tensor, episode_steps: torch.Tensor, stack: int,
-                       at: np.ndarray | None = None) -> torch.Tensor:  # fmt: skip
+def stack_observations(
+    frames: torch.Tensor, episode_steps: torch.Tensor, stack: int, at: np.ndarray | None = None
+) -> torch.Tensor:
     """``[B, T+S, *shape]`` frames to batch-major stacked observations ``[B, T+1, S, *shape]`` (one new
     contiguous tensor; the model reads it as ``[B*(T+1), S, *shape]`` without another copy), or only the
     observations ``at`` (indices into 0..T): ``[B, len(at), S, *shape]``."""
@@ -102,8 +110,15 @@ class TransitionGatherer:
     s_{t+n} ending at ``next_frame``, each S frames with episode starts blanked, read straight from the
     rings into buffers of their own."""
 
-    def __init__(self, rings: list[Ring], stack: int, max_batch: int, frame_shape: tuple[int, ...],
-                 frame_dtype: str, pin_memory: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        rings: list[Ring],
+        stack: int,
+        max_batch: int,
+        frame_shape: tuple[int, ...],
+        frame_dtype: str,
+        pin_memory: bool = False,
+    ) -> None:
         self.stack = stack
         self._now = Gatherer(rings, stack, 0, max_batch, frame_shape, frame_dtype, pin_memory)
         self._next = Gatherer(rings, stack, 0, max_batch, frame_shape, frame_dtype, pin_memory)

@@ -30,7 +30,6 @@ import zmq
 
 import shm
 from shm.ring import Ring, RingSpec
-
 from zrl import __version__, checkpoint, envs, protocol, transport
 from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, split_note, to_dict
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
@@ -73,7 +72,9 @@ def ring_slots(cfg: Config) -> int:
 def make_ring_spec(cfg: Config, spec: envs.EnvSpec) -> RingSpec:
     """A worker's ring: per slot one frame of each of its envs and each env's step within its episode."""
     m = cfg.workers.envs_per_worker
-    return RingSpec(ring_slots(cfg), {"frame": ((m, *spec.frame_shape), spec.frame_dtype), "episode_step": ((m,), "int32")})
+    return RingSpec(
+        ring_slots(cfg), {"frame": ((m, *spec.frame_shape), spec.frame_dtype), "episode_step": ((m,), "int32")}
+    )
 
 
 def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring]) -> None:
@@ -84,9 +85,11 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
         try:
             rings.append(Ring.create(name, ring_spec))
         except OSError as err:
-            raise OSError(f"cannot create shared memory for ring {i}: {err.strerror or err}; the rings need "
-                          f"{cfg.workers.count * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
-                          "workers.ring_slots or workers.count, or give /dev/shm more room)") from None
+            raise OSError(
+                f"cannot create shared memory for ring {i}: {err.strerror or err}; the rings need "
+                f"{cfg.workers.count * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
+                "workers.ring_slots or workers.count, or give /dev/shm more room)"
+            ) from None
 
 
 def preflight(cfg: Config) -> envs.EnvSpec:
@@ -103,16 +106,21 @@ def preflight(cfg: Config) -> envs.EnvSpec:
         import torch
 
         if not torch.cuda.is_available():
-            raise ConfigError(f"learner.device: {cfg.learner.device!r} but no CUDA device is available; use auto or cpu")
+            raise ConfigError(
+                f"learner.device: {cfg.learner.device!r} but no CUDA device is available; use auto or cpu"
+            )
     results = Path(cfg.run.results_dir)
     try:
         results.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ConfigError(f"run.results_dir: cannot create {results} ({err.strerror}); give a folder you can write "
-                          "with --set run.results_dir=PATH") from None  # fmt: skip
+        raise ConfigError(
+            f"run.results_dir: cannot create {results} ({err.strerror}); give a folder you can write "
+            "with --set run.results_dir=PATH"
+        ) from None
     if not os.access(results, os.W_OK | os.X_OK):
-        raise ConfigError(f"run.results_dir: {results} is not writable; give a folder you can write with "
-                          "--set run.results_dir=PATH")  # fmt: skip
+        raise ConfigError(
+            f"run.results_dir: {results} is not writable; give a folder you can write with --set run.results_dir=PATH"
+        )
     return spec
 
 
@@ -122,10 +130,12 @@ def check_weights_fit(parameters: int) -> None:
     weights for ever."""
     most = (protocol.MAX_MESSAGE_BYTES - protocol.WEIGHTS_HEADER_BYTES) // 4
     if parameters > most:
-        raise ConfigError(f"model: the network has {parameters:,} parameters ({parameters * 4 / 2**20:.0f} MiB as "
-                          f"float32), more than the {most:,} that fit in one weights message of "
-                          f"{protocol.MAX_MESSAGE_BYTES // 2**20} MiB; make it smaller (model.hidden_size, model.mlp_hidden, "
-                          "apex.embedding_dim)")  # fmt: skip
+        raise ConfigError(
+            f"model: the network has {parameters:,} parameters ({parameters * 4 / 2**20:.0f} MiB as "
+            f"float32), more than the {most:,} that fit in one weights message of "
+            f"{protocol.MAX_MESSAGE_BYTES // 2**20} MiB; make it smaller (model.hidden_size, model.mlp_hidden, "
+            "apex.embedding_dim)"
+        )
 
 
 def sweep_stale() -> tuple[list[str], list[str]]:
@@ -134,7 +144,7 @@ def sweep_stale() -> tuple[list[str], list[str]]:
     folders = []
     tmp = Path(tempfile.gettempdir())
     for path in tmp.glob(f"{PRIVATE_PREFIX}*"):
-        pid = path.name[len(PRIVATE_PREFIX):].split("-", 1)[0]
+        pid = path.name[len(PRIVATE_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or not path.is_dir():
             continue
         try:
@@ -160,15 +170,19 @@ class RunLock:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
             except OSError as err:
-                raise ConfigError(f"{run_dir}: cannot write its lock file {LOCK_NAME} ({err.strerror}); a run folder "
-                                  "must be writable to train in it") from None  # fmt: skip
+                raise ConfigError(
+                    f"{run_dir}: cannot write its lock file {LOCK_NAME} ({err.strerror}); a run folder "
+                    "must be writable to train in it"
+                ) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
                 os.close(fd)
-                raise ConfigError(f"{run_dir}: in use by another zrl-launch (pid {holder}); stop that one first, "
-                                  "or resume another run") from None  # fmt: skip
+                raise ConfigError(
+                    f"{run_dir}: in use by another zrl-launch (pid {holder}); stop that one first, "
+                    "or resume another run"
+                ) from None
             try:  # the holder before us may have unlinked the file between our open and our lock
                 if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
                     break
@@ -201,8 +215,10 @@ def make_run_dir(cfg: Config) -> Path:
             (path / "checkpoints").mkdir()
             return path
     except OSError as err:
-        raise ConfigError(f"run.results_dir: cannot make a run folder in {base} ({err.strerror or err}); give a "
-                          "folder you can write with --set run.results_dir=PATH") from None  # fmt: skip
+        raise ConfigError(
+            f"run.results_dir: cannot make a run folder in {base} ({err.strerror or err}); give a "
+            "folder you can write with --set run.results_dir=PATH"
+        ) from None
     raise ConfigError(f"run.results_dir: could not make a new run folder under {base}")
 
 
@@ -220,9 +236,11 @@ def check_room(folder: Path, need: int) -> None:
     existing = next(p for p in (folder.resolve(), *folder.resolve().parents) if p.exists())
     free = shutil.disk_usage(existing).free
     if free < need:
-        raise ConfigError(f"run.results_dir: {folder} has {free / 1e6:.0f} MB free, and this run's checkpoints need "
-                          f"about {need / 1e6:.0f} MB; free some space or give another folder with "
-                          "--set run.results_dir=PATH")  # fmt: skip
+        raise ConfigError(
+            f"run.results_dir: {folder} has {free / 1e6:.0f} MB free, and this run's checkpoints need "
+            f"about {need / 1e6:.0f} MB; free some space or give another folder with "
+            "--set run.results_dir=PATH"
+        )
 
 
 def _mean(values) -> float:
@@ -265,9 +283,11 @@ class Tally:
         now = {
             "wait": ls.wait_time_s if ls else 0.0,
             "busy": (ls.step_time_s + ls.gather_time_s + ls.publish_time_s) if ls else 0.0,
-            "steps": ls.learner_step if ls else 0, "prepare": b.prepare_time_s if b else 0.0,
-            "features": b.feature_time_s if b else 0.0, "batches": b.batches_sent if b else 0,
-        }  # fmt: skip
+            "steps": ls.learner_step if ls else 0,
+            "prepare": b.prepare_time_s if b else 0.0,
+            "features": b.feature_time_s if b else 0.0,
+            "batches": b.batches_sent if b else 0,
+        }
         last, self._last_interval = self._last_interval or dict.fromkeys(now, 0), now
         d = {k: now[k] - last[k] for k in now}
         out: dict[str, float] = {}
@@ -285,18 +305,29 @@ class Tally:
         out: dict[str, float] = {}
         if self.workers:
             w = list(self.workers.values())
-            for section, name in (("env_step", "step_time_s"), ("inference", "inference_time_s"),
-                                  ("ring_write", "ring_write_time_s"), ("send", "send_time_s"),
-                                  ("weights_wait", "weights_wait_time_s")):  # fmt: skip
+            for section, name in (
+                ("env_step", "step_time_s"),
+                ("inference", "inference_time_s"),
+                ("ring_write", "ring_write_time_s"),
+                ("send", "send_time_s"),
+                ("weights_wait", "weights_wait_time_s"),
+            ):
                 out[f"time_{section}_s"] = sum(getattr(x, name) for x in w)
         if self.broker:
             b = self.broker
-            out.update(time_broker_insert_s=b.insert_time_s, time_broker_sample_s=b.prepare_time_s,
-                       time_broker_features_s=b.feature_time_s)  # fmt: skip
+            out.update(
+                time_broker_insert_s=b.insert_time_s,
+                time_broker_sample_s=b.prepare_time_s,
+                time_broker_features_s=b.feature_time_s,
+            )
         if self.learner:
             ls = self.learner
-            out.update(time_learner_wait_s=ls.wait_time_s, time_learner_gather_s=ls.gather_time_s,
-                       time_learner_step_s=ls.step_time_s, time_learner_publish_s=ls.publish_time_s)  # fmt: skip
+            out.update(
+                time_learner_wait_s=ls.wait_time_s,
+                time_learner_gather_s=ls.gather_time_s,
+                time_learner_step_s=ls.step_time_s,
+                time_learner_publish_s=ls.publish_time_s,
+            )
         return out
 
     def mean_return(self) -> float:
@@ -318,9 +349,17 @@ def _progress(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
 
 
 class Launcher:
-    def __init__(self, cfg: Config, spec: envs.EnvSpec, quiet: bool = False, run_dir: Path | None = None,
-                 start: StartFrom | None = None, env_frames_start: int = 0,
-                 sample_calls: tuple[int, ...] = (), lock: RunLock | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: Config,
+        spec: envs.EnvSpec,
+        quiet: bool = False,
+        run_dir: Path | None = None,
+        start: StartFrom | None = None,
+        env_frames_start: int = 0,
+        sample_calls: tuple[int, ...] = (),
+        lock: RunLock | None = None,
+    ) -> None:
         self.cfg = cfg
         self.spec = spec
         self.quiet = quiet
@@ -375,14 +414,18 @@ class Launcher:
             self._say(note)
         if self.resume_dir is not None:
             self._seed_tally(run_dir)
-            text = (f"resuming {run_dir} from {self.start.path}: {self.tally.env_frames:,} env frames, "
-                    f"{self.tally.episodes} episodes so far; frames in the replay are not kept across a restart, "
-                    "so the replays refill before learning resumes")  # fmt: skip
+            text = (
+                f"resuming {run_dir} from {self.start.path}: {self.tally.env_frames:,} env frames, "
+                f"{self.tally.episodes} episodes so far; frames in the replay are not kept across a restart, "
+                "so the replays refill before learning resumes"
+            )
             log.info(text)
             self._say(text)
         elif self.start is not None:
-            text = (f"starting from the weights{' and optimiser state' if self.start.optimizer else ''} of "
-                    f"{self.start.path}")  # fmt: skip
+            text = (
+                f"starting from the weights{' and optimiser state' if self.start.optimizer else ''} of "
+                f"{self.start.path}"
+            )
             log.info(text)
             self._say(text)
         for name in segments + folders:
@@ -412,20 +455,36 @@ class Launcher:
                 code = EXIT_USAGE
                 return code
             log.info("%d rings of %d slots, %.1f MB each", len(rings), ring_spec.capacity, ring_spec.nbytes / 1e6)
-            log.info("replays: %s; training starts once they hold %s units", ", ".join(
-                f"{r.type} of {queue_capacity(cfg, r) if r.type == 'queue' else r.capacity} x {r.sample_ratio:g}"
-                for r in cfg.replay), " + ".join(str(fill_target(cfg, r)) for r in cfg.replay))  # fmt: skip
+            log.info(
+                "replays: %s; training starts once they hold %s units",
+                ", ".join(
+                    f"{r.type} of {queue_capacity(cfg, r) if r.type == 'queue' else r.capacity} x {r.sample_ratio:g}"
+                    for r in cfg.replay
+                ),
+                " + ".join(str(fill_target(cfg, r)) for r in cfg.replay),
+            )
             endpoints = transport.plan_endpoints(cfg.transport, private)
             stats_sock = transport.socket(zctx, zmq.PULL, hwm=10_000, bind=endpoints.stats)
-            wiring = RunWiring(endpoints, tuple(r.name for r in rings), ring_spec, self.spec.frame_shape,
-                               self.spec.frame_dtype, self.spec.num_actions, self.spec.frames_per_step, os.getpid(),
-                               self.tally.frames_start, self.sample_calls,
-                               self.start.path if self.resume_dir and cfg.run.deterministic else "")  # fmt: skip
+            wiring = RunWiring(
+                endpoints,
+                tuple(r.name for r in rings),
+                ring_spec,
+                self.spec.frame_shape,
+                self.spec.frame_dtype,
+                self.spec.num_actions,
+                self.spec.frames_per_step,
+                os.getpid(),
+                self.tally.frames_start,
+                self.sample_calls,
+                self.start.path if self.resume_dir and cfg.run.deterministic else "",
+            )
             procs["zrl-broker"] = mp_ctx.Process(target=broker.run, args=(cfg, wiring, stop_event), name="zrl-broker")
-            procs["zrl-learner"] = mp_ctx.Process(target=learner.run, name="zrl-learner",
-                                                  args=(cfg, wiring, str(run_dir), stop_event, self.start))  # fmt: skip
-            self._new_worker = lambda i, start: mp_ctx.Process(target=worker.run, name=f"zrl-worker-{i}",
-                                                               args=(i, cfg, wiring, stop_event, start))  # fmt: skip
+            procs["zrl-learner"] = mp_ctx.Process(
+                target=learner.run, name="zrl-learner", args=(cfg, wiring, str(run_dir), stop_event, self.start)
+            )
+            self._new_worker = lambda i, start: mp_ctx.Process(
+                target=worker.run, name=f"zrl-worker-{i}", args=(i, cfg, wiring, stop_event, start)
+            )
             for i in range(cfg.workers.count):
                 procs[f"zrl-worker-{i}"] = self._new_worker(i, WorkerStart())
             start = time.monotonic()
@@ -433,7 +492,13 @@ class Launcher:
                 self._start(name, proc, start)
             code = self._supervise(procs, stats_sock, episodes, metrics, start)
             self._say_line("")
-            reason = self.stop_reason if code == EXIT_OK else "interrupted" if code in (EXIT_SIGINT, EXIT_SIGTERM) else "error"
+            reason = (
+                self.stop_reason
+                if code == EXIT_OK
+                else "interrupted"
+                if code in (EXIT_SIGINT, EXIT_SIGTERM)
+                else "error"
+            )
             self._say(f"stopping ({reason}); waiting for the final checkpoint")
             stop_event.set()
             self._drain_until_exit(procs, stats_sock, episodes, STOP_GRACE_S)
@@ -481,8 +546,11 @@ class Launcher:
             now = time.monotonic()
             for name, proc in list(procs.items()):
                 silent = now - self.tally.last_seen[name]
-                timeout = cfg.run.heartbeat_timeout_s if name in self.reported else max(
-                    cfg.run.heartbeat_timeout_s, STARTUP_GRACE_S)  # fmt: skip
+                timeout = (
+                    cfg.run.heartbeat_timeout_s
+                    if name in self.reported
+                    else max(cfg.run.heartbeat_timeout_s, STARTUP_GRACE_S)
+                )
                 if proc.exitcode is None and silent <= timeout:
                     continue
                 self._drain(stats_sock, episodes, 200)  # its last words (a RoleError) may still be on the way
@@ -490,8 +558,11 @@ class Launcher:
                     with contextlib.suppress(OSError):
                         os.kill(proc.pid, signal.SIGUSR1)  # faulthandler, registered by start_role
                     time.sleep(0.5)
-                why = (f"exited with code {proc.exitcode}" if proc.exitcode is not None
-                       else f"sent nothing for {silent:.0f} s (hung)")  # fmt: skip
+                why = (
+                    f"exited with code {proc.exitcode}"
+                    if proc.exitcode is not None
+                    else f"sent nothing for {silent:.0f} s (hung)"
+                )
                 if name.startswith("zrl-worker") and self._restart(procs, name, why, now):
                     continue
                 self._died(name, why)
@@ -563,8 +634,10 @@ class Launcher:
         procs[name] = self._new_worker(wid, WorkerStart(generation, stats.env_frames if stats else 0))
         self._start(name, procs[name], now)
         self.tally.worker_restarts += 1
-        text = (f"{name} {why}; restarted it with the current weights (restart {len(times)} of "
-                f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)")  # fmt: skip
+        text = (
+            f"{name} {why}; restarted it with the current weights (restart {len(times)} of "
+            f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)"
+        )
         log.warning(text)
         if name in self.tracebacks:
             log.warning("%s's traceback:\n%s", name, self.tracebacks.pop(name))
@@ -579,11 +652,16 @@ class Launcher:
             if cfg.run.deterministic:
                 why += "; a deterministic run does not restart workers"
             else:
-                why += (f"; that is more than workers.max_restarts = {cfg.workers.max_restarts} restarts within "
-                        f"workers.restart_window_s = {cfg.workers.restart_window_s:g} s")  # fmt: skip
+                why += (
+                    f"; that is more than workers.max_restarts = {cfg.workers.max_restarts} restarts within "
+                    f"workers.restart_window_s = {cfg.workers.restart_window_s:g} s"
+                )
         latest = checkpoint.latest(self.run_dir / "checkpoints")
-        hint = (f"the last checkpoint is {latest}; continue with: zrl-launch --resume {self.run_dir}" if latest
-                else "no checkpoint was written yet")  # fmt: skip
+        hint = (
+            f"the last checkpoint is {latest}; continue with: zrl-launch --resume {self.run_dir}"
+            if latest
+            else "no checkpoint was written yet"
+        )
         tb = self.tracebacks.get(name)
         self._error(f"{name} {why}; the run stopped ({hint})" + (f"\n{name}'s traceback:\n{tb.rstrip()}" if tb else ""))
 
@@ -633,12 +711,20 @@ class Launcher:
             t.returns.append(msg.raw_return)
             t.scores_5min.append(msg.score_5min)
             t.scores_30min.append(msg.score_30min)
-            episodes.write({"episode": t.episodes, "raw_return": msg.raw_return, "score_5min": msg.score_5min,
-                            "score_30min": msg.score_30min, "length_frames": msg.length_frames,
-                            "length_env_steps": msg.length_env_steps,
-                            "env_frames": t.frames_at(msg.worker_id, msg.env_frames),
-                            "wall_time": f"{msg.wall_time:.3f}", "worker_id": msg.worker_id,
-                            "env_index": msg.env_index})  # fmt: skip
+            episodes.write(
+                {
+                    "episode": t.episodes,
+                    "raw_return": msg.raw_return,
+                    "score_5min": msg.score_5min,
+                    "score_30min": msg.score_30min,
+                    "length_frames": msg.length_frames,
+                    "length_env_steps": msg.length_env_steps,
+                    "env_frames": t.frames_at(msg.worker_id, msg.env_frames),
+                    "wall_time": f"{msg.wall_time:.3f}",
+                    "worker_id": msg.worker_id,
+                    "env_index": msg.env_index,
+                }
+            )
             self._seen(f"zrl-worker-{msg.worker_id}", now)
         elif isinstance(msg, protocol.RoleError):
             self.tracebacks[msg.role] = msg.traceback
@@ -669,9 +755,14 @@ class Launcher:
             log.warning("could not update %s: %s", folder / checkpoint.BEST, err)
             return
         t.best_return = mean
-        record = {"mean_return_100": mean, "mean_score_5min_100": _mean(t.scores_5min),
-                  "mean_score_30min_100": _mean(t.scores_30min), "episodes": t.episodes, "checkpoint": path.name,
-                  "env_frames": t.env_frames}  # fmt: skip
+        record = {
+            "mean_return_100": mean,
+            "mean_score_5min_100": _mean(t.scores_5min),
+            "mean_score_30min_100": _mean(t.scores_30min),
+            "episodes": t.episodes,
+            "checkpoint": path.name,
+            "env_frames": t.env_frames,
+        }
         checkpoint.write_atomic(folder / "best.json", (json.dumps(record, indent=2) + "\n").encode())
         log.info("best.pt: %s, mean return(100) %.2f over %d episodes", path.name, mean, len(t.returns))
 
@@ -700,27 +791,71 @@ class Launcher:
 
     def _write_metrics(self, metrics: CsvLog, elapsed: float, fps: float, sps: float) -> None:
         t = self.tally
-        row: dict = {"wall_time": f"{time.time():.3f}", "elapsed_s": round(elapsed, 3), "env_frames": t.env_frames,
-                     "frames_per_s": fps, "samples_per_s": sps, "episodes": t.episodes,
-                     "mean_return_100": t.mean_return(), "worker_restarts": t.worker_restarts,
-                     "stats_decode_errors": t.stats_errors}  # fmt: skip
+        row: dict = {
+            "wall_time": f"{time.time():.3f}",
+            "elapsed_s": round(elapsed, 3),
+            "env_frames": t.env_frames,
+            "frames_per_s": fps,
+            "samples_per_s": sps,
+            "episodes": t.episodes,
+            "mean_return_100": t.mean_return(),
+            "worker_restarts": t.worker_restarts,
+            "stats_decode_errors": t.stats_errors,
+        }
         if t.workers:
             versions = [w.policy_version for w in t.workers.values()]
-            row.update(worker_policy_version_min=min(versions), worker_policy_version_max=max(versions),
-                       worker_weights_wait_s=sum(w.weights_wait_time_s for w in t.workers.values()))
+            row.update(
+                worker_policy_version_min=min(versions),
+                worker_policy_version_max=max(versions),
+                worker_weights_wait_s=sum(w.weights_wait_time_s for w in t.workers.values()),
+            )
         if t.learner:
             ls = t.learner
-            row.update({k: getattr(ls, k) for k in ("learner_step", "policy_version", "policy_lag", "total_loss",
-                        "pg_loss", "baseline_loss", "entropy_loss", "policy_cloning_loss", "value_cloning_loss",
-                        "laser_masked_fraction", "sample_age_mean", "sample_age_max", "learning_rate", "grad_norm",
-                        "mean_rho", "units_dropped_torn")})  # fmt: skip
+            row.update(
+                {
+                    k: getattr(ls, k)
+                    for k in (
+                        "learner_step",
+                        "policy_version",
+                        "policy_lag",
+                        "total_loss",
+                        "pg_loss",
+                        "baseline_loss",
+                        "entropy_loss",
+                        "policy_cloning_loss",
+                        "value_cloning_loss",
+                        "laser_masked_fraction",
+                        "sample_age_mean",
+                        "sample_age_max",
+                        "learning_rate",
+                        "grad_norm",
+                        "mean_rho",
+                        "units_dropped_torn",
+                    )
+                }
+            )
             row["learner_decode_errors"] = ls.decode_errors
         if t.broker:
             b = t.broker
-            row.update({k: getattr(b, k) for k in ("unrolls_received", "unrolls_dropped_stale",
-                        "unrolls_dropped_full", "seq_gaps", "decode_errors", "replay_size", "ready_batches",
-                        "elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min",
-                        "elite_distance_max")})  # fmt: skip
+            row.update(
+                {
+                    k: getattr(b, k)
+                    for k in (
+                        "unrolls_received",
+                        "unrolls_dropped_stale",
+                        "unrolls_dropped_full",
+                        "seq_gaps",
+                        "decode_errors",
+                        "replay_size",
+                        "ready_batches",
+                        "elite_lambda",
+                        "elite_distance_pool",
+                        "elite_distance_chosen",
+                        "elite_distance_min",
+                        "elite_distance_max",
+                    )
+                }
+            )
             row["replay_sizes"] = " ".join(str(int(n)) for n in b.replay_sizes)
         row.update(t.interval_figures())
         row.update(t.section_times())
@@ -731,9 +866,11 @@ class Launcher:
         latest = checkpoint.latest(self.run_dir / "checkpoints")  # the disk knows even if the last message was lost
         ckpt = str(latest) if latest else ""
         versions = [w.policy_version for w in t.workers.values()]
-        summary = (f"exit {code}: {t.env_frames:,} env frames, {t.learner.learner_step if t.learner else 0:,} learner steps, "
-                   f"{t.episodes} episodes, mean return(100) {t.mean_return():.2f}, "
-                   f"worker weights version {max(versions) if versions else 0}")  # fmt: skip
+        summary = (
+            f"exit {code}: {t.env_frames:,} env frames, {t.learner.learner_step if t.learner else 0:,} learner steps, "
+            f"{t.episodes} episodes, mean return(100) {t.mean_return():.2f}, "
+            f"worker weights version {max(versions) if versions else 0}"
+        )
         log.info(summary)
         log.info("last checkpoint: %s", ckpt or "none")
         self._say(summary)
@@ -780,8 +917,10 @@ def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_
         state = _usable(Path(init_from), cfg, spec)
         theirs = state.get("config", {}).get("learner", {}).get("optimizer")
         if init_optimizer and theirs != cfg.learner.optimizer:
-            raise ConfigError(f"--init-optimizer: {init_from} holds {theirs} state and this run uses "
-                              f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}")  # fmt: skip
+            raise ConfigError(
+                f"--init-optimizer: {init_from} holds {theirs} state and this run uses "
+                f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}"
+            )
         start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
         del state
     return Launcher(cfg, spec, quiet, start=start).run()
@@ -802,8 +941,13 @@ def _usable(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
 
 # Keys safe on resume that a deterministic run still cannot change: the worker's env count (the replayed
 # actions are per env), and the thread counts and device (floating-point sums are split by them).
-FIXED_WHEN_DETERMINISTIC = ("workers.envs_per_worker", "workers.torch_threads", "learner.torch_threads",
-                            "learner.device", "broker.torch_threads")  # fmt: skip
+FIXED_WHEN_DETERMINISTIC = (
+    "workers.envs_per_worker",
+    "workers.torch_threads",
+    "learner.torch_threads",
+    "learner.device",
+    "broker.torch_threads",
+)
 
 
 def find_run(ref: str, cfg: Config) -> Path:
@@ -849,16 +993,20 @@ def _resume(run_dir: Path, probe_cfg: Config, sets: list[str], options: dict, qu
             continue
         if section == "replay":
             if values != old["replay"]:
-                raise ConfigError(f"replay: the replays cannot change on resume; start a new run (--init-from) instead")
+                raise ConfigError("replay: the replays cannot change on resume; start a new run (--init-from) instead")
             continue
         for key, value in values.items():
             dotted = f"{section}.{key}"
             if value != old[section][key] and dotted not in SAFE_ON_RESUME:
-                raise ConfigError(f"{dotted}: cannot change when resuming {run_dir} (it would not be the same run); "
-                                  f"keys that may change: {', '.join(SAFE_ON_RESUME)}")  # fmt: skip
+                raise ConfigError(
+                    f"{dotted}: cannot change when resuming {run_dir} (it would not be the same run); "
+                    f"keys that may change: {', '.join(SAFE_ON_RESUME)}"
+                )
             if value != old[section][key] and cfg.run.deterministic and dotted in FIXED_WHEN_DETERMINISTIC:
-                raise ConfigError(f"{dotted}: cannot change when resuming the deterministic run {run_dir}; it would "
-                                  f"change the results (keys fixed: {', '.join(FIXED_WHEN_DETERMINISTIC)})")  # fmt: skip
+                raise ConfigError(
+                    f"{dotted}: cannot change when resuming the deterministic run {run_dir}; it would "
+                    f"change the results (keys fixed: {', '.join(FIXED_WHEN_DETERMINISTIC)})"
+                )
     spec = preflight(cfg)
     folder = run_dir / "checkpoints"
     for partial in folder.glob(".*.tmp-*"):  # a write cut short by a crash: never a checkpoint
@@ -883,8 +1031,16 @@ def _resume(run_dir: Path, probe_cfg: Config, sets: list[str], options: dict, qu
             continue
         index = state.get("replay_index") or {}
         calls = tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
-        launcher = Launcher(cfg, spec, quiet, run_dir=run_dir, start=StartFrom(str(path)),
-                            env_frames_start=int(state["env_frames"]), sample_calls=calls, lock=lock)  # fmt: skip
+        launcher = Launcher(
+            cfg,
+            spec,
+            quiet,
+            run_dir=run_dir,
+            start=StartFrom(str(path)),
+            env_frames_start=int(state["env_frames"]),
+            sample_calls=calls,
+            lock=lock,
+        )
         launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
         return launcher.run()
     reasons = "; ".join(skipped) if skipped else "there is none"

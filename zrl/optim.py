@@ -21,8 +21,9 @@ class TFRMSprop(torch.optim.Optimizer):
 
     def __init__(self, params, lr: float, alpha: float = 0.99, eps: float = 0.01, momentum: float = 0.0) -> None:
         if not (lr > 0 and 0 <= alpha < 1 and eps > 0 and momentum >= 0):
-            raise ValueError(f"TFRMSprop: needs lr > 0, 0 <= alpha < 1, eps > 0, momentum >= 0; got {lr}, {alpha}, "
-                             f"{eps}, {momentum}")  # fmt: skip
+            raise ValueError(
+                f"TFRMSprop: needs lr > 0, 0 <= alpha < 1, eps > 0, momentum >= 0; got {lr}, {alpha}, {eps}, {momentum}"
+            )
         super().__init__(params, {"lr": lr, "alpha": alpha, "eps": eps, "momentum": momentum})
 
     @torch.no_grad()

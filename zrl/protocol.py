@@ -35,8 +35,9 @@ import functools
 import math
 import numbers
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping, Union
+from typing import Any, ClassVar
 
 import msgpack
 import numpy as np
@@ -129,7 +130,7 @@ def _array(dtype: str, shape: tuple[str, ...], *, allow_empty: bool = False) -> 
 # Message base class and registry
 # --------------------------------------------------------------------------
 
-_REGISTRY: dict[str, type["_Message"]] = {}
+_REGISTRY: dict[str, type[_Message]] = {}
 
 
 class _Message:
@@ -181,27 +182,18 @@ class _Message:
                     continue
             where = f"{tname}.{name}"
             if not isinstance(arr, np.ndarray):
-                raise ProtocolError(
-                    f"{where}: expected numpy array, got {type(arr).__name__}"
-                )
+                raise ProtocolError(f"{where}: expected numpy array, got {type(arr).__name__}")
             if arr.dtype != spec.dtype:
-                raise ProtocolError(
-                    f"{where}: dtype {arr.dtype.str} not allowed, expected {spec.wire_dtype}"
-                )
+                raise ProtocolError(f"{where}: dtype {arr.dtype.str} not allowed, expected {spec.wire_dtype}")
             if arr.ndim != len(spec.shape):
-                raise ProtocolError(
-                    f"{where}: ndim {arr.ndim} != {len(spec.shape)} {spec.shape}"
-                )
+                raise ProtocolError(f"{where}: ndim {arr.ndim} != {len(spec.shape)} {spec.shape}")
             if spec.allow_empty and all(d == 0 for d in arr.shape):
                 continue  # explicitly "not sent"
             for axis, (sym, dim) in enumerate(zip(spec.shape, arr.shape)):
                 if sym in bound:
                     want, source = bound[sym]
                     if dim != want:
-                        raise ProtocolError(
-                            f"{where}: dim {axis} ({sym!r}) is {dim}, "
-                            f"expected {want} (from {source})"
-                        )
+                        raise ProtocolError(f"{where}: dim {axis} ({sym!r}) is {dim}, expected {want} (from {source})")
                 else:
                     bound[sym] = (dim, name)
 
@@ -222,8 +214,7 @@ class _Message:
         out = msgpack.packb(wire, use_bin_type=True)
         if len(out) > MAX_MESSAGE_BYTES:
             raise ProtocolError(
-                f"{type(self).__name__}: encoded size {len(out)} exceeds "
-                f"MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}"
+                f"{type(self).__name__}: encoded size {len(out)} exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}"
             )
         return out
 
@@ -231,10 +222,7 @@ class _Message:
 def _check_scalar(tname: str, name: str, spec: _ScalarSpec, value: Any) -> Any:
     kind = spec.kind
     if type(value) is kind:  # fast path (always taken for decoded input)
-        if kind is not int or (
-            _INT_MIN <= value <= _INT_MAX
-            and (spec.minimum is None or value >= spec.minimum)
-        ):
+        if kind is not int or (_INT_MIN <= value <= _INT_MAX and (spec.minimum is None or value >= spec.minimum)):
             return value
     where = f"{tname}.{name}"
     if kind is int:
@@ -288,7 +276,9 @@ def _message(tag: str, *, dims: Mapping[str, str] | None = None):
         cls._ARRAYS = tuple((n, sp) for n, sp in specs if isinstance(sp, _ArraySpec))
         cls._KEYS = frozenset(names | {"v", "t"})
         cls._FAST_SCALARS = tuple((n, sp.kind, sp.minimum) for n, sp in cls._SCALARS)
-        cls._FAST_ARRAYS = tuple((n, sp.wire_dtype, sp.dtype, sp.ndim, sp.shape, sp.allow_empty) for n, sp in cls._ARRAYS)
+        cls._FAST_ARRAYS = tuple(
+            (n, sp.wire_dtype, sp.dtype, sp.ndim, sp.shape, sp.allow_empty) for n, sp in cls._ARRAYS
+        )
         cls._DIMS = dim_map
         _REGISTRY[tag] = cls
         return cls
@@ -550,6 +540,7 @@ class PriorityUpdate(_Message):
     stamps: np.ndarray = _array("int64", ("B",))
     priorities: np.ndarray = _array("float32", ("B",))
 
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Unroll,
     Batch,
@@ -568,10 +559,22 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
 )
 assert set(MESSAGE_TYPES) == set(_REGISTRY.values())
 
-Message = Union[
-    Unroll, Batch, Episode, WorkerStats, BrokerStats, LearnerStats, WeightsRequest, Credit, IndexRequest, ReplayIndex,
-    RoleError, Transitions, TransitionBatch, PriorityUpdate,
-]
+Message = (
+    Unroll
+    | Batch
+    | Episode
+    | WorkerStats
+    | BrokerStats
+    | LearnerStats
+    | WeightsRequest
+    | Credit
+    | IndexRequest
+    | ReplayIndex
+    | RoleError
+    | Transitions
+    | TransitionBatch
+    | PriorityUpdate
+)
 
 
 # --------------------------------------------------------------------------
@@ -586,9 +589,7 @@ def _byte_len(data: Any) -> int:
         with memoryview(data) as mv:
             return mv.nbytes
     except TypeError:
-        raise ProtocolError(
-            f"<message>: expected a bytes-like object, got {type(data).__name__}"
-        ) from None
+        raise ProtocolError(f"<message>: expected a bytes-like object, got {type(data).__name__}") from None
 
 
 _ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
@@ -597,7 +598,12 @@ _ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
 def _array_from_wire(tname: str, name: str, spec: _ArraySpec, value: Any) -> np.ndarray:
     if type(value) is dict and value.keys() == _ARRAY_KEYS:  # the fast path: a well-formed array
         shape, data = value["shape"], value["data"]
-        if value["dtype"] == spec.wire_dtype and type(shape) is list and len(shape) == spec.ndim and type(data) is bytes:
+        if (
+            value["dtype"] == spec.wire_dtype
+            and type(shape) is list
+            and len(shape) == spec.ndim
+            and type(data) is bytes
+        ):
             size = spec.dtype.itemsize
             for dim in shape:
                 if type(dim) is not int or not 0 <= dim <= MAX_MESSAGE_BYTES:
@@ -617,27 +623,19 @@ def _bad_array(tname: str, name: str, spec: _ArraySpec, value: Any) -> None:
         raise ProtocolError(f"{where}: expected array map, got {type(value).__name__}")
     if value.keys() != _ARRAY_KEYS:
         keys = sorted(map(repr, value.keys()))
-        raise ProtocolError(
-            f"{where}: array map keys {keys} != ['data', 'dtype', 'shape']"
-        )
+        raise ProtocolError(f"{where}: array map keys {keys} != ['data', 'dtype', 'shape']")
     dtype, shape, data = value["dtype"], value["shape"], value["data"]
     if type(dtype) is not str or dtype != spec.wire_dtype:
-        raise ProtocolError(
-            f"{where}: dtype {dtype!r} not allowed, expected {spec.wire_dtype!r}"
-        )
+        raise ProtocolError(f"{where}: dtype {dtype!r} not allowed, expected {spec.wire_dtype!r}")
     if type(shape) is not list:
         raise ProtocolError(f"{where}: shape must be a list, got {type(shape).__name__}")
     if len(shape) != len(spec.shape):
-        raise ProtocolError(
-            f"{where}: ndim {len(shape)} != {len(spec.shape)} {spec.shape}"
-        )
+        raise ProtocolError(f"{where}: ndim {len(shape)} != {len(spec.shape)} {spec.shape}")
     for axis, dim in enumerate(shape):
         if type(dim) is int and 0 <= dim <= MAX_MESSAGE_BYTES:
             continue
         if type(dim) is not int:
-            raise ProtocolError(
-                f"{where}: shape[{axis}] must be int, got {type(dim).__name__}"
-            )
+            raise ProtocolError(f"{where}: shape[{axis}] must be int, got {type(dim).__name__}")
         if dim < 0:
             raise ProtocolError(f"{where}: shape[{axis}] is negative ({dim})")
         if dim > MAX_MESSAGE_BYTES:
@@ -646,10 +644,7 @@ def _bad_array(tname: str, name: str, spec: _ArraySpec, value: Any) -> None:
         raise ProtocolError(f"{where}: data must be bin, got {type(data).__name__}")
     expected = math.prod(shape) * spec.dtype.itemsize
     if len(data) != expected:
-        raise ProtocolError(
-            f"{where}: data has {len(data)} bytes, shape {shape} x {dtype} "
-            f"needs {expected}"
-        )
+        raise ProtocolError(f"{where}: data has {len(data)} bytes, shape {shape} x {dtype} needs {expected}")
     raise ProtocolError(f"{where}: malformed array map")  # pragma: no cover - the checks above cover every case
 
 
@@ -699,9 +694,7 @@ def _well_formed(cls: type[_Message], obj: dict) -> _Message | None:
 def _decode(data: Any) -> Message:
     n = _byte_len(data)
     if n > MAX_MESSAGE_BYTES:
-        raise ProtocolError(
-            f"<message>: {n} bytes exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}"
-        )
+        raise ProtocolError(f"<message>: {n} bytes exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}")
     try:
         obj = msgpack.unpackb(
             data,
@@ -715,9 +708,7 @@ def _decode(data: Any) -> Message:
             max_ext_len=0,
         )
     except Exception as exc:  # msgpack raises a zoo of exception types
-        raise ProtocolError(
-            f"<message>: malformed msgpack ({type(exc).__name__}: {exc})"
-        ) from None
+        raise ProtocolError(f"<message>: malformed msgpack ({type(exc).__name__}: {exc})") from None
 
     if type(obj) is not dict:
         raise ProtocolError(f"<message>: top level must be a map, got {type(obj).__name__}")
@@ -729,9 +720,7 @@ def _decode(data: Any) -> Message:
     if "v" not in obj:
         raise ProtocolError(f"{tname}.v: missing format version")
     if type(version) is not int or version != FORMAT_VERSION:
-        raise ProtocolError(
-            f"{tname}.v: format version {version!r} != {FORMAT_VERSION}"
-        )
+        raise ProtocolError(f"{tname}.v: format version {version!r} != {FORMAT_VERSION}")
     if "t" not in obj:
         raise ProtocolError(f"{tname}.t: missing type tag")
     if cls is None:
@@ -756,10 +745,7 @@ def _decode(data: Any) -> Message:
             value = _array_from_wire(tname, name, spec, value)
         elif type(value) not in (int, float, str):
             # bools, bytes, None, lists, maps, ext: never a valid scalar
-            raise ProtocolError(
-                f"{tname}.{name}: expected {spec.kind.__name__}, "
-                f"got {type(value).__name__}"
-            )
+            raise ProtocolError(f"{tname}.{name}: expected {spec.kind.__name__}, got {type(value).__name__}")
         kwargs[name] = value
     return cls(**kwargs)  # __post_init__ does the remaining type/dim checks
 
@@ -771,9 +757,7 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
     except ProtocolError:
         raise
     except Exception as exc:  # defence in depth: never crash a receiver
-        raise ProtocolError(
-            f"<message>: undecodable ({type(exc).__name__}: {exc})"
-        ) from exc
+        raise ProtocolError(f"<message>: undecodable ({type(exc).__name__}: {exc})") from exc
 
 
 # --------------------------------------------------------------------------
@@ -800,9 +784,7 @@ def encode_weights(version: int, learner_step: int, flat: np.ndarray) -> bytes:
             raise ValueError(f"weights: {label} must be int, got {type(v).__name__}")
         if not -(2**63) <= int(v) < 2**63:
             raise ValueError(f"weights: {label} {v} out of int64 range")
-    header = _WEIGHTS_HEADER.pack(
-        WEIGHTS_MAGIC, FORMAT_VERSION, 0, int(version), int(learner_step), flat.size
-    )
+    header = _WEIGHTS_HEADER.pack(WEIGHTS_MAGIC, FORMAT_VERSION, 0, int(version), int(learner_step), flat.size)
     return b"".join((header, memoryview(flat).cast("B") if flat.size else b""))
 
 
@@ -811,9 +793,7 @@ def decode_weights(data: bytes | bytearray | memoryview) -> tuple[int, int, np.n
     try:
         mv = memoryview(data)
     except TypeError:
-        raise ProtocolError(
-            f"weights: expected a bytes-like object, got {type(data).__name__}"
-        ) from None
+        raise ProtocolError(f"weights: expected a bytes-like object, got {type(data).__name__}") from None
     n = mv.nbytes
     if n < WEIGHTS_HEADER_BYTES:
         raise ProtocolError(f"weights.header: frame of {n} bytes shorter than header")
@@ -831,9 +811,6 @@ def decode_weights(data: bytes | bytearray | memoryview) -> tuple[int, int, np.n
         raise ProtocolError(f"weights.reserved: {reserved} != 0")
     expected = WEIGHTS_HEADER_BYTES + count * _F32.itemsize
     if n != expected:
-        raise ProtocolError(
-            f"weights.count: header says {count} floats ({expected} bytes), "
-            f"frame has {n} bytes"
-        )
+        raise ProtocolError(f"weights.count: header says {count} floats ({expected} bytes), frame has {n} bytes")
     flat = np.frombuffer(mv, dtype=_F32, count=count, offset=WEIGHTS_HEADER_BYTES)
     return version, step, flat

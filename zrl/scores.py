@@ -13,8 +13,10 @@ Keys are ale-py rom ids (``pong``, ``space_invaders``).
 
 from __future__ import annotations
 
-SOURCE = ("Hafner et al. 2021, Mastering Atari with Discrete World Models, Table K.1 (random, gamer, record; "
-          "records from Toromanoff et al. 2019, SABER); Defender and Surround from Badia et al. 2020 (Agent57)")
+SOURCE = (
+    "Hafner et al. 2021, Mastering Atari with Discrete World Models, Table K.1 (random, gamer, record; "
+    "records from Toromanoff et al. 2019, SABER); Defender and Surround from Badia et al. 2020 (Agent57)"
+)
 
 # rom id: (random, human, human world record or None)
 SCORES: dict[str, tuple[float, float, float | None]] = {

@@ -81,8 +81,10 @@ def _z85_key(path: Path, key: bytes | None, what: str) -> bytes:
             return key
     except (ValueError, KeyError, TypeError):
         pass
-    raise ConfigError(f"transport.curve_keys: {path} holds no valid {what} key (40 Z85 characters); make the "
-                      "folder again with zrl-keys")  # fmt: skip
+    raise ConfigError(
+        f"transport.curve_keys: {path} holds no valid {what} key (40 Z85 characters); make the "
+        "folder again with zrl-keys"
+    )
 
 
 def load_curve_keys(folder: str) -> CurveKeys:
@@ -103,24 +105,27 @@ def load_curve_keys(folder: str) -> CurveKeys:
         try:
             public, secret = zmq.auth.load_certificate(str(path))
         except (OSError, ValueError) as err:
-            raise ConfigError(f"{key}: {path}: not a readable CurveZMQ certificate ({err}); make the folder with "
-                              "zrl-keys") from None  # fmt: skip
+            raise ConfigError(
+                f"{key}: {path}: not a readable CurveZMQ certificate ({err}); make the folder with zrl-keys"
+            ) from None
         keys[name] = _z85_key(path, secret, "secret") if secret_file else _z85_key(path, public, "public")
     authorized = root / "authorized"
     clients = sorted(authorized.glob("*.key")) if authorized.is_dir() else []
     if not clients:
         raise ConfigError(f"{key}: {authorized} holds no client public key (*.key); a server would admit no one")
     if authorized.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigError(f"{key}: {authorized} can be written by other users, who could admit themselves; "
-                          f"chmod 700 {authorized}")  # fmt: skip
+        raise ConfigError(
+            f"{key}: {authorized} can be written by other users, who could admit themselves; chmod 700 {authorized}"
+        )
     for path in clients:
         try:
             public, _ = zmq.auth.load_certificate(str(path))
         except (OSError, ValueError) as err:
             raise ConfigError(f"{key}: {path}: not a readable CurveZMQ certificate ({err})") from None
         _z85_key(path, public, "public")
-    return CurveKeys(keys["server.key"], keys["server.key_secret"], keys["client.key"], keys["client.key_secret"],
-                     str(authorized))  # fmt: skip
+    return CurveKeys(
+        keys["server.key"], keys["server.key_secret"], keys["client.key"], keys["client.key_secret"], str(authorized)
+    )
 
 
 _curve: CurveKeys | None = None

@@ -8,7 +8,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO, command, zrl_processes
+
+pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
 
@@ -23,16 +26,34 @@ def _last(tmp_path: Path, column: str) -> int:
 
 
 def _uss() -> dict[str, int]:
-    return {" ".join(p.info["cmdline"]): p.memory_full_info().uss for p in zrl_processes()
-            if not " ".join(p.info["cmdline"]).startswith("zrl-learner")}  # fmt: skip
+    return {
+        " ".join(p.info["cmdline"]): p.memory_full_info().uss
+        for p in zrl_processes()
+        if not " ".join(p.info["cmdline"]).startswith("zrl-learner")
+    }
 
 
 def test_a_slow_learner_keeps_memory_bounded_and_counts_what_it_drops(tmp_path, no_leaks):
     # Workers run free (produce_ratio 0): paced, they wait for the slow learner's weights and send about what it
     # takes, so nothing would be dropped; free, they push as hard as they can against every bound.
-    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                                    "run.log_interval_s=1.0", "--set", "workers.produce_ratio=0", "--quiet"),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command(
+            "zrl-launch",
+            "--config",
+            SMOKE,
+            "--set",
+            "run.max_env_frames=100000000",
+            "--set",
+            "run.log_interval_s=1.0",
+            "--set",
+            "workers.produce_ratio=0",
+            "--quiet",
+        ),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while _last(tmp_path, "learner_step") < 3:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import resource
 import shutil
 
+import pytest
 from conftest import REPO, metrics_rows, run_command, zrl_segments
+
 from zrl import checkpoint
+
+pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
 CARTPOLE = REPO / "config" / "cartpole.toml"
@@ -17,8 +21,9 @@ def test_an_unwritable_results_folder_is_refused_at_start(tmp_path, no_leaks):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the results folder should be\n")
     before = zrl_segments()
-    done = run_command("zrl-launch", "--config", SMOKE, "--set", f'run.results_dir="{blocker}/results"', cwd=tmp_path,
-                       timeout=120)  # fmt: skip
+    done = run_command(
+        "zrl-launch", "--config", SMOKE, "--set", f'run.results_dir="{blocker}/results"', cwd=tmp_path, timeout=120
+    )
     assert done.returncode == 2, done.stderr
     assert f"run.results_dir: cannot create {blocker}/results (Not a directory)" in done.stderr
     assert "--set run.results_dir=PATH" in done.stderr and "Traceback" not in done.stderr
@@ -29,8 +34,9 @@ def test_a_disk_without_room_for_the_checkpoints_is_refused_at_start(tmp_path, n
     """Each checkpoint of the smoke run's Atari network takes more than 1 MB: keeping more of them than the disk
     has megabytes free cannot fit, and the launcher says so before it makes a run folder."""
     keep = shutil.disk_usage(tmp_path).free // 1_000_000 + 1
-    done = run_command("zrl-launch", "--config", SMOKE, "--set", f"run.keep_checkpoints={keep}", cwd=tmp_path,
-                       timeout=120)  # fmt: skip
+    done = run_command(
+        "zrl-launch", "--config", SMOKE, "--set", f"run.keep_checkpoints={keep}", cwd=tmp_path, timeout=120
+    )
     assert done.returncode == 2, done.stderr
     assert "run.results_dir: results has" in done.stderr and "MB free, and this run's checkpoints need" in done.stderr
     assert "Traceback" not in done.stderr and done.stderr.count("\n") <= 2, done.stderr
@@ -49,8 +55,17 @@ def test_checkpoints_that_cannot_be_written_leave_the_earlier_ones_and_training_
     own refusal, as a full disk refuses): every checkpoint write fails. Training goes on to the budget, each
     failure is said on stderr, and the earlier checkpoints stay byte for byte, with no partial file beside."""
     wide = ["--set", "model.mlp_hidden=[512, 512]", "--set", "run.checkpoint_every_steps=20"]
-    first = run_command("zrl-launch", "--config", CARTPOLE, *wide, "--set", "run.max_env_frames=20000", "--quiet",
-                        cwd=tmp_path, timeout=300)  # fmt: skip
+    first = run_command(
+        "zrl-launch",
+        "--config",
+        CARTPOLE,
+        *wide,
+        "--set",
+        "run.max_env_frames=20000",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     folder = run_dir / "checkpoints"
@@ -59,8 +74,17 @@ def test_checkpoints_that_cannot_be_written_leave_the_earlier_ones_and_training_
     assert latest is not None and latest.stat().st_size > 2 * FILE_LIMIT
     step_before = checkpoint.load(latest)["learner_step"]
 
-    resumed = run_command("zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=40000", "--quiet",
-                          cwd=tmp_path, timeout=300, preexec_fn=_limit_file_size)  # fmt: skip
+    resumed = run_command(
+        "zrl-launch",
+        "--resume",
+        run_dir,
+        "--set",
+        "run.max_env_frames=40000",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=300,
+        preexec_fn=_limit_file_size,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "failed (File too large); the previous checkpoints are untouched, training goes on" in resumed.stderr
     assert "Traceback" not in resumed.stderr, resumed.stderr[-3000:]

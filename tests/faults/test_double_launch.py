@@ -5,16 +5,33 @@ from __future__ import annotations
 import signal
 import subprocess
 
+import pytest
 from conftest import REPO, command, run_command, wait_for_checkpoint
+
 from zrl import checkpoint
+
+pytestmark = pytest.mark.e2e
 
 CARTPOLE = REPO / "config" / "cartpole.toml"
 
 
 def test_a_second_launch_into_a_running_run_is_refused(tmp_path, no_leaks):
-    first = subprocess.Popen(command("zrl-launch", "--config", CARTPOLE, "--set", "run.max_env_frames=100000000",
-                                     "--set", "run.checkpoint_every_steps=5", "--quiet"),
-                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    first = subprocess.Popen(
+        command(
+            "zrl-launch",
+            "--config",
+            CARTPOLE,
+            "--set",
+            "run.max_env_frames=100000000",
+            "--set",
+            "run.checkpoint_every_steps=5",
+            "--quiet",
+        ),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         folder = wait_for_checkpoint(tmp_path)
         run_dir = folder.parent
@@ -36,8 +53,16 @@ def test_a_second_launch_into_a_running_run_is_refused(tmp_path, no_leaks):
             first.wait()
     # the hold ends with the launcher: the run resumes now
     state = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
-    again = run_command("zrl-launch", "--resume", run_dir, "--set", f"run.max_env_frames={state['env_frames'] + 5000}",
-                        "--quiet", cwd=tmp_path, timeout=180)  # fmt: skip
+    again = run_command(
+        "zrl-launch",
+        "--resume",
+        run_dir,
+        "--set",
+        f"run.max_env_frames={state['env_frames'] + 5000}",
+        "--quiet",
+        cwd=tmp_path,
+        timeout=180,
+    )
     assert again.returncode == 0, again.stderr[-2000:]
     assert not (run_dir / ".zrl-launch.lock").exists()
 

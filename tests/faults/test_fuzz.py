@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-
 from conftest import REPO, command, metrics_rows, zrl_processes
+
 from zrl import checkpoint, protocol
 
 SMOKE = REPO / "config" / "smoke.toml"
@@ -35,21 +35,41 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
     m, t, a = 2, 10, 6
 
     def unroll(**change) -> bytes:
-        fields = dict(worker_id=0, seq=10**6, policy_version=0, first_frame=0, num_envs=m, length=t, env_frames=0,
-                      actions=np.zeros((m, t), np.int32), rewards=np.zeros((m, t), np.float32),
-                      discounts=np.ones((m, t), np.float32), behaviour_logits=np.zeros((m, t, a), np.float32),
-                      behaviour_values=np.zeros((m, t), np.float32), features=np.zeros((0, 0, 0), np.float32))  # fmt: skip
+        fields = dict(
+            worker_id=0,
+            seq=10**6,
+            policy_version=0,
+            first_frame=0,
+            num_envs=m,
+            length=t,
+            env_frames=0,
+            actions=np.zeros((m, t), np.int32),
+            rewards=np.zeros((m, t), np.float32),
+            discounts=np.ones((m, t), np.float32),
+            behaviour_logits=np.zeros((m, t, a), np.float32),
+            behaviour_values=np.zeros((m, t), np.float32),
+            features=np.zeros((0, 0, 0), np.float32),
+        )
         fields.update(change)
         return protocol.Unroll(**fields).encode()
 
     def batch(**change) -> bytes:
         b = 2
-        fields = dict(batch_id=10**6, length=t, env_frames=0, worker_ids=np.zeros(b, np.int32),
-                      env_index=np.zeros(b, np.int32), first_frame=np.zeros(b, np.int64),
-                      policy_versions=np.zeros(b, np.int64), actions=np.zeros((b, t), np.int32),
-                      rewards=np.zeros((b, t), np.float32), discounts=np.ones((b, t), np.float32),
-                      behaviour_logits=np.zeros((b, t, a), np.float32), behaviour_values=np.zeros((b, t), np.float32),
-                      replay_index=np.zeros(b, np.int32))  # fmt: skip
+        fields = dict(
+            batch_id=10**6,
+            length=t,
+            env_frames=0,
+            worker_ids=np.zeros(b, np.int32),
+            env_index=np.zeros(b, np.int32),
+            first_frame=np.zeros(b, np.int64),
+            policy_versions=np.zeros(b, np.int64),
+            actions=np.zeros((b, t), np.int32),
+            rewards=np.zeros((b, t), np.float32),
+            discounts=np.ones((b, t), np.float32),
+            behaviour_logits=np.zeros((b, t, a), np.float32),
+            behaviour_values=np.zeros((b, t), np.float32),
+            replay_index=np.zeros(b, np.int32),
+        )
         fields.update(change)
         return protocol.Batch(**fields).encode()
 
@@ -61,24 +81,50 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
         unroll(first_frame=-5),
         unroll(env_frames=10**15),  # frames the worker's ring never held: it would end the run's budget
         unroll(behaviour_logits=bad_logits),
-        unroll(num_envs=1, actions=np.zeros((1, t), np.int32), rewards=np.zeros((1, t), np.float32),
-               discounts=np.ones((1, t), np.float32), behaviour_logits=np.zeros((1, t, a), np.float32),
-               behaviour_values=np.zeros((1, t), np.float32)),  # fmt: skip
-        protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
-                         env_frames=10**15, wall_time=0.0, score_5min=0.0, score_30min=0.0).encode(),  # fmt: skip
+        unroll(
+            num_envs=1,
+            actions=np.zeros((1, t), np.int32),
+            rewards=np.zeros((1, t), np.float32),
+            discounts=np.ones((1, t), np.float32),
+            behaviour_logits=np.zeros((1, t, a), np.float32),
+            behaviour_values=np.zeros((1, t), np.float32),
+        ),
+        protocol.Episode(
+            worker_id=99,
+            pid=1,
+            env_index=0,
+            raw_return=1e9,
+            length_frames=1,
+            length_env_steps=1,
+            env_frames=10**15,
+            wall_time=0.0,
+            score_5min=0.0,
+            score_30min=0.0,
+        ).encode(),
         CREDIT,
         batch(worker_ids=np.array([0, 5], np.int32)),  # no such ring: a careless learner would index past its rings
         batch(env_index=np.array([0, 2], np.int32)),
         batch(actions=np.full((2, t), 6, np.int32)),
         batch(rewards=np.full((2, t), np.inf, np.float32)),
-        protocol.ReplayIndex(replay=np.zeros(1, np.int32), worker_ids=np.zeros(1, np.int32),
-                             env_index=np.zeros(1, np.int32), first_frame=np.zeros(1, np.int64),
-                             policy_versions=np.zeros(1, np.int64), counts=np.zeros(1, np.int64),
-                             sample_calls=np.full(5, -1, np.int64), feature_rows=np.zeros(0, np.int32),
-                             features=np.zeros((0, 0, 0), np.float32)).encode(),  # it would go into checkpoints
-        batch(length=t + 1, actions=np.zeros((2, t + 1), np.int32), rewards=np.zeros((2, t + 1), np.float32),
-              discounts=np.ones((2, t + 1), np.float32), behaviour_logits=np.zeros((2, t + 1, a), np.float32),
-              behaviour_values=np.zeros((2, t + 1), np.float32)),  # fmt: skip
+        protocol.ReplayIndex(
+            replay=np.zeros(1, np.int32),
+            worker_ids=np.zeros(1, np.int32),
+            env_index=np.zeros(1, np.int32),
+            first_frame=np.zeros(1, np.int64),
+            policy_versions=np.zeros(1, np.int64),
+            counts=np.zeros(1, np.int64),
+            sample_calls=np.full(5, -1, np.int64),
+            feature_rows=np.zeros(0, np.int32),
+            features=np.zeros((0, 0, 0), np.float32),
+        ).encode(),  # it would go into checkpoints
+        batch(
+            length=t + 1,
+            actions=np.zeros((2, t + 1), np.int32),
+            rewards=np.zeros((2, t + 1), np.float32),
+            discounts=np.ones((2, t + 1), np.float32),
+            behaviour_logits=np.zeros((2, t + 1, a), np.float32),
+            behaviour_values=np.zeros((2, t + 1), np.float32),
+        ),
     ]
 
 
@@ -88,25 +134,51 @@ def _apex_forgeries() -> list[bytes]:
     n, b = 4, 2
 
     def transitions(**change) -> bytes:
-        fields = dict(worker_id=0, seq=10**6, policy_version=0, env_frames=0, count=n, env_index=np.zeros(n, np.int32),
-                      frame=np.arange(n, dtype=np.int64), action=np.zeros(n, np.int32),
-                      nstep_return=np.zeros(n, np.float32), bootstrap_discount=np.ones(n, np.float32),
-                      next_frame=np.arange(n, dtype=np.int64) + 3, priority=np.ones(n, np.float32))  # fmt: skip
+        fields = dict(
+            worker_id=0,
+            seq=10**6,
+            policy_version=0,
+            env_frames=0,
+            count=n,
+            env_index=np.zeros(n, np.int32),
+            frame=np.arange(n, dtype=np.int64),
+            action=np.zeros(n, np.int32),
+            nstep_return=np.zeros(n, np.float32),
+            bootstrap_discount=np.ones(n, np.float32),
+            next_frame=np.arange(n, dtype=np.int64) + 3,
+            priority=np.ones(n, np.float32),
+        )
         fields.update(change)
         return protocol.Transitions(**fields).encode()
 
     def batch(**change) -> bytes:
-        fields = dict(batch_id=10**6, env_frames=0, size=b, worker_ids=np.zeros(b, np.int32),
-                      env_index=np.zeros(b, np.int32), frame=np.zeros(b, np.int64), action=np.zeros(b, np.int32),
-                      nstep_return=np.zeros(b, np.float32), bootstrap_discount=np.ones(b, np.float32),
-                      next_frame=np.full(b, 3, np.int64), slots=np.zeros(b, np.int64), stamps=np.zeros(b, np.int64),
-                      weights=np.ones(b, np.float32), policy_version=np.zeros(b, np.int64))  # fmt: skip
+        fields = dict(
+            batch_id=10**6,
+            env_frames=0,
+            size=b,
+            worker_ids=np.zeros(b, np.int32),
+            env_index=np.zeros(b, np.int32),
+            frame=np.zeros(b, np.int64),
+            action=np.zeros(b, np.int32),
+            nstep_return=np.zeros(b, np.float32),
+            bootstrap_discount=np.ones(b, np.float32),
+            next_frame=np.full(b, 3, np.int64),
+            slots=np.zeros(b, np.int64),
+            stamps=np.zeros(b, np.int64),
+            weights=np.ones(b, np.float32),
+            policy_version=np.zeros(b, np.int64),
+        )
         fields.update(change)
         return protocol.TransitionBatch(**fields).encode()
 
     def update(**change) -> bytes:
-        fields = dict(batch_id=1, size=b, slots=np.zeros(b, np.int64), stamps=np.zeros(b, np.int64),
-                      priorities=np.ones(b, np.float32))  # fmt: skip
+        fields = dict(
+            batch_id=1,
+            size=b,
+            slots=np.zeros(b, np.int64),
+            stamps=np.zeros(b, np.int64),
+            priorities=np.ones(b, np.float32),
+        )
         fields.update(change)
         return protocol.PriorityUpdate(**fields).encode()
 
@@ -122,26 +194,59 @@ def _apex_forgeries() -> list[bytes]:
         batch(action=np.full(b, 2, np.int32)),
         batch(slots=np.full(b, 10**7, np.int64)),
         batch(weights=np.full(b, np.inf, np.float32)),  # would poison the network
-        batch(size=40, **{k: np.zeros(40, d) for k, d in (("worker_ids", np.int32), ("env_index", np.int32),
-              ("frame", np.int64), ("action", np.int32), ("nstep_return", np.float32),
-              ("bootstrap_discount", np.float32), ("next_frame", np.int64), ("slots", np.int64),
-              ("stamps", np.int64), ("weights", np.float32), ("policy_version", np.int64))}),  # fmt: skip
+        batch(
+            size=40,
+            **{
+                k: np.zeros(40, d)
+                for k, d in (
+                    ("worker_ids", np.int32),
+                    ("env_index", np.int32),
+                    ("frame", np.int64),
+                    ("action", np.int32),
+                    ("nstep_return", np.float32),
+                    ("bootstrap_discount", np.float32),
+                    ("next_frame", np.int64),
+                    ("slots", np.int64),
+                    ("stamps", np.int64),
+                    ("weights", np.float32),
+                    ("policy_version", np.int64),
+                )
+            },
+        ),
         update(slots=np.full(b, 10**7, np.int64)),
         update(priorities=np.full(b, np.nan, np.float32)),
         update(priorities=np.full(b, -1.0, np.float32)),
-        protocol.Episode(worker_id=99, pid=1, env_index=0, raw_return=1e9, length_frames=1, length_env_steps=1,
-                         env_frames=10**15, wall_time=0.0, score_5min=0.0, score_30min=0.0).encode(),  # fmt: skip
+        protocol.Episode(
+            worker_id=99,
+            pid=1,
+            env_index=0,
+            raw_return=1e9,
+            length_frames=1,
+            length_env_steps=1,
+            env_frames=10**15,
+            wall_time=0.0,
+            score_5min=0.0,
+            score_30min=0.0,
+        ).encode(),
         CREDIT,
     ]
 
 
-def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], forgeries: list[bytes],
-                     roles: int, *settings: str) -> None:
+def _fuzz_a_live_run(
+    tmp_path: Path, config: Path, sockets: tuple[str, ...], forgeries: list[bytes], roles: int, *settings: str
+) -> None:
     """Start zrl-launch on ``config``, wait for the learner to step, send MESSAGES of garbage spread over the run's
     PULL ``sockets``, and hold the run to counting them while it trains on, then stop it with Ctrl-C."""
-    args = [item for key in ("run.max_env_frames=100000000", "run.log_interval_s=0.5", *settings) for item in ("--set", key)]
-    proc = subprocess.Popen(command("zrl-launch", "--config", config, *args, "--quiet"),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    args = [
+        item for key in ("run.max_env_frames=100000000", "run.log_interval_s=0.5", *settings) for item in ("--set", key)
+    ]
+    proc = subprocess.Popen(
+        command("zrl-launch", "--config", config, *args, "--quiet"),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     ctx = zmq.Context()
     socks = []
     try:
@@ -160,10 +265,24 @@ def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], for
             sock.connect(f"ipc://{private / name}")
             socks.append(sock)
         rng = np.random.default_rng(5)
-        seeds = [*forgeries, protocol.WorkerStats(
-            worker_id=0, pid=1, time=0.0, env_frames=0, env_steps=0, unrolls_sent=0, policy_version=0,
-            weight_updates=0, step_time_s=0.0, inference_time_s=0.0, ring_write_time_s=0.0, send_time_s=0.0,
-            weights_wait_time_s=0.0).encode()]  # fmt: skip
+        seeds = [
+            *forgeries,
+            protocol.WorkerStats(
+                worker_id=0,
+                pid=1,
+                time=0.0,
+                env_frames=0,
+                env_steps=0,
+                unrolls_sent=0,
+                policy_version=0,
+                weight_updates=0,
+                step_time_s=0.0,
+                inference_time_s=0.0,
+                ring_write_time_s=0.0,
+                send_time_s=0.0,
+                weights_wait_time_s=0.0,
+            ).encode(),
+        ]
         step_before = _last(tmp_path, "learner_step")
         for i in range(MESSAGES):
             kind = i % 3
@@ -187,11 +306,16 @@ def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], for
         # The learner's batches PULL fair-queues the forger with the broker, so it takes one forged message per
         # real batch, that is per step: on a slow machine its count rises at the learner's step rate.
         deadline = time.monotonic() + 90
-        while (_last(tmp_path, "learner_step") < step_before + 5 or _last(tmp_path, "decode_errors") < 1000
-               or _last(tmp_path, "stats_decode_errors") < 1000
-               or _last(tmp_path, "learner_decode_errors") < 500):  # fmt: skip
+        while (
+            _last(tmp_path, "learner_step") < step_before + 5
+            or _last(tmp_path, "decode_errors") < 1000
+            or _last(tmp_path, "stats_decode_errors") < 1000
+            or _last(tmp_path, "learner_decode_errors") < 500
+        ):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, f"training stopped, or the errors were not counted: {metrics_rows(tmp_path)[-1]}"
+            assert time.monotonic() < deadline, (
+                f"training stopped, or the errors were not counted: {metrics_rows(tmp_path)[-1]}"
+            )
             time.sleep(0.3)
         rows = metrics_rows(tmp_path)
         assert int(rows[-1]["worker_restarts"]) == 0 and len(zrl_processes()) == roles
@@ -212,17 +336,28 @@ def _fuzz_a_live_run(tmp_path: Path, config: Path, sockets: tuple[str, ...], for
             proc.wait()
 
 
+@pytest.mark.e2e
 def test_garbage_at_every_pull_socket_is_counted_and_the_run_goes_on(tmp_path, no_leaks):
-    _fuzz_a_live_run(tmp_path, SMOKE, ("unrolls", "credits", "stats", "batches"), _forgeries(np.random.default_rng(5)), 4)
+    _fuzz_a_live_run(
+        tmp_path, SMOKE, ("unrolls", "credits", "stats", "batches"), _forgeries(np.random.default_rng(5)), 4
+    )
 
 
+@pytest.mark.e2e
 def test_garbage_at_every_pull_socket_of_an_apex_run_is_counted_and_the_run_goes_on(tmp_path, no_leaks):
     """The Ape-X roles' PULL sockets: the broker's transitions (on the unrolls endpoint), credits and the
     learner's priorities, the learner's batches, the launcher's stats."""
-    _fuzz_a_live_run(tmp_path, APEX_CARTPOLE, ("unrolls", "credits", "priorities", "stats", "batches"),
-                     _apex_forgeries(), 4, "apex.learn_start=200")
+    _fuzz_a_live_run(
+        tmp_path,
+        APEX_CARTPOLE,
+        ("unrolls", "credits", "priorities", "stats", "batches"),
+        _apex_forgeries(),
+        4,
+        "apex.learn_start=200",
+    )
 
 
+@pytest.mark.integration
 def test_a_message_over_the_byte_bound_is_refused_and_other_senders_go_on(tmp_path):
     """Every zrl socket bounds a message's bytes (zmq.MAXMSGSIZE), not only their count: a sender of one
     larger than the schema's limit is cut off before the message is held; a well-behaved sender goes on."""
@@ -249,6 +384,7 @@ def test_a_message_over_the_byte_bound_is_refused_and_other_senders_go_on(tmp_pa
         ctx.term()
 
 
+@pytest.mark.integration
 def test_the_largest_network_preflight_allows_has_weights_a_socket_carries(tmp_path):
     """launch.check_weights_fit's bound and the sockets' byte bound agree: the weights of the largest network
     the preflight lets through arrive over a real zrl PUB/SUB pair, and one parameter more is refused."""

@@ -7,16 +7,23 @@ import signal
 import subprocess
 import time
 
+import pytest
 from conftest import REPO, command, run_command, zrl_processes, zrl_segments, zrl_socket_folders
+
+pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
 
 
 def test_the_next_launch_reaps_what_a_killed_process_group_left(tmp_path, no_leaks):
     segments_before, folders_before = zrl_segments(), zrl_socket_folders()
-    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000",
-                                    "--quiet"), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--quiet"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while len(zrl_processes()) < 4 and time.monotonic() < deadline:  # broker, learner, 2 workers
@@ -45,8 +52,12 @@ def test_the_next_launch_reaps_what_a_killed_process_group_left(tmp_path, no_lea
 def test_roles_exit_within_seconds_when_only_the_launcher_is_killed(tmp_path, no_leaks):
     """SIGKILL the launcher alone: its roles get the parent-death signal (and watch its pid) and are gone
     within a few seconds; the next launch sweeps the rings and the socket folder."""
-    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000",
-                                    "--quiet"), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--quiet"),
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 120
         while len(zrl_processes()) < 4 and time.monotonic() < deadline:

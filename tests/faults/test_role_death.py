@@ -15,9 +15,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from conftest import REPO, command, metrics_rows, zrl_processes
+
 from zrl import checkpoint
+
+pytestmark = pytest.mark.e2e
 
 HERE = Path(__file__).resolve().parent
 SMOKE = REPO / "config" / "smoke.toml"
@@ -25,11 +27,18 @@ CARTPOLE = REPO / "config" / "cartpole.toml"
 APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
 
 
-def _launch(tmp_path: Path, *args: str, path: tuple[Path, ...] = (), env: dict[str, str] | None = None) -> subprocess.Popen:
+def _launch(
+    tmp_path: Path, *args: str, path: tuple[Path, ...] = (), env: dict[str, str] | None = None
+) -> subprocess.Popen:
     paths = [str(p) for p in (*path, HERE)]
-    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, [*paths, os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen(command("zrl-launch", *args), cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    env = {
+        **os.environ,
+        **(env or {}),
+        "PYTHONPATH": os.pathsep.join(filter(None, [*paths, os.environ.get("PYTHONPATH")])),
+    }
+    return subprocess.Popen(
+        command("zrl-launch", *args), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def _wait(predicate, timeout: float, what: str) -> None:
@@ -67,7 +76,11 @@ def _episodes(tmp_path: Path) -> list[dict]:
 
 def _episodes_since(tmp_path: Path, worker_id: int, wall_time: float) -> int:
     """How many episodes worker ``worker_id`` has finished since ``wall_time``."""
-    return sum(1 for row in _episodes(tmp_path) if row.get("worker_id") == str(worker_id) and float(row["wall_time"]) > wall_time)
+    return sum(
+        1
+        for row in _episodes(tmp_path)
+        if row.get("worker_id") == str(worker_id) and float(row["wall_time"]) > wall_time
+    )
 
 
 def _episode_workers(tmp_path: Path) -> set[int]:
@@ -135,8 +148,18 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
     back, and the run still reaches its frame budget."""
     rng = random.Random(7)
     killed = []
-    with _launched(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=400000", "--set",
-                   "workers.max_restarts=20", "--set", "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
+    with _launched(
+        tmp_path,
+        "--config",
+        SMOKE,
+        "--set",
+        "run.max_env_frames=400000",
+        "--set",
+        "workers.max_restarts=20",
+        "--set",
+        "run.log_interval_s=0.5",
+        "--quiet",
+    ) as proc:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
         for _ in range(10):
             victim = None
@@ -174,12 +197,29 @@ def test_restarted_workers_never_mix_their_frames_into_old_descriptors(tmp_path,
     audit = tmp_path / "audit"
     audit.mkdir()
     rng = random.Random(3)
-    with _launched(tmp_path, "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlIdentity-v0"',
-                   "--workers", "2", "--envs-per-worker", "2", "--set", "run.max_env_frames=150000", "--replay",
-                   '[{"type": "queue", "capacity": 64, "sample_ratio": 0.5},'
-                   ' {"type": "uniform", "capacity": 300, "sample_ratio": 0.5}]',  # old descriptors live on in it
-                   "--set", "workers.max_restarts=10", "--set", "run.log_interval_s=0.5", "--quiet",
-                   path=(HERE / "audit",), env={"ZRL_AUDIT_FRAMES": str(audit)}) as proc:  # fmt: skip
+    with _launched(
+        tmp_path,
+        "--config",
+        CARTPOLE,
+        "--set",
+        'env.id="zrl_fault_envs:ZrlIdentity-v0"',
+        "--workers",
+        "2",
+        "--envs-per-worker",
+        "2",
+        "--set",
+        "run.max_env_frames=150000",
+        "--replay",
+        '[{"type": "queue", "capacity": 64, "sample_ratio": 0.5},'
+        ' {"type": "uniform", "capacity": 300, "sample_ratio": 0.5}]',  # old descriptors live on in it
+        "--set",
+        "workers.max_restarts=10",
+        "--set",
+        "run.log_interval_s=0.5",
+        "--quiet",
+        path=(HERE / "audit",),
+        env={"ZRL_AUDIT_FRAMES": str(audit)},
+    ) as proc:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
         for _ in range(4):
             victims = [p for p in (_role(proc, f"zrl-worker-{i}") for i in range(2)) if p]
@@ -203,8 +243,18 @@ def test_restarted_workers_never_mix_their_frames_into_old_descriptors(tmp_path,
 def test_a_crash_loop_stops_the_run_with_the_traceback(tmp_path, no_leaks):
     """An env that raises at step 5: the worker is restarted workers.max_restarts times, then the run stops
     with exit code 1 and the env's traceback."""
-    proc = _launch(tmp_path, "--config", CARTPOLE, "--set", 'env.id="zrl_fault_envs:ZrlCrashAtStep5-v0"',
-                   "--workers", "1", "--set", "workers.max_restarts=2", "--quiet")  # fmt: skip
+    proc = _launch(
+        tmp_path,
+        "--config",
+        CARTPOLE,
+        "--set",
+        'env.id="zrl_fault_envs:ZrlCrashAtStep5-v0"',
+        "--workers",
+        "1",
+        "--set",
+        "workers.max_restarts=2",
+        "--quiet",
+    )
     code, out, err = _finish(proc, 240)
     assert code == 1, err[-3000:]
     assert "zrl-worker-0 exited with code 1" in err and "more than workers.max_restarts = 2 restarts" in err
@@ -217,8 +267,18 @@ def test_a_crash_loop_stops_the_run_with_the_traceback(tmp_path, no_leaks):
 
 def test_a_hung_worker_is_killed_and_replaced(tmp_path, no_leaks):
     """SIGSTOP a worker: within the heartbeat timeout it is declared hung, killed and replaced."""
-    with _launched(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                   "run.heartbeat_timeout_s=4", "--set", "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
+    with _launched(
+        tmp_path,
+        "--config",
+        SMOKE,
+        "--set",
+        "run.max_env_frames=100000000",
+        "--set",
+        "run.heartbeat_timeout_s=4",
+        "--set",
+        "run.log_interval_s=0.5",
+        "--quiet",
+    ) as proc:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
         # A worker that has finished an episode, so it was running (not still starting, which has its own
         # grace before it counts as hung).
@@ -243,10 +303,25 @@ def test_a_worker_stuck_in_its_env_is_killed_and_replaced_and_says_where(tmp_pat
     heartbeats, is declared hung within the timeout, prints where it is stuck (SIGUSR1 before the kill), and
     its replacement trains on."""
     flag = tmp_path / "hung"
-    with _launched(tmp_path, "--config", CARTPOLE, "--workers", "2", "--envs-per-worker", "2", "--set",
-                   'env.id="zrl_fault_envs:ZrlHangOnce-v0"', "--set",
-                   "run.max_env_frames=100000000", "--set", "run.heartbeat_timeout_s=8", "--set",
-                   "run.log_interval_s=0.5", "--quiet", env={"ZRL_HANG_FLAG": str(flag)}) as proc:  # fmt: skip
+    with _launched(
+        tmp_path,
+        "--config",
+        CARTPOLE,
+        "--workers",
+        "2",
+        "--envs-per-worker",
+        "2",
+        "--set",
+        'env.id="zrl_fault_envs:ZrlHangOnce-v0"',
+        "--set",
+        "run.max_env_frames=100000000",
+        "--set",
+        "run.heartbeat_timeout_s=8",
+        "--set",
+        "run.log_interval_s=0.5",
+        "--quiet",
+        env={"ZRL_HANG_FLAG": str(flag)},
+    ) as proc:
         _wait(flag.exists, 120, "a worker's env to hang")
         hung_at = time.monotonic()
         _wait(lambda: _restarts(tmp_path) == 1, 30, "the hung worker's replacement")
@@ -264,9 +339,20 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
     """The Ape-X roles under the same supervision: a SIGKILLed worker is replaced, its replacement plays whole
     episodes and the learner trains on; a SIGKILLed learner stops the run with exit code 1, what died, how to go on, and a
     loadable checkpoint that holds the target network."""
-    with _launched(tmp_path, "--config", APEX_CARTPOLE, "--set", "run.max_env_frames=100000000", "--set",
-                   "apex.learn_start=200", "--set", "run.checkpoint_every_steps=20", "--set",
-                   "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
+    with _launched(
+        tmp_path,
+        "--config",
+        APEX_CARTPOLE,
+        "--set",
+        "run.max_env_frames=100000000",
+        "--set",
+        "apex.learn_start=200",
+        "--set",
+        "run.checkpoint_every_steps=20",
+        "--set",
+        "run.log_interval_s=0.5",
+        "--quiet",
+    ) as proc:
         _wait(lambda: _learner_step(tmp_path) > 25, 120, "a first checkpoint")
         victim = _role(proc, "zrl-worker-1")
         victim.send_signal(signal.SIGKILL)
@@ -274,7 +360,9 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
         _wait(lambda: (w := _role(proc, "zrl-worker-1")) is not None and w.pid != victim.pid, 30, "a new zrl-worker-1")
         _wait(lambda: _restarts(tmp_path) == 1, 30, "the restart in metrics.csv")
         frames, before = _env_frames(tmp_path), _learner_step(tmp_path)
-        _wait(lambda: _learner_step(tmp_path) > before + 40 and _env_frames(tmp_path) > frames, 120, "training to go on")
+        _wait(
+            lambda: _learner_step(tmp_path) > before + 40 and _env_frames(tmp_path) > frames, 120, "training to go on"
+        )
         _wait(lambda: _episodes_since(tmp_path, 1, killed_at) >= 2, 120, "episodes of the new zrl-worker-1")
         _role(proc, "zrl-learner").send_signal(signal.SIGKILL)
         code, out, err = _finish(proc, 120)
@@ -291,8 +379,18 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
 def test_a_dead_learner_or_broker_stops_the_run_in_order(tmp_path, no_leaks, role):
     """SIGKILL the learner, and separately the broker: the run stops within seconds with exit code 1, says
     what died and how to resume, and leaves a loadable checkpoint."""
-    with _launched(tmp_path, "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                   "run.checkpoint_every_steps=5", "--set", "run.log_interval_s=0.5", "--quiet") as proc:  # fmt: skip
+    with _launched(
+        tmp_path,
+        "--config",
+        SMOKE,
+        "--set",
+        "run.max_env_frames=100000000",
+        "--set",
+        "run.checkpoint_every_steps=5",
+        "--set",
+        "run.log_interval_s=0.5",
+        "--quiet",
+    ) as proc:
         _wait(lambda: _learner_step(tmp_path) > 6, 120, "a first checkpoint")
         _role(proc, role).send_signal(signal.SIGKILL)
         killed_at = time.monotonic()

@@ -7,16 +7,33 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import REPO, command, wait_for_checkpoint
+
 from zrl import checkpoint
+
+pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
 
 
 def test_a_second_ctrl_c_exits_within_3_s_and_leaves_a_loadable_checkpoint(tmp_path, no_leaks):
-    proc = subprocess.Popen(command("zrl-launch", "--config", SMOKE, "--set", "run.max_env_frames=100000000", "--set",
-                                    "run.checkpoint_every_steps=2", "--quiet"),
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        command(
+            "zrl-launch",
+            "--config",
+            SMOKE,
+            "--set",
+            "run.max_env_frames=100000000",
+            "--set",
+            "run.checkpoint_every_steps=2",
+            "--quiet",
+        ),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         folder = wait_for_checkpoint(tmp_path)
         proc.send_signal(signal.SIGINT)
@@ -38,8 +55,10 @@ def test_a_second_ctrl_c_exits_within_3_s_and_leaves_a_loadable_checkpoint(tmp_p
 
 def test_sigusr1_makes_a_role_print_where_it_is():
     """The launcher sends SIGUSR1 to a role it declares hung before it kills it; a user can send it too."""
-    code = ("import os, time\nfrom zrl.roles.common import start_role\nstart_role('zrl-test-role', os.getppid())\n"
-            "def stuck_here():\n    print('ready', flush=True)\n    time.sleep(60)\nstuck_here()\n")  # fmt: skip
+    code = (
+        "import os, time\nfrom zrl.roles.common import start_role\nstart_role('zrl-test-role', os.getppid())\n"
+        "def stuck_here():\n    print('ready', flush=True)\n    time.sleep(60)\nstuck_here()\n"
+    )
     # 'ready' is printed inside stuck_here: the signal may land before print returns, and must still find it
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

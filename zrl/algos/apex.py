@@ -11,19 +11,45 @@ from zrl.algos.c51 import c51_losses
 from zrl.algos.iqn import NStep, iqn_losses
 
 
-def transition_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor,
-                      apex, generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def transition_losses(
+    online,
+    target,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    nstep: NStep,
+    next_obs: torch.Tensor,
+    apex,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Per-transition losses ``[B]`` of ``apex.head`` (an ApexConfig's): IQN's quantile Huber losses with its
     N, N', K and kappa, or C51's cross-entropies on the online network's support. ``online`` and ``target``
     are the networks (``zrl.models.iqn``'s IQNNet or C51Net)."""
     if apex.head == "c51":
         return c51_losses(online, target, obs, actions, nstep, next_obs, online.support)
-    return iqn_losses(online, target, obs, actions, nstep, next_obs, n=apex.quantiles, n_target=apex.target_quantiles,
-                      k=apex.acting_quantiles, kappa=apex.kappa, generator=generator)  # fmt: skip
+    return iqn_losses(
+        online,
+        target,
+        obs,
+        actions,
+        nstep,
+        next_obs,
+        n=apex.quantiles,
+        n_target=apex.target_quantiles,
+        k=apex.acting_quantiles,
+        kappa=apex.kappa,
+        generator=generator,
+    )
 
 
-def first_priorities(net, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor, apex,
-                     generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def first_priorities(
+    net,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    nstep: NStep,
+    next_obs: torch.Tensor,
+    apex,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """A worker's priorities for its transitions, ``loss ** apex.priority_exponent`` ``[B]``: its one network
     copy stands in for both the online and the target network (Ape-X's actors hold no target network)."""
     with torch.no_grad():
@@ -62,16 +88,27 @@ class NStepBuilder:
         self._discount = np.zeros((n, m), np.float32)
         self._count = np.zeros(m, np.int64)  # steps held per env, at most n
 
-    def step(self, frames: np.ndarray, actions: np.ndarray, rewards: np.ndarray, discounts: np.ndarray,
-             game_over: np.ndarray, next_frames: np.ndarray) -> dict[str, np.ndarray]:  # fmt: skip
+    def step(
+        self,
+        frames: np.ndarray,
+        actions: np.ndarray,
+        rewards: np.ndarray,
+        discounts: np.ndarray,
+        game_over: np.ndarray,
+        next_frames: np.ndarray,
+    ) -> dict[str, np.ndarray]:
         """Add one step of every env (``frames`` the observations acted on, ``next_frames`` the frames
         written after the step: the next observation, or the new episode's first after a reset) and return
         the transitions it completes, as columns of equal length (``env_index``, ``frame``, ``action``,
         ``nstep_return``, ``bootstrap_discount``, ``next_frame``)."""
-        n, m = self.n, self.num_envs
+        n = self.n
         # Shift in the new step at the end of each env's window.
-        for buf, new in ((self._frame, frames), (self._action, actions), (self._reward, rewards),
-                         (self._discount, discounts)):  # fmt: skip
+        for buf, new in (
+            (self._frame, frames),
+            (self._action, actions),
+            (self._reward, rewards),
+            (self._discount, discounts),
+        ):
             buf[:-1] = buf[1:]
             buf[-1] = new
         self._count = np.minimum(self._count + 1, n)
@@ -97,13 +134,24 @@ class NStepBuilder:
         d = self._discount[start:, envs]  # [k, E]
         r = self._reward[start:, envs]
         before = np.cumprod(np.vstack([np.ones((1, len(envs)), np.float32), d[:-1]]), axis=0)
-        return {"env_index": envs.astype(np.int32), "frame": self._frame[start, envs].copy(),
-                "action": self._action[start, envs].copy(), "nstep_return": (before * r).sum(axis=0).astype(np.float32),
-                "bootstrap_discount": (before[-1] * d[-1]).astype(np.float32), "next_frame": next_frames[envs].astype(np.int64)}  # fmt: skip
+        return {
+            "env_index": envs.astype(np.int32),
+            "frame": self._frame[start, envs].copy(),
+            "action": self._action[start, envs].copy(),
+            "nstep_return": (before * r).sum(axis=0).astype(np.float32),
+            "bootstrap_discount": (before[-1] * d[-1]).astype(np.float32),
+            "next_frame": next_frames[envs].astype(np.int64),
+        }
 
 
-_NSTEP_DTYPES = {"env_index": np.int32, "frame": np.int64, "action": np.int32, "nstep_return": np.float32,
-                 "bootstrap_discount": np.float32, "next_frame": np.int64}  # fmt: skip
+_NSTEP_DTYPES = {
+    "env_index": np.int32,
+    "frame": np.int64,
+    "action": np.int32,
+    "nstep_return": np.float32,
+    "bootstrap_discount": np.float32,
+    "next_frame": np.int64,
+}
 
 
 def epsilon_greedy(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:

@@ -13,8 +13,9 @@ def support(atoms: int = 51, v_min: float = -10.0, v_max: float = 10.0) -> torch
     return torch.linspace(v_min, v_max, atoms)
 
 
-def project(returns: torch.Tensor, bootstrap_discount: torch.Tensor, next_probs: torch.Tensor,
-            atoms: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def project(
+    returns: torch.Tensor, bootstrap_discount: torch.Tensor, next_probs: torch.Tensor, atoms: torch.Tensor
+) -> torch.Tensor:
     """The distribution of ``returns + bootstrap_discount * Z`` (``Z`` on ``atoms`` with ``next_probs [B,
     atoms]``) projected onto ``atoms``, each shifted atom shared between its two neighbours in proportion
     to its distance from them and clipped to [v_min, v_max]: ``[B, atoms]``, each row summing to 1."""
@@ -36,8 +37,9 @@ def cross_entropy(log_probs: torch.Tensor, target_probs: torch.Tensor) -> torch.
     return -(target_probs.detach() * log_probs).sum(dim=1)
 
 
-def c51_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep, next_obs: torch.Tensor,
-               atoms: torch.Tensor) -> torch.Tensor:  # fmt: skip
+def c51_losses(
+    online, target, obs: torch.Tensor, actions: torch.Tensor, nstep, next_obs: torch.Tensor, atoms: torch.Tensor
+) -> torch.Tensor:
     """Per-transition C51 losses ``[B]``: the cross-entropy of the online distribution of the taken action
     against the n-step double-Q target distribution, projected onto ``atoms``: the action at the n-th next
     state chosen by the online network's expected return, its distribution the target network's there.

@@ -23,14 +23,17 @@ def cosine_basis(taus: torch.Tensor, embedding_dim: int = 64) -> torch.Tensor:
     return torch.cos(math.pi * i * taus.unsqueeze(-1))
 
 
-def quantile_huber_loss(quantiles: torch.Tensor, taus: torch.Tensor, targets: torch.Tensor,
-                        kappa: float = 1.0) -> torch.Tensor:  # fmt: skip
+def quantile_huber_loss(
+    quantiles: torch.Tensor, taus: torch.Tensor, targets: torch.Tensor, kappa: float = 1.0
+) -> torch.Tensor:
     """The quantile Huber loss of ``quantiles [B, N]`` at fractions ``taus [B, N]`` against target samples
     ``targets [B, N']``: ``sum_i mean_j |tau_i - 1{delta_ij < 0}| * L_kappa(delta_ij) / kappa`` with
     ``delta_ij = targets_j - quantiles_i``. Returns ``[B]``. No gradient flows into ``targets``."""
     if quantiles.shape != taus.shape or quantiles.dim() != 2 or targets.dim() != 2 or len(targets) != len(quantiles):
-        raise ValueError(f"quantiles {tuple(quantiles.shape)}, taus {tuple(taus.shape)}, targets {tuple(targets.shape)}: "
-                         "want [B, N], [B, N], [B, N']")  # fmt: skip
+        raise ValueError(
+            f"quantiles {tuple(quantiles.shape)}, taus {tuple(taus.shape)}, targets {tuple(targets.shape)}: "
+            "want [B, N], [B, N], [B, N']"
+        )
     delta = targets.detach().unsqueeze(1) - quantiles.unsqueeze(2)  # [B, N, N']
     abs_delta = delta.abs()
     huber = torch.where(abs_delta <= kappa, 0.5 * delta**2, kappa * (abs_delta - 0.5 * kappa))
@@ -67,9 +70,19 @@ def double_q_targets(nstep: NStep, online_next: torch.Tensor, target_next: torch
     return (nstep.returns.unsqueeze(1) + nstep.bootstrap_discount.unsqueeze(1) * chosen).detach()
 
 
-def iqn_losses(online, target, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep, next_obs: torch.Tensor,
-               n: int = 64, n_target: int = 64, k: int = 32, kappa: float = 1.0,
-               generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+def iqn_losses(
+    online,
+    target,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    nstep: NStep,
+    next_obs: torch.Tensor,
+    n: int = 64,
+    n_target: int = 64,
+    k: int = 32,
+    kappa: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """Per-transition IQN losses ``[B]`` for ``obs [B, ...]``, ``actions [B]`` and the n-th next observations
     ``next_obs``: the online quantiles of the taken action at ``n`` fractions against the n-step double-Q
     targets at ``n_target`` (action chosen by the online network's mean of ``k`` quantiles, valued by the

@@ -23,7 +23,7 @@ Beyond IMPALA, ``vtrace_loss`` can add
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -54,26 +54,17 @@ VALUE_CLONING_FORMS = ("squared", "l2_norm")
 
 def _check_logits(name: str, logits: torch.Tensor) -> None:
     if logits.dim() != 3:
-        raise ValueError(
-            f"{name} must have rank 3 [T, B, A], got rank {logits.dim()} "
-            f"with shape {tuple(logits.shape)}"
-        )
+        raise ValueError(f"{name} must have rank 3 [T, B, A], got rank {logits.dim()} with shape {tuple(logits.shape)}")
 
 
 def _check_tb(name: str, tensor: torch.Tensor, expected: tuple, against: str) -> None:
     if tensor.dim() != 2:
-        raise ValueError(
-            f"{name} must have rank 2 [T, B], got rank {tensor.dim()} "
-            f"with shape {tuple(tensor.shape)}"
-        )
+        raise ValueError(f"{name} must have rank 2 [T, B], got rank {tensor.dim()} with shape {tuple(tensor.shape)}")
     if tuple(tensor.shape) != tuple(expected):
-        raise ValueError(
-            f"{name} has shape {tuple(tensor.shape)} but {against} implies "
-            f"[T, B] = {tuple(expected)}"
-        )
+        raise ValueError(f"{name} has shape {tuple(tensor.shape)} but {against} implies [T, B] = {tuple(expected)}")
 
 
-def _mask_as(mask: Optional[torch.Tensor], like: torch.Tensor, against: str) -> Optional[torch.Tensor]:
+def _mask_as(mask: torch.Tensor | None, like: torch.Tensor, against: str) -> torch.Tensor | None:
     """A [T, B] bool or 0/1 mask as a detached float tensor of ``like``'s dtype and device."""
     if mask is None:
         return None
@@ -97,7 +88,7 @@ def policy_gradient_loss(
     logits: torch.Tensor,
     actions: torch.Tensor,
     advantages: torch.Tensor,
-    mask: Optional[torch.Tensor] = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """sum_{t,b} -m_t log pi(a_t|x_t) * advantage_t; advantages are detached, m_t = 1 without a mask."""
     _check_logits("logits", logits)
@@ -110,17 +101,14 @@ def policy_gradient_loss(
     return -terms.sum()
 
 
-def baseline_loss(vs: torch.Tensor, values: torch.Tensor, mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+def baseline_loss(vs: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """0.5 * sum_{t,b} m_t (vs - values)^2, m_t = 1 without a mask.
 
     ``vs`` is normally a detached V-trace target; it is not detached here so
     the function stays a plain squared error.
     """
     if values.dim() != 2:
-        raise ValueError(
-            f"values must have rank 2 [T, B], got rank {values.dim()} "
-            f"with shape {tuple(values.shape)}"
-        )
+        raise ValueError(f"values must have rank 2 [T, B], got rank {values.dim()} with shape {tuple(values.shape)}")
     _check_tb("vs", vs, tuple(values.shape), "values")
     terms = (vs - values) ** 2
     m = _mask_as(mask, values, "values")
@@ -148,9 +136,7 @@ def kl_divergence(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tenso
     _check_logits("p_logits", p_logits)
     _check_logits("q_logits", q_logits)
     if tuple(q_logits.shape) != tuple(p_logits.shape):
-        raise ValueError(
-            f"q_logits has shape {tuple(q_logits.shape)} but p_logits has shape {tuple(p_logits.shape)}"
-        )
+        raise ValueError(f"q_logits has shape {tuple(q_logits.shape)} but p_logits has shape {tuple(p_logits.shape)}")
     log_p = F.log_softmax(p_logits, dim=-1)
     log_q = F.log_softmax(q_logits, dim=-1)
     return (log_p.exp() * (log_p - log_q)).sum(dim=-1)
@@ -173,7 +159,7 @@ def policy_cloning_loss(
     learner_logits: torch.Tensor,
     behaviour_logits: torch.Tensor,
     direction: str = "mu_pi",
-    mask: Optional[torch.Tensor] = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """CLEAR policy cloning: sum_{t,b} m_t KL(mu || pi) (``"mu_pi"``) or m_t KL(pi || mu) (``"pi_mu"``).
 
@@ -202,7 +188,7 @@ def value_cloning_loss(
     values: torch.Tensor,
     behaviour_values: torch.Tensor,
     form: str = "squared",
-    mask: Optional[torch.Tensor] = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """CLEAR value cloning of the learner's V(x_t) towards the replayed V_mu(x_t); returns a scalar.
 
@@ -215,10 +201,7 @@ def value_cloning_loss(
     if form not in VALUE_CLONING_FORMS:
         raise ValueError(f"form must be one of {VALUE_CLONING_FORMS}, got {form!r}")
     if values.dim() != 2:
-        raise ValueError(
-            f"values must have rank 2 [T, B], got rank {values.dim()} "
-            f"with shape {tuple(values.shape)}"
-        )
+        raise ValueError(f"values must have rank 2 [T, B], got rank {values.dim()} with shape {tuple(values.shape)}")
     _check_tb("behaviour_values", behaviour_values, tuple(values.shape), "values")
     diff = values - behaviour_values.detach()
     m = _mask_as(mask, values, "values")
@@ -261,12 +244,12 @@ def vtrace_loss(
     discounts: torch.Tensor,
     baseline_cost: float = 0.5,
     entropy_cost: float = 0.01,
-    clip_rho_threshold: Optional[float] = 1.0,
-    clip_pg_rho_threshold: Optional[float] = 1.0,
+    clip_rho_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
     *,
-    behaviour_values: Optional[torch.Tensor] = None,
-    clip_c_threshold: Optional[float] = 1.0,
-    laser_kl_threshold: Optional[float] = None,
+    behaviour_values: torch.Tensor | None = None,
+    clip_c_threshold: float | None = 1.0,
+    laser_kl_threshold: float | None = None,
     clear_policy_weight: float = 0.0,
     clear_value_weight: float = 0.0,
     clear_policy_kl: str = "mu_pi",
@@ -315,9 +298,7 @@ def vtrace_loss(
     _check_tb("rewards", rewards, tb, "learner_logits")
     _check_tb("discounts", discounts, tb, "learner_logits")
     if bootstrap_value.dim() != 1 or bootstrap_value.shape[0] != tb[1]:
-        raise ValueError(
-            f"bootstrap_value must have shape [B] = ({tb[1]},), got {tuple(bootstrap_value.shape)}"
-        )
+        raise ValueError(f"bootstrap_value must have shape [B] = ({tb[1]},), got {tuple(bootstrap_value.shape)}")
     if behaviour_values is not None:
         _check_tb("behaviour_values", behaviour_values, tb, "learner_logits")
     if clear_policy_kl not in POLICY_CLONING_DIRECTIONS:
@@ -336,9 +317,7 @@ def vtrace_loss(
         raise ValueError(f"laser_kl_threshold must be non-negative or None, got {laser_kl_threshold!r}")
 
     with torch.no_grad():
-        log_rhos = action_log_probs(learner_logits, actions) - action_log_probs(
-            behaviour_logits, actions
-        )
+        log_rhos = action_log_probs(learner_logits, actions) - action_log_probs(behaviour_logits, actions)
         mean_rho = torch.exp(log_rhos).mean()
 
     if laser_kl_threshold:

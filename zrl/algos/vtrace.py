@@ -36,7 +36,7 @@ Shapes (time-major):
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 
@@ -56,10 +56,10 @@ def _check_inputs(
     rewards: torch.Tensor,
     values: torch.Tensor,
     bootstrap_value: torch.Tensor,
-    clip_rho_threshold: Optional[float],
-    clip_pg_rho_threshold: Optional[float],
-    clip_c_threshold: Optional[float],
-    mask: Optional[torch.Tensor],
+    clip_rho_threshold: float | None,
+    clip_pg_rho_threshold: float | None,
+    clip_c_threshold: float | None,
+    mask: torch.Tensor | None,
 ) -> None:
     named = {
         "log_rhos": log_rhos,
@@ -73,20 +73,16 @@ def _check_inputs(
             raise TypeError(f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
     if log_rhos.dim() != 2:
         raise ValueError(
-            f"log_rhos must have rank 2 [T, B], got rank {log_rhos.dim()} "
-            f"with shape {tuple(log_rhos.shape)}"
+            f"log_rhos must have rank 2 [T, B], got rank {log_rhos.dim()} with shape {tuple(log_rhos.shape)}"
         )
     expected = tuple(log_rhos.shape)
     for name in ("discounts", "rewards", "values"):
         shape = tuple(named[name].shape)
         if named[name].dim() != 2:
-            raise ValueError(
-                f"{name} must have rank 2 [T, B], got rank {len(shape)} with shape {shape}"
-            )
+            raise ValueError(f"{name} must have rank 2 [T, B], got rank {len(shape)} with shape {shape}")
         if shape != expected:
             raise ValueError(
-                f"{name} has shape {shape} but log_rhos has shape {expected}; "
-                "all [T, B] inputs must match"
+                f"{name} has shape {shape} but log_rhos has shape {expected}; all [T, B] inputs must match"
             )
     if bootstrap_value.dim() != 1:
         raise ValueError(
@@ -103,8 +99,7 @@ def _check_inputs(
             raise TypeError(f"mask must be a torch.Tensor or None, got {type(mask).__name__}")
         if tuple(mask.shape) != expected:
             raise ValueError(
-                f"mask has shape {tuple(mask.shape)} but log_rhos has shape {expected}; "
-                "mask must be [T, B]"
+                f"mask has shape {tuple(mask.shape)} but log_rhos has shape {expected}; mask must be [T, B]"
             )
     for name, threshold in (
         ("clip_rho_threshold", clip_rho_threshold),
@@ -121,10 +116,10 @@ def from_importance_weights(
     rewards: torch.Tensor,
     values: torch.Tensor,
     bootstrap_value: torch.Tensor,
-    clip_rho_threshold: Optional[float] = 1.0,
-    clip_pg_rho_threshold: Optional[float] = 1.0,
-    clip_c_threshold: Optional[float] = 1.0,
-    mask: Optional[torch.Tensor] = None,
+    clip_rho_threshold: float | None = 1.0,
+    clip_pg_rho_threshold: float | None = 1.0,
+    clip_c_threshold: float | None = 1.0,
+    mask: torch.Tensor | None = None,
 ) -> VTraceReturns:
     """Compute V-trace targets ``vs`` and policy-gradient advantages.
 
@@ -145,8 +140,15 @@ def from_importance_weights(
         VTraceReturns(vs, pg_advantages), both [T, B] and detached.
     """
     _check_inputs(
-        log_rhos, discounts, rewards, values, bootstrap_value,
-        clip_rho_threshold, clip_pg_rho_threshold, clip_c_threshold, mask,
+        log_rhos,
+        discounts,
+        rewards,
+        values,
+        bootstrap_value,
+        clip_rho_threshold,
+        clip_pg_rho_threshold,
+        clip_c_threshold,
+        mask,
     )
     with torch.no_grad():
         log_rhos = log_rhos.detach()

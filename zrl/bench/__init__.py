@@ -46,10 +46,12 @@ def run(mode: str, opt: Options, progress) -> dict:
     if mode == "pipeline" or mode == "suggest":
         warmup = 15.0 if opt.warmup is None else opt.warmup
         if mode == "suggest":
-            return modes.suggest(opt.config_path, list(opt.sets), opt.seconds, warmup, progress, opt.workers,
-                                 opt.envs_per_worker)  # fmt: skip
-        return modes.pipeline_mode(cfg, spec, opt.config_path, list(opt.sets), opt.seconds, warmup, progress,
-                                   limit=opt.ceiling)  # fmt: skip
+            return modes.suggest(
+                opt.config_path, list(opt.sets), opt.seconds, warmup, progress, opt.workers, opt.envs_per_worker
+            )
+        return modes.pipeline_mode(
+            cfg, spec, opt.config_path, list(opt.sets), opt.seconds, warmup, progress, limit=opt.ceiling
+        )
     if mode == "env":
         return modes.env_mode(cfg, workers[0], envs[0], opt.seconds, progress, peers=opt.peers)
     if mode == "sampling":
@@ -68,10 +70,19 @@ def run(mode: str, opt: Options, progress) -> dict:
     raise ValueError(f"unknown mode {mode!r}")
 
 
-LABELS = {"env_step": "env step", "inference": "inference", "ring_write": "ring write", "send": "send",
-          "weights_wait": "waiting for weights", "broker_insert": "insert", "broker_sample": "sample",
-          "learner_wait": "waiting for batches", "learner_gather": "gather", "learner_step": "forward/backward",
-          "learner_publish": "publish"}  # fmt: skip
+LABELS = {
+    "env_step": "env step",
+    "inference": "inference",
+    "ring_write": "ring write",
+    "send": "send",
+    "weights_wait": "waiting for weights",
+    "broker_insert": "insert",
+    "broker_sample": "sample",
+    "learner_wait": "waiting for batches",
+    "learner_gather": "gather",
+    "learner_step": "forward/backward",
+    "learner_publish": "publish",
+}
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
@@ -83,46 +94,98 @@ def _table(rows: list[dict], columns: list[str]) -> str:
 
 
 def _targets(result: dict) -> list[str]:
-    return [f"target {t['target']} {t['want']}: {t['value']:g} ({'met' if t['met'] else 'NOT met'})"
-            for t in result.get("targets", [])]  # fmt: skip
+    return [
+        f"target {t['target']} {t['want']}: {t['value']:g} ({'met' if t['met'] else 'NOT met'})"
+        for t in result.get("targets", [])
+    ]
 
 
 def render(mode: str, result: dict) -> str:
     out: list[str] = []
     if mode == "env":
         c = result["ceiling"]
-        out.append(_table([{"what": f"zrl env ceiling, {c['processes']} processes x {c['envs_per_process']} envs",
-                            "steps/s": c["steps_per_s"], "frames/s": c["frames_per_s"],
-                            "frames/s per core": c["frames_per_s_per_core"]}] +
-                          [{"what": f"{p['peer']}, {p['envs']} envs", "steps/s": p["steps_per_s"],
-                            "frames/s": p["frames_per_s"]} for p in result["peers"]],
-                          ["what", "steps/s", "frames/s", "frames/s per core"]))  # fmt: skip
+        out.append(
+            _table(
+                [
+                    {
+                        "what": f"zrl env ceiling, {c['processes']} processes x {c['envs_per_process']} envs",
+                        "steps/s": c["steps_per_s"],
+                        "frames/s": c["frames_per_s"],
+                        "frames/s per core": c["frames_per_s_per_core"],
+                    }
+                ]
+                + [
+                    {
+                        "what": f"{p['peer']}, {p['envs']} envs",
+                        "steps/s": p["steps_per_s"],
+                        "frames/s": p["frames_per_s"],
+                    }
+                    for p in result["peers"]
+                ],
+                ["what", "steps/s", "frames/s", "frames/s per core"],
+            )
+        )
         out += [f"not run: {why}" for why in result["not_installed"]]
     elif mode == "sampling":
-        out.append(_table(result["rows"], ["workers", "envs_per_worker", "policy", "frames_per_s", "ceiling_frames_per_s",
-                                           "ratio_to_ceiling"]))  # fmt: skip
+        out.append(
+            _table(
+                result["rows"],
+                ["workers", "envs_per_worker", "policy", "frames_per_s", "ceiling_frames_per_s", "ratio_to_ceiling"],
+            )
+        )
     elif mode == "transport":
         r, q, i, w = result["ring"], result["queue"], result["index_messages"], result["weights"]
-        out.append(_table([
-            {"hop": f"ring write+read, slots of {r['slot_bytes']:,} B", "figure": f"{r['gb_per_s']} GB/s"},
-            {"hop": "pickled multiprocessing.Queue, same slots", "figure": f"{q['gb_per_s']} GB/s ({q['ring_over_queue']}x slower)"},
-            {"hop": f"index messages ({i['message_bytes']:,} B), each decoded",
-             "figure": f"{i['messages_per_s']:,.0f} /s (encode {i['encode_us']} us, decode {i['decode_us']} us)"},
-            {"hop": "index message round trip", "figure": f"{i['round_trip_us_median']} us median, {i['round_trip_us_p99']} us p99"},
-            {"hop": f"weights broadcast ({w['message_mb']} MB)", "figure": f"{w['latency_ms_median']} ms median, {w['latency_ms_max']} ms max"},
-        ], ["hop", "figure"]))  # fmt: skip
+        out.append(
+            _table(
+                [
+                    {"hop": f"ring write+read, slots of {r['slot_bytes']:,} B", "figure": f"{r['gb_per_s']} GB/s"},
+                    {
+                        "hop": "pickled multiprocessing.Queue, same slots",
+                        "figure": f"{q['gb_per_s']} GB/s ({q['ring_over_queue']}x slower)",
+                    },
+                    {
+                        "hop": f"index messages ({i['message_bytes']:,} B), each decoded",
+                        "figure": f"{i['messages_per_s']:,.0f} /s (encode {i['encode_us']} us, decode {i['decode_us']} us)",
+                    },
+                    {
+                        "hop": "index message round trip",
+                        "figure": f"{i['round_trip_us_median']} us median, {i['round_trip_us_p99']} us p99",
+                    },
+                    {
+                        "hop": f"weights broadcast ({w['message_mb']} MB)",
+                        "figure": f"{w['latency_ms_median']} ms median, {w['latency_ms_max']} ms max",
+                    },
+                ],
+                ["hop", "figure"],
+            )
+        )
     elif mode == "learner":
-        out.append(_table([
-            {"learner": f"fed by the broker, B={result['batch_size']} x T={result['unroll_length']}",
-             "steps/s": result["fed_steps_per_s"], "samples/s": result["fed_samples_per_s"]},
-            {"learner": "bare PyTorch loop, same batch shape (segments alternating with the fed learner)", "steps/s": result["bare_steps_per_s"],
-             "samples/s": result["bare_samples_per_s"]},
-        ], ["learner", "steps/s", "samples/s"]))  # fmt: skip
-        out.append(f"segments of {result['segment_s']} s, steps/s: fed {result['fed_segments_steps_per_s']}, "
-                   f"bare {result['bare_segments_steps_per_s']}")
+        out.append(
+            _table(
+                [
+                    {
+                        "learner": f"fed by the broker, B={result['batch_size']} x T={result['unroll_length']}",
+                        "steps/s": result["fed_steps_per_s"],
+                        "samples/s": result["fed_samples_per_s"],
+                    },
+                    {
+                        "learner": "bare PyTorch loop, same batch shape (segments alternating with the fed learner)",
+                        "steps/s": result["bare_steps_per_s"],
+                        "samples/s": result["bare_samples_per_s"],
+                    },
+                ],
+                ["learner", "steps/s", "samples/s"],
+            )
+        )
+        out.append(
+            f"segments of {result['segment_s']} s, steps/s: fed {result['fed_segments_steps_per_s']}, "
+            f"bare {result['bare_segments_steps_per_s']}"
+        )
         out.append(f"ratio fed / bare: {result['ratio_to_bare']}")
     elif mode == "elite":
-        out.append(f"learner step, B={result['batch_size']} x T={result['unroll_length']}: {result['learner_step_s']} s")
+        out.append(
+            f"learner step, B={result['batch_size']} x T={result['unroll_length']}: {result['learner_step_s']} s"
+        )
         out.append(_table(result["rows"], ["sampler", "prepare_s", "ratio_to_learner_step"]))
     elif mode in ("pipeline", "suggest"):
         rows = result["rows"] if mode == "suggest" else [result]
@@ -134,23 +197,35 @@ def render(mode: str, result: dict) -> str:
             from zrl.bench.modes import SECTIONS
 
             for group, sections in SECTIONS.items():
-                out.append(f"  {group}: " + ", ".join(f"{LABELS[s]} {per[s]:.2f}" + (" <- bottleneck" if s == section
-                                                     else "") for s in sections))  # fmt: skip
+                out.append(
+                    f"  {group}: "
+                    + ", ".join(
+                        f"{LABELS[s]} {per[s]:.2f}" + (" <- bottleneck" if s == section else "") for s in sections
+                    )
+                )
             out.append(f"bottleneck: {role}, {LABELS[section]}")
             if "limit" in result:
                 lim = result["limit"]
-                out.append(f"the machine's limit on {lim['cores']} cores, from costs measured alone (core-ms): env step "
-                           f"{lim['env_step_core_ms']:.3f}, inference {lim['inference_core_ms_per_obs']:.3f} per "
-                           f"observation, learner {lim['learner_core_ms_per_sample']:.3f} per sample (fresh share "
-                           f"{lim['fresh_share']:g})")
-                out.append(f"env steps trained on per second: {lim['trained_steps_per_s']:,.0f} of a limit of "
-                           f"{lim['limit_trained_steps_per_s']:,.0f} ({lim['ratio_to_limit']:.2f})")
-                out.append(f"learner: {lim['learner_gflop_per_step']:.2f} GFLOP a step, {lim['learner_gflop_per_s']:.1f} "
-                           f"GFLOP/s over the run, {lim['learner_gflop_per_s_stepping']:.1f} while stepping (bare loop "
-                           f"{lim['bare_learner_gflop_per_s']:.1f}); fp32 matmul {lim['matmul_gflop_per_s']:.1f} GFLOP/s "
-                           f"with {lim['learner_threads']} thread(s) ({lim['ratio_to_matmul']:.2f})")
+                out.append(
+                    f"the machine's limit on {lim['cores']} cores, from costs measured alone (core-ms): env step "
+                    f"{lim['env_step_core_ms']:.3f}, inference {lim['inference_core_ms_per_obs']:.3f} per "
+                    f"observation, learner {lim['learner_core_ms_per_sample']:.3f} per sample (fresh share "
+                    f"{lim['fresh_share']:g})"
+                )
+                out.append(
+                    f"env steps trained on per second: {lim['trained_steps_per_s']:,.0f} of a limit of "
+                    f"{lim['limit_trained_steps_per_s']:,.0f} ({lim['ratio_to_limit']:.2f})"
+                )
+                out.append(
+                    f"learner: {lim['learner_gflop_per_step']:.2f} GFLOP a step, {lim['learner_gflop_per_s']:.1f} "
+                    f"GFLOP/s over the run, {lim['learner_gflop_per_s_stepping']:.1f} while stepping (bare loop "
+                    f"{lim['bare_learner_gflop_per_s']:.1f}); fp32 matmul {lim['matmul_gflop_per_s']:.1f} GFLOP/s "
+                    f"with {lim['learner_threads']} thread(s) ({lim['ratio_to_matmul']:.2f})"
+                )
         else:
             best = result["best"]
-            out.append(f"best for this machine: --workers {best['workers']} --envs-per-worker {best['envs_per_worker']}")
+            out.append(
+                f"best for this machine: --workers {best['workers']} --envs-per-worker {best['envs_per_worker']}"
+            )
     out += _targets(result)
     return "\n".join(out)

@@ -19,7 +19,8 @@ import torch
 
 from shm import segment_name
 from shm.ring import Ring, RingSpec
-from zrl import config as config_mod, protocol
+from zrl import config as config_mod
+from zrl import protocol
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, Gatherer, stack_observations
 from zrl.launch import SHM_PREFIX
@@ -34,8 +35,10 @@ def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
     """Play Pong with random actions into a ring; one Unroll (without features yet) per T steps."""
     t_len = cfg.learner.unroll_length
     messages = -(-units // M)
-    ring_spec = RingSpec(messages * t_len + cfg.env.frame_stack + 8, {
-        "frame": ((M, *spec.frame_shape), spec.frame_dtype), "episode_step": ((M,), "int32")})  # fmt: skip
+    ring_spec = RingSpec(
+        messages * t_len + cfg.env.frame_stack + 8,
+        {"frame": ((M, *spec.frame_shape), spec.frame_dtype), "episode_step": ((M,), "int32")},
+    )
     ring = Ring.create(segment_name(SHM_PREFIX, f"bench{os.urandom(2).hex()}", os.getpid(), "elite"), ring_spec)
     try:  # a failure (Ctrl-C, an env error) must not leave the segment behind
         env = make_vector_env(cfg.env, M, seed=0)
@@ -54,11 +57,23 @@ def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
                 rewards[:, t], discounts[:, t] = step.rewards, ~step.done
                 stack.push(step.frames, step.game_over)
                 last = ring.write(frame=step.frames, episode_step=stack.episode_step)
-            out.append(protocol.Unroll(
-                worker_id=0, seq=seq, policy_version=0, first_frame=first, num_envs=M, length=t_len, env_frames=0,
-                actions=actions, rewards=rewards, discounts=discounts,
-                behaviour_logits=np.zeros((M, t_len, spec.num_actions), np.float32),
-                behaviour_values=np.zeros((M, t_len), np.float32), features=np.zeros((0, 0, 0), np.float32)))  # fmt: skip
+            out.append(
+                protocol.Unroll(
+                    worker_id=0,
+                    seq=seq,
+                    policy_version=0,
+                    first_frame=first,
+                    num_envs=M,
+                    length=t_len,
+                    env_frames=0,
+                    actions=actions,
+                    rewards=rewards,
+                    discounts=discounts,
+                    behaviour_logits=np.zeros((M, t_len, spec.num_actions), np.float32),
+                    behaviour_values=np.zeros((M, t_len), np.float32),
+                    features=np.zeros((0, 0, 0), np.float32),
+                )
+            )
             first = last
         env.close()
     except BaseException:
@@ -71,24 +86,33 @@ def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
 def behaviour_outputs(model, ring, cfg, spec, msg: protocol.Unroll) -> protocol.Unroll:
     """The message as a worker acting with ``model`` would have sent it: logits, values, features."""
     t_len, s = cfg.learner.unroll_length, cfg.env.frame_stack
-    where = SimpleNamespace(worker_ids=np.zeros(M, np.int32), env_index=np.arange(M, dtype=np.int32),
-                            first_frame=np.full(M, msg.first_frame, np.int64))  # fmt: skip
+    where = SimpleNamespace(
+        worker_ids=np.zeros(M, np.int32),
+        env_index=np.arange(M, dtype=np.int32),
+        first_frame=np.full(M, msg.first_frame, np.int64),
+    )
     frames, steps, ok = Gatherer([ring], s, t_len, M, spec.frame_shape, spec.frame_dtype).gather(where)
     assert ok.all()
     obs = stack_observations(frames, steps, s)[:, :t_len]
     with torch.no_grad():
         out = model(obs.reshape(-1, *obs.shape[2:]), with_features=True)
-    return protocol.Unroll(**{**{f: getattr(msg, f) for f in msg.__dataclass_fields__},
-        "behaviour_logits": out.logits.view(M, t_len, -1).numpy(), "behaviour_values": out.values.view(M, t_len).numpy(),
-        "features": out.features.view(M, t_len, -1).numpy()})  # fmt: skip
+    return protocol.Unroll(
+        **{
+            **{f: getattr(msg, f) for f in msg.__dataclass_fields__},
+            "behaviour_logits": out.logits.view(M, t_len, -1).numpy(),
+            "behaviour_values": out.values.view(M, t_len).numpy(),
+            "features": out.features.view(M, t_len, -1).numpy(),
+        }
+    )
 
 
 def drifted(model, cfg, spec, ring, messages, steps: int):
     """The behaviour network after ``steps`` V-trace updates on uniform batches of the replay."""
     lcfg = cfg.learner
     opt, sched = make_optimizer(model, lcfg, 10**6)
-    gatherer = Gatherer([ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape,
-                        spec.frame_dtype)  # fmt: skip
+    gatherer = Gatherer(
+        [ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape, spec.frame_dtype
+    )
     rng = np.random.default_rng(1)
     units = [(m, i) for m in messages for i in range(M)]
     for _ in range(steps):
@@ -107,8 +131,9 @@ def _unit(msg, i):
 def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
     lcfg = cfg.learner
     opt, sched = make_optimizer(model, lcfg, 10**6)
-    gatherer = Gatherer([ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape,
-                        spec.frame_dtype)  # fmt: skip
+    gatherer = Gatherer(
+        [ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape, spec.frame_dtype
+    )
     batch = make_batch(0, [_unit(messages[k // M], k % M) for k in range(lcfg.batch_size)])
     frames, steps, ok = gatherer.gather(batch)
     obs = stack_observations(frames, steps, cfg.env.frame_stack)
@@ -121,7 +146,6 @@ def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
     return float(np.median(times[1:]))
 
 
-
 class Replay:
     """A filled replay: its ring, the unroll messages with behaviour features, and the current policy."""
 
@@ -130,7 +154,9 @@ class Replay:
         progress(f"filling a replay of {capacity} units with Pong frames")
         self.ring, raw = fill_ring(cfg, spec, capacity)
         try:
-            behaviour = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions)
+            behaviour = build_model(
+                cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions
+            )
             self.messages = [behaviour_outputs(behaviour, self.ring, cfg, spec, msg) for msg in raw]
             progress(f"current policy: {drift_steps} V-trace steps away from the behaviour policy")
             self.model = drifted(behaviour, cfg, spec, self.ring, self.messages, drift_steps)
@@ -145,13 +171,25 @@ class Replay:
     def broker(self, kind: str, capacity: int, lam: float, feature_steps: int, precision: str, strategy: int = 3):
         """A broker with one ``kind`` replay holding every unit, its scorer loaded with the current policy."""
         cfg = self.cfg  # the user's config (model, stack, env...), with one replay of ``kind`` holding everything
-        replay = config_mod.ReplayConfig(type=kind, capacity=capacity, sample_ratio=1.0, strategy=strategy,
-                                         lambda_batch_multiplier=lam, alfa_annealing_factor=1e9,
-                                         feature_steps=feature_steps, fill_fraction=1.0)  # fmt: skip
-        ecfg = dataclasses.replace(cfg, replay=(replay,), broker=dataclasses.replace(cfg.broker, precision=precision),
-                                   run=dataclasses.replace(cfg.run, max_env_frames=10**10))  # fmt: skip
-        wiring = SimpleNamespace(frame_shape=self.spec.frame_shape, frame_dtype=self.spec.frame_dtype,
-                                 num_actions=self.spec.num_actions)  # fmt: skip
+        replay = config_mod.ReplayConfig(
+            type=kind,
+            capacity=capacity,
+            sample_ratio=1.0,
+            strategy=strategy,
+            lambda_batch_multiplier=lam,
+            alfa_annealing_factor=1e9,
+            feature_steps=feature_steps,
+            fill_fraction=1.0,
+        )
+        ecfg = dataclasses.replace(
+            cfg,
+            replay=(replay,),
+            broker=dataclasses.replace(cfg.broker, precision=precision),
+            run=dataclasses.replace(cfg.run, max_env_frames=10**10),
+        )
+        wiring = SimpleNamespace(
+            frame_shape=self.spec.frame_shape, frame_dtype=self.spec.frame_dtype, num_actions=self.spec.num_actions
+        )
         scorer = FeatureScorer(ecfg, wiring, [self.ring])
         scorer.load(1, flat_parameters(self.model))
         broker = Broker(ecfg, [self.ring], scorer)

@@ -52,8 +52,10 @@ def ceiling(cfg: Config, processes: int, envs_per_process: int, seconds: float) 
     """``processes`` processes each step ``envs_per_process`` envs (zrl's vector env, random actions) at once."""
     ctx = mp.get_context("spawn")
     out, barrier = ctx.Queue(), ctx.Barrier(processes)
-    procs = [ctx.Process(target=_bare, args=(cfg.env, envs_per_process, 1000 + i, seconds, barrier, out))
-             for i in range(processes)]  # fmt: skip
+    procs = [
+        ctx.Process(target=_bare, args=(cfg.env, envs_per_process, 1000 + i, seconds, barrier, out))
+        for i in range(processes)
+    ]
     for p in procs:
         p.start()
     try:
@@ -65,8 +67,13 @@ def ceiling(cfg: Config, processes: int, envs_per_process: int, seconds: float) 
                 p.kill()
     steps = sum(s / e for s, _, e in results)
     frames = sum(f / e for _, f, e in results)
-    return {"processes": processes, "envs_per_process": envs_per_process, "steps_per_s": round(steps, 1),
-            "frames_per_s": round(frames, 1), "frames_per_s_per_process": round(frames / processes, 1)}  # fmt: skip
+    return {
+        "processes": processes,
+        "envs_per_process": envs_per_process,
+        "steps_per_s": round(steps, 1),
+        "frames_per_s": round(frames, 1),
+        "frames_per_s_per_process": round(frames / processes, 1),
+    }
 
 
 def _game(env_id: str) -> str:
@@ -102,10 +109,18 @@ def ale_vector(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict
     from ale_py.vector_env import AtariVectorEnv
 
     e = cfg.env
-    env = AtariVectorEnv(atari_rom(e.id), num_envs, num_threads=threads, stack_num=e.frame_stack,
-                         frameskip=e.frame_skip, noop_max=e.noop_max, use_fire_reset=e.fire_reset,
-                         repeat_action_probability=e.sticky_action_prob, episodic_life=e.episodic_life,
-                         autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)  # fmt: skip
+    env = AtariVectorEnv(
+        atari_rom(e.id),
+        num_envs,
+        num_threads=threads,
+        stack_num=e.frame_stack,
+        frameskip=e.frame_skip,
+        noop_max=e.noop_max,
+        use_fire_reset=e.fire_reset,
+        repeat_action_probability=e.sticky_action_prob,
+        episodic_life=e.episodic_life,
+        autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
+    )
     figures = _random_actions(env, int(env.single_action_space.n), num_envs, seconds, e.frame_skip, seed=0)
     return {"peer": "ale-py AtariVectorEnv", "envs": num_envs, "threads": threads, **figures}
 
@@ -117,8 +132,14 @@ def _gym_atari(env_id: str, cfg: EnvConfig):
 
     gymnasium.register_envs(ale_py)
     env = gymnasium.make(env_id, frameskip=1, repeat_action_probability=cfg.sticky_action_prob)
-    env = AtariPreprocessing(env, noop_max=cfg.noop_max, frame_skip=cfg.frame_skip, screen_size=84,
-                             terminal_on_life_loss=False, grayscale_obs=True)  # fmt: skip
+    env = AtariPreprocessing(
+        env,
+        noop_max=cfg.noop_max,
+        frame_skip=cfg.frame_skip,
+        screen_size=84,
+        terminal_on_life_loss=False,
+        grayscale_obs=True,
+    )
     return FrameStackObservation(env, cfg.frame_stack)
 
 
@@ -146,8 +167,17 @@ def envpool(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict | 
         return None
     e = cfg.env
     task = f"{_game(e.id)}-v5"
-    env = ep.make(task, env_type="gymnasium", num_envs=num_envs, num_threads=threads, batch_size=num_envs,
-                  stack_num=e.frame_stack, frame_skip=e.frame_skip, noop_max=e.noop_max,
-                  episodic_life=e.episodic_life, repeat_action_probability=e.sticky_action_prob)  # fmt: skip
+    env = ep.make(
+        task,
+        env_type="gymnasium",
+        num_envs=num_envs,
+        num_threads=threads,
+        batch_size=num_envs,
+        stack_num=e.frame_stack,
+        frame_skip=e.frame_skip,
+        noop_max=e.noop_max,
+        episodic_life=e.episodic_life,
+        repeat_action_probability=e.sticky_action_prob,
+    )
     figures = _random_actions(env, int(env.action_space.n), num_envs, seconds, e.frame_skip)
     return {"peer": "EnvPool", "envs": num_envs, "threads": threads, **figures}

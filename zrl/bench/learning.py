@@ -64,9 +64,14 @@ def read_curve(run_dir: str | Path) -> dict:
             returns.append(window[-1])
             ended = float(row["wall_time"])
             frames = max(int(row["env_frames"]), int(np.interp(ended, times, totals)))
-            points.append({"episode": int(row["episode"]), "env_frames": frames,
-                           "minutes": round((ended - start) / 60.0, 3),
-                           "mean_return_100": round(sum(window) / len(window), 3)})  # fmt: skip
+            points.append(
+                {
+                    "episode": int(row["episode"]),
+                    "env_frames": frames,
+                    "minutes": round((ended - start) / 60.0, 3),
+                    "mean_return_100": round(sum(window) / len(window), 3),
+                }
+            )
     for earlier, later in zip(reversed(points[:-1]), reversed(points)):  # frames never fall between episodes
         earlier["env_frames"] = min(earlier["env_frames"], later["env_frames"])
     last = rows[-1]
@@ -106,8 +111,16 @@ def marks(points: list[dict], run_minutes: float) -> dict[str, float | None]:
     return {f"{m}min": (at_minutes(points, m) if run_minutes >= m - 0.5 else None) for m in MARKS_MIN}
 
 
-def launch_command(config_path: str | None, sets: list[str], workers: int | None, envs: int | None, seed: int,
-                   seconds: float | None, frames: int | None, results_dir: Path) -> list[str]:  # fmt: skip
+def launch_command(
+    config_path: str | None,
+    sets: list[str],
+    workers: int | None,
+    envs: int | None,
+    seed: int,
+    seconds: float | None,
+    frames: int | None,
+    results_dir: Path,
+) -> list[str]:
     cmd = [sys.executable, "-c", "from zrl.cli import launch_main; launch_main()"]
     if config_path:
         cmd += ["--config", config_path]
@@ -144,8 +157,18 @@ def train(cmd: list[str], results_dir: Path, progress) -> Path:
     return made[0]
 
 
-def learning(config_path: str | None, sets: list[str], workers: int | None, envs: int | None, seeds: list[int],
-             seconds: float | None, frames: int | None, runs: list[str], results_dir: str, progress) -> dict:  # fmt: skip
+def learning(
+    config_path: str | None,
+    sets: list[str],
+    workers: int | None,
+    envs: int | None,
+    seeds: list[int],
+    seconds: float | None,
+    frames: int | None,
+    runs: list[str],
+    results_dir: str,
+    progress,
+) -> dict:
     """Train each seed (or read ``runs``) and return their curves beside the env's reference curves."""
     from zrl import config as config_mod
 
@@ -158,7 +181,9 @@ def learning(config_path: str | None, sets: list[str], workers: int | None, envs
             env_id = resolved.get("env", {}).get("id", env_id)
             seed = resolved.get("run", {}).get("seed")
             label = f"{Path(run).resolve().parent.name}/{Path(run).name} seed {seed}"
-            curves.append(read_curve(run) | {"seed": seed, "label": label, "command": None, "resolved_config": resolved})
+            curves.append(
+                read_curve(run) | {"seed": seed, "label": label, "command": None, "resolved_config": resolved}
+            )
     else:
         if not seconds and not frames:
             raise ConfigError("learning needs a budget: --seconds (wall clock) and/or --frames (env frames)")
@@ -169,8 +194,16 @@ def learning(config_path: str | None, sets: list[str], workers: int | None, envs
             run_dir = train(cmd, out, progress)
             shown = ["zrl-launch", *cmd[3:]]
             curves.append(read_curve(run_dir) | {"seed": seed, "label": f"seed {seed}", "command": " ".join(shown)})
-    return {"config": config_path, "sets": list(sets), "env": env_id, "seconds": seconds, "frames": frames,
-            "runs": list(runs), "curves": curves, "references": references(env_id)}  # fmt: skip
+    return {
+        "config": config_path,
+        "sets": list(sets),
+        "env": env_id,
+        "seconds": seconds,
+        "frames": frames,
+        "runs": list(runs),
+        "curves": curves,
+        "references": references(env_id),
+    }
 
 
 def for_json(result: dict) -> dict:
@@ -178,7 +211,9 @@ def for_json(result: dict) -> dict:
     Pong is thousands of episodes, and columns keep the file to a third of the size."""
     curves = []
     for c in result["curves"]:
-        columns = {key: [p[key] for p in c["points"]] for key in ("episode", "env_frames", "minutes", "mean_return_100")}
+        columns = {
+            key: [p[key] for p in c["points"]] for key in ("episode", "env_frames", "minutes", "mean_return_100")
+        }
         curves.append(c | {"points": columns})
     return result | {"curves": curves}
 
@@ -197,16 +232,24 @@ def _run_config(run_dir: Path) -> dict:
 def summary_rows(result: dict) -> list[dict]:
     rows = []
     for c in result["curves"]:
-        row = {"curve": c["label"], "minutes": c["minutes"], "env_frames": f"{c['env_frames']:,}",
-               "learner_steps": f"{c['learner_steps']:,}", "episodes": c["episodes"]}  # fmt: skip
+        row = {
+            "curve": c["label"],
+            "minutes": c["minutes"],
+            "env_frames": f"{c['env_frames']:,}",
+            "learner_steps": f"{c['learner_steps']:,}",
+            "episodes": c["episodes"],
+        }
         row |= {k: ("" if v is None else f"{v:+.1f}") for k, v in c["marks"].items()}
         last = c["points"][-1]["mean_return_100"] if c["episodes"] >= WINDOW else None
         row["last"] = "" if last is None else f"{last:+.1f}"
         row[f"last {LAST_FEW} ep"] = "" if c["last_20"] is None else f"{c['last_20']:+.1f}"
         rows.append(row)
     for ref in result["references"]:
-        row = {"curve": ref["label"], "minutes": ref["points"][-1]["minutes"],
-               "env_frames": f"{ref['points'][-1]['env_frames']:,}"}  # fmt: skip
+        row = {
+            "curve": ref["label"],
+            "minutes": ref["points"][-1]["minutes"],
+            "env_frames": f"{ref['points'][-1]['env_frames']:,}",
+        }
         for m in MARKS_MIN:
             value = _reference_at(ref, m)
             row[f"{m}min"] = "" if value is None else f"{value:+.1f}"
@@ -231,8 +274,9 @@ def plot(result: dict, png: str | Path, machine: str = "") -> Path:
     try:
         import matplotlib
     except ImportError:
-        raise RuntimeError("the PNG needs matplotlib: pip install matplotlib (or -e '.[peers]'); the JSON is "
-                           "written without it") from None  # fmt: skip
+        raise RuntimeError(
+            "the PNG needs matplotlib: pip install matplotlib (or -e '.[peers]'); the JSON is written without it"
+        ) from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -253,8 +297,9 @@ def plot(result: dict, png: str | Path, machine: str = "") -> Path:
     for ax in (by_frames, by_time):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, loc="lower right")
-    named = result["config"] or ("runs " + ", ".join(Path(c["run"]).name for c in result["curves"]) if result["runs"]
-                                 else "defaults")  # fmt: skip
+    named = result["config"] or (
+        "runs " + ", ".join(Path(c["run"]).name for c in result["curves"]) if result["runs"] else "defaults"
+    )
     title = f"{result['env']}: {named}"
     if result["sets"]:
         title += " " + " ".join(f"--set {s}" for s in result["sets"])

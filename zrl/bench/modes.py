@@ -16,16 +16,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from zrl import envs as zenvs
-from zrl.bench import envs as benv, transport as btransport
+from zrl.bench import envs as benv
+from zrl.bench import transport as btransport
 from zrl.bench.facts import cores
 from zrl.bench.roles import Pipeline, frames_rate
-from zrl.config import Config, ReplayConfig, check as config_check
+from zrl.config import Config, ReplayConfig
+from zrl.config import check as config_check
 from zrl.launch import PRIVATE_PREFIX
 
 Progress = Callable[[str], None]
@@ -58,8 +60,12 @@ def _with(cfg: Config, **sections) -> Config:
 def check(value: float, target: str, lower_is_better: bool = False) -> dict:
     want = TARGETS[target]
     met = value <= want if lower_is_better else value >= want
-    return {"target": target, "value": round(value, 4), "want": f"{'<=' if lower_is_better else '>='} {want:g}",
-            "met": bool(met)}  # fmt: skip
+    return {
+        "target": target,
+        "value": round(value, 4),
+        "want": f"{'<=' if lower_is_better else '>='} {want:g}",
+        "met": bool(met),
+    }
 
 
 # -- env ---------------------------------------------------------------------------------------------------
@@ -101,8 +107,7 @@ def env_mode(cfg: Config, workers: int, envs: int, seconds: float, progress: Pro
 def sampling_point(cfg: Config, spec, workers: int, envs: int, seconds: float, warmup: float, policy: str) -> dict:
     """Workers, rings and broker with a fixed (network) or uniform policy and no learner: frames/s."""
     cfg = _with(cfg, workers={"count": workers, "envs_per_worker": envs, "policy": policy, "stats_interval_s": 0.5})
-    with _workdir() as tmp, Pipeline(cfg, spec, with_learner=False,
-                                                                          workdir=Path(tmp)) as p:  # fmt: skip
+    with _workdir() as tmp, Pipeline(cfg, spec, with_learner=False, workdir=Path(tmp)) as p:
         p.watch(180, until=Pipeline.all_reported)
         if not p.all_reported():
             raise RuntimeError("the roles did not report within 180 s")
@@ -114,21 +119,35 @@ def sampling_point(cfg: Config, spec, workers: int, envs: int, seconds: float, w
         p.watch(60, until=lambda q: all(q.workers[w].time > start[w].time for w in start))
         end = dict(p.workers)
         broker = p.broker
-    return {"workers": workers, "envs_per_worker": envs, "policy": policy,
-            "frames_per_s": round(frames_rate(start, end), 1),
-            "broker_unrolls_received": broker.unrolls_received if broker else 0,
-            "broker_decode_errors": broker.decode_errors if broker else 0}  # fmt: skip
+    return {
+        "workers": workers,
+        "envs_per_worker": envs,
+        "policy": policy,
+        "frames_per_s": round(frames_rate(start, end), 1),
+        "broker_unrolls_received": broker.unrolls_received if broker else 0,
+        "broker_decode_errors": broker.decode_errors if broker else 0,
+    }
 
 
-def sampling_mode(cfg: Config, spec, grid: list[tuple[int, int]], seconds: float, warmup: float, policy: str,
-                  with_ceiling: bool, progress: Progress) -> dict:  # fmt: skip
+def sampling_mode(
+    cfg: Config,
+    spec,
+    grid: list[tuple[int, int]],
+    seconds: float,
+    warmup: float,
+    policy: str,
+    with_ceiling: bool,
+    progress: Progress,
+) -> dict:
     rows = []
     for i, (n, m) in enumerate(grid, 1):
         row: dict = {}
         if with_ceiling:
             progress(f"[{i}/{len(grid)}] env ceiling: {n} processes x {m} envs, {seconds:g} s")
             row["ceiling_frames_per_s"] = benv.ceiling(cfg, n, m, seconds)["frames_per_s"]
-        progress(f"[{i}/{len(grid)}] sampling: {n} workers x {m} envs, {policy} policy, {warmup:g} s warm-up + {seconds:g} s")
+        progress(
+            f"[{i}/{len(grid)}] sampling: {n} workers x {m} envs, {policy} policy, {warmup:g} s warm-up + {seconds:g} s"
+        )
         row = {**sampling_point(cfg, spec, n, m, seconds, warmup, policy), **row}
         if with_ceiling:
             row["ratio_to_ceiling"] = round(row["frames_per_s"] / row["ceiling_frames_per_s"], 4)
@@ -149,15 +168,24 @@ def transport_mode(cfg: Config, spec, seconds: float, progress: Progress) -> dic
     ring = btransport.ring_bandwidth(m, t, seconds)
     progress(f"pickled multiprocessing.Queue: the same slots from another process, {seconds:g} s")
     queue = btransport.queue_bandwidth(m, seconds)
-    progress(f"index messages: Unroll messages (M={m}, T={t}) PUSH -> PULL over ipc with the schema decode, {seconds:g} s")
+    progress(
+        f"index messages: Unroll messages (M={m}, T={t}) PUSH -> PULL over ipc with the schema decode, {seconds:g} s"
+    )
     index = btransport.index_messages(cfg, spec.num_actions, seconds)
     progress("weights broadcast: flatten + encode + PUB -> SUB decode + load, one at a time")
     weights = btransport.weights_latency(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     slower = ring["gb_per_s"] / queue["gb_per_s"] if queue["gb_per_s"] else float("inf")
-    return {"ring": ring, "queue": {**queue, "ring_over_queue": round(slower, 1)}, "index_messages": index,
-            "weights": weights, "targets": [check(ring["gb_per_s"], "ring_gb_per_s"),
-                                            check(index["messages_per_s"], "index_messages_per_s"),
-                                            check(slower, "queue_slower_than_ring")]}  # fmt: skip
+    return {
+        "ring": ring,
+        "queue": {**queue, "ring_over_queue": round(slower, 1)},
+        "index_messages": index,
+        "weights": weights,
+        "targets": [
+            check(ring["gb_per_s"], "ring_gb_per_s"),
+            check(index["messages_per_s"], "index_messages_per_s"),
+            check(slower, "queue_slower_than_ring"),
+        ],
+    }
 
 
 # -- learner -----------------------------------------------------------------------------------------------
@@ -189,9 +217,13 @@ def _fixed_batch(cfg: Config, spec):
     # Rewards, episode ends and behaviour logits like a game's, so that the loss does not fade to nothing on
     # the one batch it trains on again and again.
     reward = rng.choice([-1.0, 0.0, 1.0], (t, b), p=[0.05, 0.9, 0.05])
-    batch = {"actions": torch.randint(0, spec.num_actions, (t, b)), "rewards": torch.from_numpy(reward).float(),
-             "discounts": torch.from_numpy((rng.random((t, b)) > 0.01).astype(np.float32)),
-             "behaviour_logits": torch.randn(t, b, spec.num_actions), "behaviour_values": torch.randn(t, b)}  # fmt: skip
+    batch = {
+        "actions": torch.randint(0, spec.num_actions, (t, b)),
+        "rewards": torch.from_numpy(reward).float(),
+        "discounts": torch.from_numpy((rng.random((t, b)) > 0.01).astype(np.float32)),
+        "behaviour_logits": torch.randn(t, b, spec.num_actions),
+        "behaviour_values": torch.randn(t, b),
+    }
     batch = {k: v.to(device) for k, v in batch.items()}
     model.train()
     return model, opt, sched, obs, batch
@@ -235,8 +267,9 @@ class BareLearner:
     def __init__(self, cfg: Config, spec) -> None:
         ctx = mp.get_context("spawn")
         self._commands, self._out = ctx.Queue(), ctx.Queue()
-        self._proc = ctx.Process(target=_bare_learner, args=(cfg, spec, self._commands, self._out, os.getpid()),
-                                 name="zrl-bench-bare")  # fmt: skip
+        self._proc = ctx.Process(
+            target=_bare_learner, args=(cfg, spec, self._commands, self._out, os.getpid()), name="zrl-bench-bare"
+        )
 
     def __enter__(self) -> BareLearner:
         self._proc.start()
@@ -273,8 +306,14 @@ def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Pro
     The two alternate in segments: bare, fed, bare, ..., fed, bare, the one side suspended (SIGSTOP) while
     the other runs, so that the drift of a shared machine over the minutes this takes falls on both alike."""
     replay = (ReplayConfig(type="uniform", capacity=capacity, sample_ratio=1.0, fill_fraction=1.0),)
-    cfg = dataclasses.replace(_with(cfg, workers={"policy": "uniform", "stats_interval_s": 0.5},
-                                    run={"checkpoint_every_steps": 0, "max_env_frames": 10**12}), replay=replay)  # fmt: skip
+    cfg = dataclasses.replace(
+        _with(
+            cfg,
+            workers={"policy": "uniform", "stats_interval_s": 0.5},
+            run={"checkpoint_every_steps": 0, "max_env_frames": 10**12},
+        ),
+        replay=replay,
+    )
     config_check(cfg)
     b, t = cfg.learner.batch_size, cfg.learner.unroll_length
     rounds = max(2, round(seconds / LEARNER_SEGMENT_S))
@@ -283,10 +322,11 @@ def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Pro
     bare_rates: list[float] = []
     fed_steps = fed_time = 0.0
     sections = {"wait": 0.0, "gather": 0.0, "publish": 0.0, "step": 0.0}
-    progress(f"learner fed by the broker: filling a uniform replay of {capacity} units with "
-             f"{cfg.workers.count} workers x {cfg.workers.envs_per_worker} envs, and building the bare loop")  # fmt: skip
-    with _workdir() as tmp, Pipeline(cfg, spec, with_learner=True,
-                                                                          workdir=Path(tmp)) as p:  # fmt: skip
+    progress(
+        f"learner fed by the broker: filling a uniform replay of {capacity} units with "
+        f"{cfg.workers.count} workers x {cfg.workers.envs_per_worker} envs, and building the bare loop"
+    )
+    with _workdir() as tmp, Pipeline(cfg, spec, with_learner=True, workdir=Path(tmp)) as p:
         full = lambda p: p.broker is not None and int(p.broker.replay_sizes.min()) >= capacity  # noqa: E731
         p.watch(600, until=full)
         if not full(p):
@@ -296,16 +336,21 @@ def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Pro
         p.watch(300, until=stepped)
         with BareLearner(cfg, spec) as bare:
             for r in range(rounds):
-                progress(f"round {r + 1} of {rounds}: bare PyTorch loop, then the learner fed by the broker, "
-                         f"B={b} x T={t}, {segment:g} s each")  # fmt: skip
+                progress(
+                    f"round {r + 1} of {rounds}: bare PyTorch loop, then the learner fed by the broker, "
+                    f"B={b} x T={t}, {segment:g} s each"
+                )
                 p.pause("zrl-learner")
                 bare_rates.append(bare.segment(segment))
                 resumed = time.time()
                 p.resume("zrl-learner")
-                start = _await(p, lambda p: p.learner.time > resumed, "report after it was resumed")
+                start = _await(p, lambda p, resumed=resumed: p.learner.time > resumed, "report after it was resumed")
                 p.watch(segment)
-                end = _await(p, lambda p: p.learner.learner_step > start.learner_step and p.learner.time > start.time,
-                             f"step within 60 s after {segment:g} s")  # fmt: skip
+                end = _await(
+                    p,
+                    lambda p, start=start: p.learner.learner_step > start.learner_step and p.learner.time > start.time,
+                    f"step within 60 s after {segment:g} s",
+                )
                 steps, elapsed = end.learner_step - start.learner_step, end.time - start.time
                 fed_rates.append(steps / elapsed)
                 fed_steps, fed_time = fed_steps + steps, fed_time + elapsed
@@ -317,21 +362,31 @@ def learner_mode(cfg: Config, spec, seconds: float, capacity: int, progress: Pro
     fed = fed_steps / fed_time
     bare_rate = float(np.mean(bare_rates))
     ratio = fed / bare_rate
-    return {"batch_size": b, "unroll_length": t, "replay_capacity": capacity, "device": cfg.learner.device,
-            "fed_steps_per_s": round(fed, 3), "fed_samples_per_s": round(fed * b * t, 1),
-            "bare_steps_per_s": round(bare_rate, 3), "bare_samples_per_s": round(bare_rate * b * t, 1),
-            "segment_s": round(segment, 2), "fed_segments_steps_per_s": [round(x, 3) for x in fed_rates],
-            "bare_segments_steps_per_s": [round(x, 3) for x in bare_rates],
-            "publish_every": cfg.learner.publish_every, "ratio_to_bare": round(ratio, 4),
-            **{f"fed_{k}_s": round(v, 3) for k, v in sections.items()},
-            "targets": [check(ratio, "learner_ratio_to_bare")]}  # fmt: skip
+    return {
+        "batch_size": b,
+        "unroll_length": t,
+        "replay_capacity": capacity,
+        "device": cfg.learner.device,
+        "fed_steps_per_s": round(fed, 3),
+        "fed_samples_per_s": round(fed * b * t, 1),
+        "bare_steps_per_s": round(bare_rate, 3),
+        "bare_samples_per_s": round(bare_rate * b * t, 1),
+        "segment_s": round(segment, 2),
+        "fed_segments_steps_per_s": [round(x, 3) for x in fed_rates],
+        "bare_segments_steps_per_s": [round(x, 3) for x in bare_rates],
+        "publish_every": cfg.learner.publish_every,
+        "ratio_to_bare": round(ratio, 4),
+        **{f"fed_{k}_s": round(v, 3) for k, v in sections.items()},
+        "targets": [check(ratio, "learner_ratio_to_bare")],
+    }
 
 
 # -- elite -------------------------------------------------------------------------------------------------
 
 
-def elite_mode(cfg: Config, spec, capacity: int, lam: float, feature_steps: int, precision: str, repeats: int,
-               progress: Progress) -> dict:  # fmt: skip
+def elite_mode(
+    cfg: Config, spec, capacity: int, lam: float, feature_steps: int, precision: str, repeats: int, progress: Progress
+) -> dict:
     import torch
 
     from zrl.bench.elite import Replay, prepare_time, time_learner_step
@@ -349,17 +404,30 @@ def elite_mode(cfg: Config, spec, capacity: int, lam: float, feature_steps: int,
         torch.set_num_threads(cfg.broker.torch_threads)
         rows = []
         for kind in ("elite", "attentive"):
-            progress(f"{kind} batch: n={b}, lambda={lam:g} (pool {round(lam * b)}), F={cfg.model.feature_size}, "
-                     f"feature_steps={feature_steps}, {precision}, {repeats} repeats")  # fmt: skip
+            progress(
+                f"{kind} batch: n={b}, lambda={lam:g} (pool {round(lam * b)}), F={cfg.model.feature_size}, "
+                f"feature_steps={feature_steps}, {precision}, {repeats} repeats"
+            )
             broker, _ = replay.broker(kind, capacity, lam, feature_steps, precision)
             prep = prepare_time(broker, repeats)
-            rows.append({"sampler": kind, "prepare_s": round(prep, 4), "ratio_to_learner_step": round(prep / learner_s, 3)})
+            rows.append(
+                {"sampler": kind, "prepare_s": round(prep, 4), "ratio_to_learner_step": round(prep / learner_s, 3)}
+            )
     finally:
         replay.close()
-    return {"batch_size": b, "unroll_length": t, "lambda": lam, "feature_size": cfg.model.feature_size,
-            "capacity": capacity, "feature_steps": feature_steps, "precision": precision,
-            "broker_threads": cfg.broker.torch_threads, "learner_step_s": round(learner_s, 4), "rows": rows,
-            "targets": [check(rows[0]["ratio_to_learner_step"], "elite_prepare_to_learner_step", lower_is_better=True)]}
+    return {
+        "batch_size": b,
+        "unroll_length": t,
+        "lambda": lam,
+        "feature_size": cfg.model.feature_size,
+        "capacity": capacity,
+        "feature_steps": feature_steps,
+        "precision": precision,
+        "broker_threads": cfg.broker.torch_threads,
+        "learner_step_s": round(learner_s, 4),
+        "rows": rows,
+        "targets": [check(rows[0]["ratio_to_learner_step"], "elite_prepare_to_learner_step", lower_is_better=True)],
+    }
 
 
 # -- pipeline ----------------------------------------------------------------------------------------------
@@ -378,9 +446,24 @@ LAUNCH = "import sys; sys.argv[0] = 'zrl-launch'; from zrl.cli import launch_mai
 def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, warmup: float, sets: list[str]) -> dict:
     """The real zrl-launch for warm-up + seconds (run.max_seconds); figures from its metrics.csv after the warm-up."""
     with _workdir() as tmp:
-        cmd = [sys.executable, "-c", LAUNCH, "--workers", str(workers), "--envs-per-worker", str(envs),
-               "--set", "run.log_interval_s=1.0", "--set", "run.max_env_frames=1000000000000", "--set",
-               "run.checkpoint_every_steps=0", "--set", f"run.max_seconds={warmup + seconds}", "--quiet"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            LAUNCH,
+            "--workers",
+            str(workers),
+            "--envs-per-worker",
+            str(envs),
+            "--set",
+            "run.log_interval_s=1.0",
+            "--set",
+            "run.max_env_frames=1000000000000",
+            "--set",
+            "run.checkpoint_every_steps=0",
+            "--set",
+            f"run.max_seconds={warmup + seconds}",
+            "--quiet",
+        ]
         if config_path:
             cmd += ["--config", str(Path(config_path).resolve())]
         for item in sets:
@@ -400,16 +483,23 @@ def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, w
     rows = [r for r in rows if r["time_env_step_s"]]  # the workers have reported
     if len(rows) < 2 or float(rows[-1]["elapsed_s"]) < warmup:
         raise RuntimeError("the run gave too few metrics rows after its start-up; give more --seconds or --warmup")
-    first = max((r for r in rows[:-1] if float(r["elapsed_s"]) <= warmup), key=lambda r: float(r["elapsed_s"]),
-                default=rows[0])  # fmt: skip
+    first = max(
+        (r for r in rows[:-1] if float(r["elapsed_s"]) <= warmup), key=lambda r: float(r["elapsed_s"]), default=rows[0]
+    )
     last = rows[-1]
     window = float(last["elapsed_s"]) - float(first["elapsed_s"])
-    delta = lambda col: (float(last[col] or 0) - float(first[col] or 0))  # noqa: E731
+    delta = lambda col: float(last[col] or 0) - float(first[col] or 0)  # noqa: E731
     times = {s: round(delta(f"time_{s}_s") / window, 4) for group in SECTIONS.values() for s in group}
     steps = delta("learner_step")
-    return {"workers": workers, "envs_per_worker": envs, "window_s": round(window, 1),
-            "frames_per_s": round(delta("env_frames") / window, 1), "learner_steps_per_s": round(steps / window, 3),
-            "policy_lag": float(last["policy_lag"] or 0), "seconds_per_second": times}  # fmt: skip
+    return {
+        "workers": workers,
+        "envs_per_worker": envs,
+        "window_s": round(window, 1),
+        "frames_per_s": round(delta("env_frames") / window, 1),
+        "learner_steps_per_s": round(steps / window, 3),
+        "policy_lag": float(last["policy_lag"] or 0),
+        "seconds_per_second": times,
+    }
 
 
 def bottleneck(result: dict) -> tuple[str, str]:
@@ -455,7 +545,9 @@ def _unit_costs(cfg: Config, spec, seconds: float, out) -> None:
     net = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, cfg.env.frame_stack, spec.num_actions).eval()
     dtype = np.dtype(spec.frame_dtype)
     shape = (cfg.workers.envs_per_worker, cfg.env.frame_stack, *spec.frame_shape)
-    frames = torch.from_numpy(np.random.default_rng(0).integers(0, 256 if dtype == np.uint8 else 2, shape).astype(dtype))
+    frames = torch.from_numpy(
+        np.random.default_rng(0).integers(0, 256 if dtype == np.uint8 else 2, shape).astype(dtype)
+    )
     features = needs_features(cfg)
     with torch.no_grad():
         inference_s = timed(lambda: net(frames, with_features=features))
@@ -467,8 +559,9 @@ def _unit_costs(cfg: Config, spec, seconds: float, out) -> None:
     step_s = timed(step, sync)
     a, b = (torch.randn(MATMUL_N, MATMUL_N, device=obs.device) for _ in range(2))
     matmul_s = timed(lambda: a @ b, sync)
-    out.put({"inference_s": inference_s, "step_s": step_s, "step_flops": counter.get_total_flops(),
-             "matmul_s": matmul_s})  # fmt: skip
+    out.put(
+        {"inference_s": inference_s, "step_s": step_s, "step_flops": counter.get_total_flops(), "matmul_s": matmul_s}
+    )
 
 
 def machine_limit(cfg: Config, spec, seconds: float, result: dict) -> dict:
@@ -504,18 +597,35 @@ def machine_limit(cfg: Config, spec, seconds: float, result: dict) -> dict:
     busy = result["seconds_per_second"]["learner_step"]
     matmul = 2 * MATMUL_N**3 / costs["matmul_s"] / 1e9
     while_stepping = gflop * steps_per_s / busy if busy > 0 else 0.0
-    return {"cores": cores(), "fresh_share": fresh, "learner_threads": learner_threads(cfg),
-            "env_step_core_ms": round(env_s * 1e3, 4), "inference_core_ms_per_obs": round(inference_s * 1e3, 4),
-            "learner_core_ms_per_sample": round(learner_s * 1e3, 4),
-            "limit_trained_steps_per_s": round(limit, 1), "trained_steps_per_s": round(trained, 1),
-            "ratio_to_limit": round(trained / limit, 3), "learner_gflop_per_step": round(gflop, 3),
-            "learner_gflop_per_s": round(gflop * steps_per_s, 2), "learner_gflop_per_s_stepping": round(while_stepping, 2),
-            "bare_learner_gflop_per_s": round(gflop / costs["step_s"], 2), "matmul_gflop_per_s": round(matmul, 2),
-            "ratio_to_matmul": round(while_stepping / matmul, 3)}  # fmt: skip
+    return {
+        "cores": cores(),
+        "fresh_share": fresh,
+        "learner_threads": learner_threads(cfg),
+        "env_step_core_ms": round(env_s * 1e3, 4),
+        "inference_core_ms_per_obs": round(inference_s * 1e3, 4),
+        "learner_core_ms_per_sample": round(learner_s * 1e3, 4),
+        "limit_trained_steps_per_s": round(limit, 1),
+        "trained_steps_per_s": round(trained, 1),
+        "ratio_to_limit": round(trained / limit, 3),
+        "learner_gflop_per_step": round(gflop, 3),
+        "learner_gflop_per_s": round(gflop * steps_per_s, 2),
+        "learner_gflop_per_s_stepping": round(while_stepping, 2),
+        "bare_learner_gflop_per_s": round(gflop / costs["step_s"], 2),
+        "matmul_gflop_per_s": round(matmul, 2),
+        "ratio_to_matmul": round(while_stepping / matmul, 3),
+    }
 
 
-def pipeline_mode(cfg: Config, spec, config_path: str | None, sets: list[str], seconds: float, warmup: float,
-                  progress: Progress, limit: bool = True) -> dict:  # fmt: skip
+def pipeline_mode(
+    cfg: Config,
+    spec,
+    config_path: str | None,
+    sets: list[str],
+    seconds: float,
+    warmup: float,
+    progress: Progress,
+    limit: bool = True,
+) -> dict:
     """The real pipeline's figures, its bottleneck and (``limit``) what the machine allows, for the split in ``cfg``."""
     workers, envs = cfg.workers.count, cfg.workers.envs_per_worker
     progress(f"pipeline: zrl-launch {workers} workers x {envs} envs, {warmup:g} s warm-up + {seconds:g} s")
@@ -526,13 +636,22 @@ def pipeline_mode(cfg: Config, spec, config_path: str | None, sets: list[str], s
         each = min(seconds, 10.0)
         progress(f"the machine's limit: an env step, an inference and a learner step, each alone for {each:g} s")
         result["limit"] = machine_limit(cfg, spec, each, result)
-        result["targets"] = [check(result["limit"]["ratio_to_limit"], "pipeline_ratio_to_limit"),
-                             check(result["limit"]["ratio_to_matmul"], "learner_ratio_to_matmul")]  # fmt: skip
+        result["targets"] = [
+            check(result["limit"]["ratio_to_limit"], "pipeline_ratio_to_limit"),
+            check(result["limit"]["ratio_to_matmul"], "learner_ratio_to_matmul"),
+        ]
     return result
 
 
-def suggest(config_path: str | None, sets: list[str], seconds: float, warmup: float, progress: Progress,
-            workers: list[int] | None = None, envs: list[int] | None = None) -> dict:  # fmt: skip
+def suggest(
+    config_path: str | None,
+    sets: list[str],
+    seconds: float,
+    warmup: float,
+    progress: Progress,
+    workers: list[int] | None = None,
+    envs: list[int] | None = None,
+) -> dict:
     """Short pipeline runs over a small grid (by default half, all and twice the cores x 2, 4, 8 envs); the best
     is the one whose learner trains the most per second (frames produced break ties)."""
     c = cores()

@@ -86,17 +86,27 @@ class Pipeline:
             self._initial = protocol.encode_weights(0, 0, flat_parameters(model))
             self._weights_rep = self._socket(zmq.ROUTER, hwm=256, bind=endpoints.weights_req)
             self._socket(zmq.PUB, hwm=2, bind=endpoints.weights)
-        wiring = RunWiring(endpoints, tuple(r.name for r in self.rings), ring_spec, spec.frame_shape,
-                           spec.frame_dtype, spec.num_actions, spec.frames_per_step, os.getpid())  # fmt: skip
+        wiring = RunWiring(
+            endpoints,
+            tuple(r.name for r in self.rings),
+            ring_spec,
+            spec.frame_shape,
+            spec.frame_dtype,
+            spec.num_actions,
+            spec.frames_per_step,
+            os.getpid(),
+        )
         ctx = mp.get_context("spawn")
         self._stop, self._workers_stop = StopFlag(ctx), StopFlag(ctx)
         self.procs["zrl-broker"] = ctx.Process(target=broker.run, args=(cfg, wiring, self._stop), name="zrl-broker")
         if self.with_learner:
-            self.procs["zrl-learner"] = ctx.Process(target=learner.run, name="zrl-learner",
-                                                    args=(cfg, wiring, str(self.workdir), self._stop))  # fmt: skip
+            self.procs["zrl-learner"] = ctx.Process(
+                target=learner.run, name="zrl-learner", args=(cfg, wiring, str(self.workdir), self._stop)
+            )
         for i in range(cfg.workers.count):
-            self.procs[f"zrl-worker-{i}"] = ctx.Process(target=worker.run, args=(i, cfg, wiring, self._workers_stop),
-                                                        name=f"zrl-worker-{i}")  # fmt: skip
+            self.procs[f"zrl-worker-{i}"] = ctx.Process(
+                target=worker.run, args=(i, cfg, wiring, self._workers_stop), name=f"zrl-worker-{i}"
+            )
         for proc in self.procs.values():
             proc.start()
 
@@ -135,8 +145,10 @@ class Pipeline:
             self.learner = msg
 
     def all_reported(self) -> bool:
-        return len(self.workers) == self.cfg.workers.count and self.broker is not None and (
-            self.learner is not None or not self.with_learner
+        return (
+            len(self.workers) == self.cfg.workers.count
+            and self.broker is not None
+            and (self.learner is not None or not self.with_learner)
         )
 
     def stop_workers(self) -> None:
@@ -151,8 +163,12 @@ class Pipeline:
         act on its parent-death signal and would keep its memory and rings for good."""
         if self._watchdog is None:
             ctx = mp.get_context("spawn")
-            self._watchdog = ctx.Process(target=_resume_orphans, name="zrl-bench-watchdog",
-                                         args=(os.getpid(), [p.pid for p in self.procs.values()]), daemon=True)  # fmt: skip
+            self._watchdog = ctx.Process(
+                target=_resume_orphans,
+                name="zrl-bench-watchdog",
+                args=(os.getpid(), [p.pid for p in self.procs.values()]),
+                daemon=True,
+            )
             self._watchdog.start()
         os.kill(self.procs[name].pid, signal.SIGSTOP)
         self._paused.add(name)

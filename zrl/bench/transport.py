@@ -27,7 +27,9 @@ FRAME = (84, 84)
 @contextmanager
 def private_dir():
     """An ipc folder named for this process, so that zrl-launch sweeps it if the bench dies."""
-    path = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-bench{os.urandom(2).hex()}")
+    path = transport.make_private_dir(
+        tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-bench{os.urandom(2).hex()}"
+    )
     try:
         yield path
     finally:
@@ -102,7 +104,7 @@ def queue_bandwidth(envs: int, seconds: float) -> dict:
     try:
         first = q.get(timeout=120)  # the clock starts at the first arrival, after the child's start-up
         start, count = time.perf_counter(), 0
-        while (item := q.get(timeout=60)) is not None:
+        while q.get(timeout=60) is not None:
             count += 1
         elapsed = time.perf_counter() - start
     finally:
@@ -115,11 +117,20 @@ def queue_bandwidth(envs: int, seconds: float) -> dict:
 def unroll_message(envs: int, unroll: int, actions: int) -> protocol.Unroll:
     """An index message as a worker sends it: frame numbers, actions, rewards, behaviour logits and values."""
     return protocol.Unroll(
-        worker_id=0, seq=0, policy_version=1, first_frame=1000, num_envs=envs, length=unroll, env_frames=0,
-        actions=np.zeros((envs, unroll), np.int32), rewards=np.zeros((envs, unroll), np.float32),
-        discounts=np.ones((envs, unroll), np.float32), behaviour_logits=np.zeros((envs, unroll, actions), np.float32),
-        behaviour_values=np.zeros((envs, unroll), np.float32), features=np.zeros((0, 0, 0), np.float32),
-    )  # fmt: skip
+        worker_id=0,
+        seq=0,
+        policy_version=1,
+        first_frame=1000,
+        num_envs=envs,
+        length=unroll,
+        env_frames=0,
+        actions=np.zeros((envs, unroll), np.int32),
+        rewards=np.zeros((envs, unroll), np.float32),
+        discounts=np.ones((envs, unroll), np.float32),
+        behaviour_logits=np.zeros((envs, unroll, actions), np.float32),
+        behaviour_values=np.zeros((envs, unroll), np.float32),
+        features=np.zeros((0, 0, 0), np.float32),
+    )
 
 
 def _pusher(endpoint: str, envs: int, unroll: int, actions: int, seconds: float, hwm: int) -> None:
@@ -172,8 +183,9 @@ def index_messages(cfg: Config, actions: int, seconds: float, round_trips: int =
     zctx = zmq.Context()
     with private_dir() as folder:
         pull = transport.socket(zctx, zmq.PULL, hwm=cfg.transport.hwm, bind=f"ipc://{folder}/unrolls")
-        proc = ctx.Process(target=_pusher, args=(f"ipc://{folder}/unrolls", envs, unroll, actions, seconds + 2.0,
-                                                 cfg.transport.hwm))  # fmt: skip
+        proc = ctx.Process(
+            target=_pusher, args=(f"ipc://{folder}/unrolls", envs, unroll, actions, seconds + 2.0, cfg.transport.hwm)
+        )
         proc.start()
         try:
             data = transport.recv(pull, 120_000)  # the clock starts once the sender runs
@@ -218,10 +230,17 @@ def index_messages(cfg: Config, actions: int, seconds: float, round_trips: int =
             dealer.close()
             zctx.term()
     times.sort()
-    return {"message_bytes": size, "envs": envs, "unroll_length": unroll, "messages_per_s": round(rate, 1),
-            "encode_us": round(encode_us, 2), "decode_us": round(decode_us, 2),
-            "decode_errors": errors, "round_trip_us_median": round(statistics.median(times) * 1e6, 1),
-            "round_trip_us_p99": round(times[int(0.99 * len(times))] * 1e6, 1)}  # fmt: skip
+    return {
+        "message_bytes": size,
+        "envs": envs,
+        "unroll_length": unroll,
+        "messages_per_s": round(rate, 1),
+        "encode_us": round(encode_us, 2),
+        "decode_us": round(decode_us, 2),
+        "decode_errors": errors,
+        "round_trip_us_median": round(statistics.median(times) * 1e6, 1),
+        "round_trip_us_p99": round(times[int(0.99 * len(times))] * 1e6, 1),
+    }
 
 
 def _subscriber(endpoint: str, back: str, cfg: Config, shape, dtype, actions: int) -> None:
@@ -261,8 +280,9 @@ def weights_latency(cfg: Config, shape, dtype, actions: int, count: int = 20) ->
     with private_dir() as folder:
         pub = transport.socket(zctx, zmq.PUB, hwm=2, bind=f"ipc://{folder}/weights")
         back = transport.socket(zctx, zmq.PULL, hwm=1000, bind=f"ipc://{folder}/back")
-        proc = ctx.Process(target=_subscriber, args=(f"ipc://{folder}/weights", f"ipc://{folder}/back", cfg, shape,
-                                                     dtype, actions))  # fmt: skip
+        proc = ctx.Process(
+            target=_subscriber, args=(f"ipc://{folder}/weights", f"ipc://{folder}/back", cfg, shape, dtype, actions)
+        )
         proc.start()
         latencies: list[float] = []
         try:
@@ -295,6 +315,9 @@ def weights_latency(cfg: Config, shape, dtype, actions: int, count: int = 20) ->
             back.close()
             zctx.term()
     params = sum(p.numel() for p in model.parameters())
-    return {"parameters": params, "message_mb": round(params * 4 / 1e6, 2),
-            "latency_ms_median": round(statistics.median(latencies) * 1e3, 2),
-            "latency_ms_max": round(max(latencies) * 1e3, 2)}  # fmt: skip
+    return {
+        "parameters": params,
+        "message_mb": round(params * 4 / 1e6, 2),
+        "latency_ms_median": round(statistics.median(latencies) * 1e3, 2),
+        "latency_ms_max": round(max(latencies) * 1e3, 2),
+    }

@@ -17,12 +17,12 @@ from torch import nn
 from zrl.config import ModelConfig
 
 
-
 def scaled_frames(obs: torch.Tensor, scale: bool = True) -> torch.Tensor:
     """Observations as a torso takes them: floats, uint8 frames scaled to [0, 1] in place on their new float copy
     (a second 3.6 MB tensor per pass of 32 Pong observations cost ~1 ms of a 20 ms IQN update, Intel Xeon,
     2 threads). Float observations pass through as they are."""
     return obs.float().mul_(1.0 / 255.0) if scale and obs.dtype == torch.uint8 else obs.float()
+
 
 class Output(NamedTuple):
     logits: torch.Tensor
@@ -56,11 +56,14 @@ def nature_convs(stack: int) -> list[nn.Module]:
     """The Nature DQN convolutions on ``stack`` 84x84 frames, flattened to NATURE_CONV_OUT features."""
     relu = math.sqrt(2)
     return [
-        _init(nn.Conv2d(stack, 32, 8, stride=4), relu), nn.ReLU(),
-        _init(nn.Conv2d(32, 64, 4, stride=2), relu), nn.ReLU(),
-        _init(nn.Conv2d(64, 64, 3, stride=1), relu), nn.ReLU(),
+        _init(nn.Conv2d(stack, 32, 8, stride=4), relu),
+        nn.ReLU(),
+        _init(nn.Conv2d(32, 64, 4, stride=2), relu),
+        nn.ReLU(),
+        _init(nn.Conv2d(64, 64, 3, stride=1), relu),
+        nn.ReLU(),
         nn.Flatten(),
-    ]  # fmt: skip
+    ]
 
 
 def small_convs(stack: int) -> list[nn.Module]:
@@ -68,10 +71,12 @@ def small_convs(stack: int) -> list[nn.Module]:
     frames, flattened to SMALL_CONV_OUT features: about a third of the Nature torso's multiply-adds."""
     relu = math.sqrt(2)
     return [
-        _init(nn.Conv2d(stack, 16, 8, stride=4), relu), nn.ReLU(),
-        _init(nn.Conv2d(16, 32, 4, stride=2), relu), nn.ReLU(),
+        _init(nn.Conv2d(stack, 16, 8, stride=4), relu),
+        nn.ReLU(),
+        _init(nn.Conv2d(16, 32, 4, stride=2), relu),
+        nn.ReLU(),
         nn.Flatten(),
-    ]  # fmt: skip
+    ]
 
 
 def conv_torso(kind: str, stack: int) -> tuple[list[nn.Module], int]:
@@ -137,7 +142,9 @@ def model_kind(cfg: ModelConfig, frame_shape: tuple[int, ...]) -> str:
     return kind
 
 
-def build_model(cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int) -> nn.Module:
+def build_model(
+    cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int
+) -> nn.Module:
     """The network ``cfg.kind`` asks for; auto picks the conv net for 84x84 frames."""
     kind = model_kind(cfg, frame_shape)
     if kind in IMAGE_KINDS:

@@ -23,7 +23,6 @@ import numpy as np
 from zrl import protocol
 from zrl.replay.sumtree import SumTree, annealed_beta, importance_weights
 
-
 MIN_PRIORITY = 1e-6
 
 
@@ -40,9 +39,16 @@ class Transitions(NamedTuple):
     policy_version: np.ndarray  # [n] int64: the weights version the worker acted with
 
 
-COLUMNS = {"worker_id": np.int32, "env_index": np.int32, "frame": np.int64, "action": np.int32,
-           "nstep_return": np.float32, "bootstrap_discount": np.float32, "next_frame": np.int64,
-           "policy_version": np.int64}  # fmt: skip
+COLUMNS = {
+    "worker_id": np.int32,
+    "env_index": np.int32,
+    "frame": np.int64,
+    "action": np.int32,
+    "nstep_return": np.float32,
+    "bootstrap_discount": np.float32,
+    "next_frame": np.int64,
+    "policy_version": np.int64,
+}
 
 
 class Sample(NamedTuple):
@@ -137,10 +143,23 @@ class ApexReplay:
 
     EVICT_EVERY = 16  # batches between eviction scans (O(capacity)); a stale row drawn meanwhile fails at gather
 
-    def __init__(self, capacity: int, batch_size: int, learn_start: int, workers: int, envs_per_worker: int,
-                 num_actions: int, n_step: int, beta_start: float, beta_anneal_steps: int, seed: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        capacity: int,
+        batch_size: int,
+        learn_start: int,
+        workers: int,
+        envs_per_worker: int,
+        num_actions: int,
+        n_step: int,
+        beta_start: float,
+        beta_anneal_steps: int,
+        seed: int,
+    ) -> None:
         if beta_anneal_steps < 1:
-            raise ValueError(f"beta_anneal_steps must be >= 1 (derive it from the budget first), got {beta_anneal_steps}")
+            raise ValueError(
+                f"beta_anneal_steps must be >= 1 (derive it from the budget first), got {beta_anneal_steps}"
+            )
         self.replay = PrioritizedReplay(capacity)
         self.n_step = n_step
         self.batch_size, self.learn_start = batch_size, learn_start
@@ -175,9 +194,19 @@ class ApexReplay:
         why = self.misfit(msg)
         if why is None and msg.count:
             n = msg.count
-            self.replay.insert(Transitions(np.full(n, msg.worker_id, np.int32), msg.env_index, msg.frame, msg.action,
-                                           msg.nstep_return, msg.bootstrap_discount, msg.next_frame,
-                                           np.full(n, msg.policy_version, np.int64)), msg.priority)  # fmt: skip
+            self.replay.insert(
+                Transitions(
+                    np.full(n, msg.worker_id, np.int32),
+                    msg.env_index,
+                    msg.frame,
+                    msg.action,
+                    msg.nstep_return,
+                    msg.bootstrap_discount,
+                    msg.next_frame,
+                    np.full(n, msg.policy_version, np.int64),
+                ),
+                msg.priority,
+            )
         return why
 
     def next_batch(self, batch_id: int, env_frames: int, oldest_frame: np.ndarray) -> protocol.TransitionBatch | None:
@@ -187,19 +216,30 @@ class ApexReplay:
             return None
         if self.batches % self.EVICT_EVERY == 0:
             self.replay.evict(oldest_frame)
-        sample = self.replay.sample(self.batch_size, annealed_beta(self.batches, self.beta_start, self.beta_anneal_steps),
-                                    self.rng)  # fmt: skip
+        sample = self.replay.sample(
+            self.batch_size, annealed_beta(self.batches, self.beta_start, self.beta_anneal_steps), self.rng
+        )
         if sample is None:
             return None
         self.batches += 1
         order = np.argsort(sample.transitions.worker_id, kind="stable")  # one block per ring at gather
         t = Transitions(*(column[order] for column in sample.transitions))
-        return protocol.TransitionBatch(batch_id=batch_id, env_frames=env_frames, size=self.batch_size,
-                                        worker_ids=t.worker_id, env_index=t.env_index, frame=t.frame, action=t.action,
-                                        nstep_return=t.nstep_return, bootstrap_discount=t.bootstrap_discount,
-                                        next_frame=t.next_frame, slots=sample.slots[order],
-                                        stamps=sample.stamps[order], weights=sample.weights[order],
-                                        policy_version=t.policy_version)  # fmt: skip
+        return protocol.TransitionBatch(
+            batch_id=batch_id,
+            env_frames=env_frames,
+            size=self.batch_size,
+            worker_ids=t.worker_id,
+            env_index=t.env_index,
+            frame=t.frame,
+            action=t.action,
+            nstep_return=t.nstep_return,
+            bootstrap_discount=t.bootstrap_discount,
+            next_frame=t.next_frame,
+            slots=sample.slots[order],
+            stamps=sample.stamps[order],
+            weights=sample.weights[order],
+            policy_version=t.policy_version,
+        )
 
     def update(self, msg: protocol.PriorityUpdate) -> str | None:
         """Apply the learner's new priorities; the reason if refused."""

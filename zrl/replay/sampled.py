@@ -12,7 +12,7 @@ in one batched forward pass; ``ok`` is False for units whose frames were overwri
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -35,8 +35,14 @@ def compared_steps(unroll_length: int, feature_steps: int) -> np.ndarray:
 class UniformReplay:
     """A ring of units sampled uniformly (without replacement while it holds at least ``share``)."""
 
-    def __init__(self, capacity: int, share: int, min_fill: int, rng: np.random.Generator,
-                 feature_shape: tuple[int, int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        capacity: int,
+        share: int,
+        min_fill: int,
+        rng: np.random.Generator,
+        feature_shape: tuple[int, int] | None = None,
+    ) -> None:
         self.store = UnitStore(capacity, feature_shape)
         self.share = share
         self.min_fill = max(1, min_fill)
@@ -82,11 +88,27 @@ class FeatureReplay(UniformReplay):
     """Elite or attentive replay: a uniform store plus the behaviour-time features of every unit at the
     compared steps; samples by feature distance over a candidate pool of about lambda x share units."""
 
-    def __init__(self, kind: str, capacity: int, share: int, min_fill: int, rng: np.random.Generator, *,
-                 unroll_length: int, feature_size: int, scorer: Scorer, dist_function: str = "ln_norm",
-                 p: float = 2.0, strategy: int = 3, lambda_batch_multiplier: float = 6.0,
-                 alfa_annealing_factor: float = 2.0, decay_steps: int = 0, feature_steps: int = 0,
-                 elite_insertion: bool = False, elite_batch_size: int = 20) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        capacity: int,
+        share: int,
+        min_fill: int,
+        rng: np.random.Generator,
+        *,
+        unroll_length: int,
+        feature_size: int,
+        scorer: Scorer,
+        dist_function: str = "ln_norm",
+        p: float = 2.0,
+        strategy: int = 3,
+        lambda_batch_multiplier: float = 6.0,
+        alfa_annealing_factor: float = 2.0,
+        decay_steps: int = 0,
+        feature_steps: int = 0,
+        elite_insertion: bool = False,
+        elite_batch_size: int = 20,
+    ) -> None:
         if kind not in ("elite", "attentive"):
             raise ValueError(f"kind must be elite or attentive, got {kind!r}")
         self.steps = compared_steps(unroll_length, feature_steps)
@@ -106,7 +128,9 @@ class FeatureReplay(UniformReplay):
     def add(self, units: list[Unit], features: np.ndarray | None = None) -> None:
         """Store one message's units with their behaviour features ``[M, T, F]`` at the compared steps."""
         if features is None or features.shape[:2] != (len(units), self.unroll_length):
-            raise ValueError(f"{self.kind} replay needs each unit's features [T, F]; got {None if features is None else features.shape}")
+            raise ValueError(
+                f"{self.kind} replay needs each unit's features [T, F]; got {None if features is None else features.shape}"
+            )
         kept = features[:, self.steps]
         pending = []
         for unit, feats in zip(units, kept):
@@ -133,7 +157,9 @@ class FeatureReplay(UniformReplay):
         distances = np.full(len(slots), np.inf, np.float32)
         if ok.any():
             stored = torch.from_numpy(st.features[slots[ok]])
-            distances[ok] = elite.feature_distance(stored, current[torch.from_numpy(ok)], self.dist_function, self.p).numpy()
+            distances[ok] = elite.feature_distance(
+                stored, current[torch.from_numpy(ok)], self.dist_function, self.p
+            ).numpy()
         return distances, ok
 
     # -- sampling -----------------------------------------------------------------------------
@@ -186,8 +212,9 @@ class FeatureReplay(UniformReplay):
             return distances[ok], pool
         # attentive: distance to the current feature of the newest stored state (its unit's last observation)
         newest = np.array([st.newest_slot()])
-        now, now_ok = self.scorer(st.worker_id[newest], st.env_index[newest], st.first_frame[newest],
-                                  np.array([self.unroll_length]))  # fmt: skip
+        now, now_ok = self.scorer(
+            st.worker_id[newest], st.env_index[newest], st.first_frame[newest], np.array([self.unroll_length])
+        )
         if not now_ok[0]:
             return None, pool
         return elite.feature_distance(current[torch.from_numpy(ok)], now, self.dist_function, self.p).numpy(), pool

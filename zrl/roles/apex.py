@@ -32,7 +32,6 @@ import torch
 import zmq
 
 from shm.ring import Ring
-
 from zrl import __version__, checkpoint, protocol, transport
 from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
 from zrl.algos.iqn import NStep
@@ -41,15 +40,27 @@ from zrl.gather import ActingStack, TransitionGatherer
 from zrl.models import flat_parameters, load_flat
 from zrl.models.iqn import build_apex_model
 from zrl.replay.prioritized import ApexReplay
-from zrl.roles.common import (Decoder, EpisodeReporter, Every, RunWiring, SeqGaps, WorkerLink, WorkerStart, frames_past_ring,
-                              keep_freed_memory, next_batch, should_stop)
+from zrl.roles.common import (
+    Decoder,
+    EpisodeReporter,
+    Every,
+    RunWiring,
+    SeqGaps,
+    WorkerLink,
+    WorkerStart,
+    frames_past_ring,
+    keep_freed_memory,
+    next_batch,
+    should_stop,
+)
 
 PRIORITY_CHUNK = 256  # transitions per forward pass when a worker computes first priorities
 
 
 def _model(cfg: Config, wiring: RunWiring) -> torch.nn.Module:
-    return build_apex_model(cfg.model, cfg.apex, wiring.frame_shape, wiring.frame_dtype, cfg.env.frame_stack,
-                            wiring.num_actions)  # fmt: skip
+    return build_apex_model(
+        cfg.model, cfg.apex, wiring.frame_shape, wiring.frame_dtype, cfg.env.frame_stack, wiring.num_actions
+    )
 
 
 def env_steps_per_version(cfg: Config) -> float:
@@ -119,11 +130,19 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
                 timing["inference"] += time.perf_counter() - t0  # forward passes, not sending
                 t0 = time.perf_counter()
             message = protocol.Transitions(
-                worker_id=worker_id, seq=seq, policy_version=policy_version, env_frames=env_steps * frames_per_step,
-                count=held, env_index=cols["env_index"], frame=cols["frame"], action=cols["action"],
-                nstep_return=cols["nstep_return"], bootstrap_discount=cols["bootstrap_discount"],
-                next_frame=cols["next_frame"], priority=priority,
-            ).encode()  # fmt: skip
+                worker_id=worker_id,
+                seq=seq,
+                policy_version=policy_version,
+                env_frames=env_steps * frames_per_step,
+                count=held,
+                env_index=cols["env_index"],
+                frame=cols["frame"],
+                action=cols["action"],
+                nstep_return=cols["nstep_return"],
+                bootstrap_discount=cols["bootstrap_discount"],
+                next_frame=cols["next_frame"],
+                priority=priority,
+            ).encode()
             pending, held = [], 0
             while not transport.send(out, message, poll_ms):
                 if should_stop(stop_event, wiring.launcher_pid):
@@ -147,8 +166,14 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
             stack.push(step.frames, step.game_over)
             next_frame = ring.write(frame=step.frames, episode_step=stack.episode_step)
             t3 = time.perf_counter()
-            done = builder.step(np.full(m, frame), action, step.rewards * scale, gamma * (~step.done),
-                                step.game_over, np.full(m, next_frame))  # fmt: skip
+            done = builder.step(
+                np.full(m, frame),
+                action,
+                step.rewards * scale,
+                gamma * (~step.done),
+                step.game_over,
+                np.full(m, next_frame),
+            )
             frame = next_frame
             if len(done["frame"]):
                 pending.append(done)
@@ -162,7 +187,9 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
             if per_version:
                 # Ahead of the learner: this worker's share of the env steps the learner's latest weights
                 # (and one version more) account for, past the transitions the replay waits for to start.
-                allowed = (apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio) / cfg.workers.count
+                allowed = (
+                    apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio
+                ) / cfg.workers.count
                 t4 = time.perf_counter()
                 deadline = t4 + cfg.workers.max_weights_wait_s
                 while env_steps > allowed + apex.priority_batch and time.perf_counter() < deadline:
@@ -170,7 +197,9 @@ def run_worker(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start
                         return
                     got = weights.newer(policy_version, min(poll_ms, int((deadline - time.perf_counter()) * 1000) + 1))
                     use(got)
-                    allowed = (apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio) / cfg.workers.count
+                    allowed = (
+                        apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio
+                    ) / cfg.workers.count
                     if report.due():
                         send_stats()
                 timing["weights_wait"] += time.perf_counter() - t4
@@ -187,13 +216,20 @@ def _first_priorities(model, gatherer: TransitionGatherer, cols: dict[str, np.nd
     priority = np.full(n, -1.0, np.float32)
     for lo in range(0, n, PRIORITY_CHUNK):
         hi = min(n, lo + PRIORITY_CHUNK)
-        view = SimpleNamespace(worker_ids=np.zeros(hi - lo, np.int32), env_index=cols["env_index"][lo:hi],
-                               frame=cols["frame"][lo:hi], next_frame=cols["next_frame"][lo:hi],
-                               bootstrap_discount=cols["bootstrap_discount"][lo:hi])  # fmt: skip
+        view = SimpleNamespace(
+            worker_ids=np.zeros(hi - lo, np.int32),
+            env_index=cols["env_index"][lo:hi],
+            frame=cols["frame"][lo:hi],
+            next_frame=cols["next_frame"][lo:hi],
+            bootstrap_discount=cols["bootstrap_discount"][lo:hi],
+        )
         obs, next_obs, ok = gatherer.gather(view)
-        nstep = NStep(torch.from_numpy(cols["nstep_return"][lo:hi]), torch.from_numpy(cols["bootstrap_discount"][lo:hi]))
-        p = first_priorities(model, obs, torch.from_numpy(cols["action"][lo:hi]), nstep, next_obs, apex,
-                             generator).numpy()
+        nstep = NStep(
+            torch.from_numpy(cols["nstep_return"][lo:hi]), torch.from_numpy(cols["bootstrap_discount"][lo:hi])
+        )
+        p = first_priorities(
+            model, obs, torch.from_numpy(cols["action"][lo:hi]), nstep, next_obs, apex, generator
+        ).numpy()
         priority[lo:hi] = np.where(ok, p, -1.0)
     return priority
 
@@ -207,9 +243,18 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
     apex = cfg.apex
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
     capacity = cfg.replay[0].capacity
-    replay = ApexReplay(capacity, cfg.learner.batch_size, apex.learn_start, cfg.workers.count,
-                        cfg.workers.envs_per_worker, wiring.num_actions, apex.n_step, apex.importance_beta,
-                        apex_anneal_steps(cfg, wiring.frames_per_step), cfg.run.seed)  # fmt: skip
+    replay = ApexReplay(
+        capacity,
+        cfg.learner.batch_size,
+        apex.learn_start,
+        cfg.workers.count,
+        cfg.workers.envs_per_worker,
+        wiring.num_actions,
+        apex.n_step,
+        apex.importance_beta,
+        apex_anneal_steps(cfg, wiring.frames_per_step),
+        cfg.run.seed,
+    )
     reach_back = cfg.env.frame_stack - 1  # a transition's stack reads this many frames before its own
     frames_per_slot = cfg.workers.envs_per_worker * wiring.frames_per_step
     poll_ms = cfg.transport.poll_timeout_ms
@@ -234,15 +279,30 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
         return sum(worker_frames.values()) // wiring.frames_per_step
 
     def send_stats() -> None:
-        transport.send_nowait(stats, protocol.BrokerStats(
-            pid=os.getpid(), time=time.time(), unrolls_received=received,
-            unrolls_dropped_stale=replay.replay.evicted, unrolls_dropped_full=0, seq_gaps=gaps.count,
-            decode_errors=decoded.errors, batches_sent=batches_sent, replay_size=len(replay.replay),
-            ready_batches=batches_sent - max(0, credits_granted - prefetch),
-            replay_sizes=np.array([len(replay.replay)], np.int64), prepare_time_s=prepare_time, feature_time_s=0.0,
-            insert_time_s=insert_time, elite_lambda=0.0, elite_distance_pool=0.0, elite_distance_chosen=0.0,
-            elite_distance_min=0.0, elite_distance_max=0.0,
-        ).encode())  # fmt: skip
+        transport.send_nowait(
+            stats,
+            protocol.BrokerStats(
+                pid=os.getpid(),
+                time=time.time(),
+                unrolls_received=received,
+                unrolls_dropped_stale=replay.replay.evicted,
+                unrolls_dropped_full=0,
+                seq_gaps=gaps.count,
+                decode_errors=decoded.errors,
+                batches_sent=batches_sent,
+                replay_size=len(replay.replay),
+                ready_batches=batches_sent - max(0, credits_granted - prefetch),
+                replay_sizes=np.array([len(replay.replay)], np.int64),
+                prepare_time_s=prepare_time,
+                feature_time_s=0.0,
+                insert_time_s=insert_time,
+                elite_lambda=0.0,
+                elite_distance_pool=0.0,
+                elite_distance_chosen=0.0,
+                elite_distance_min=0.0,
+                elite_distance_max=0.0,
+            ).encode(),
+        )
 
     try:
         while not should_stop(stop_event, wiring.launcher_pid):
@@ -262,7 +322,10 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                     break
                 if (msg := decoded(data, protocol.Transitions)) is None:
                     continue
-                if frames_past_ring(msg.worker_id, msg.env_frames, rings, frames_per_slot) or replay.insert(msg) is not None:
+                if (
+                    frames_past_ring(msg.worker_id, msg.env_frames, rings, frames_per_slot)
+                    or replay.insert(msg) is not None
+                ):
                     decoded.refuse()
                     continue
                 gaps.see(msg.worker_id, msg.seq)
@@ -303,8 +366,12 @@ def transition_misfit(batch: protocol.TransitionBatch, cfg: Config, rings: int, 
     b = batch.size
     if not 1 <= b <= cfg.learner.batch_size:
         return f"{b} transitions, not 1..{cfg.learner.batch_size}"
-    ranges = ((batch.worker_ids, rings, "worker id"), (batch.env_index, cfg.workers.envs_per_worker, "env index"),
-              (batch.action, num_actions, "action"), (batch.slots, cfg.replay[0].capacity, "replay slot"))  # fmt: skip
+    ranges = (
+        (batch.worker_ids, rings, "worker id"),
+        (batch.env_index, cfg.workers.envs_per_worker, "env index"),
+        (batch.action, num_actions, "action"),
+        (batch.slots, cfg.replay[0].capacity, "replay slot"),
+    )
     for values, bound, what in ranges:
         if not (0 <= values.min() and values.max() < bound):
             return f"a {what} outside 0..{bound - 1}"
@@ -316,7 +383,14 @@ def transition_misfit(batch: protocol.TransitionBatch, cfg: Config, rings: int, 
 
 
 def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start) -> None:
-    from zrl.roles.learner import apex_sgd_step, load_optimizer_state, make_optimizer, resolve_device, rng_state, set_rng_state
+    from zrl.roles.learner import (
+        apex_sgd_step,
+        load_optimizer_state,
+        make_optimizer,
+        resolve_device,
+        rng_state,
+        set_rng_state,
+    )
 
     if cfg.run.keep_freed_memory:
         keep_freed_memory()
@@ -330,8 +404,14 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
     target.train(apex.noisy)
     optimizer, scheduler = make_optimizer(online, lcfg, apex_anneal_steps(cfg, wiring.frames_per_step))
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
-    gatherer = TransitionGatherer(rings, cfg.env.frame_stack, lcfg.batch_size, wiring.frame_shape, wiring.frame_dtype,
-                                  pin_memory=device.type == "cuda")  # fmt: skip
+    gatherer = TransitionGatherer(
+        rings,
+        cfg.env.frame_stack,
+        lcfg.batch_size,
+        wiring.frame_shape,
+        wiring.frame_dtype,
+        pin_memory=device.type == "cuda",
+    )
     ckpt_dir = Path(run_dir) / "checkpoints"
     poll_ms = cfg.transport.poll_timeout_ms
 
@@ -370,33 +450,68 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
             return last_ckpt
         try:
             ckpt_dir.mkdir(exist_ok=True)
-            path = checkpoint.save(ckpt_dir / checkpoint.PATTERN.format(step=learner_step), {
-                "zrl_version": __version__, "model": online.state_dict(), "target": target.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "learner_step": learner_step, "env_frames": env_frames,
-                "env_frames_trained": samples * wiring.frames_per_step, "samples": samples,
-                "policy_version": policy_version, "config": to_dict(cfg), "rng": rng_state(device),
-                "saved_at": time.time(),
-            })  # fmt: skip
+            path = checkpoint.save(
+                ckpt_dir / checkpoint.PATTERN.format(step=learner_step),
+                {
+                    "zrl_version": __version__,
+                    "model": online.state_dict(),
+                    "target": target.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "scheduler": scheduler.state_dict(),
+                    "learner_step": learner_step,
+                    "env_frames": env_frames,
+                    "env_frames_trained": samples * wiring.frames_per_step,
+                    "samples": samples,
+                    "policy_version": policy_version,
+                    "config": to_dict(cfg),
+                    "rng": rng_state(device),
+                    "saved_at": time.time(),
+                },
+            )
             checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
         except OSError as err:
-            print(f"zrl-learner: checkpoint at learner step {learner_step} failed ({err.strerror or err}); the "
-                  "previous checkpoints are untouched, training goes on", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"zrl-learner: checkpoint at learner step {learner_step} failed ({err.strerror or err}); the "
+                "previous checkpoints are untouched, training goes on",
+                file=sys.stderr,
+                flush=True,
+            )
             return last_ckpt
         saved_step = learner_step
         return str(path)
 
     def report() -> None:
-        transport.send_nowait(stats, protocol.LearnerStats(
-            pid=os.getpid(), time=time.time(), learner_step=learner_step, policy_version=policy_version,
-            samples=samples, env_frames_trained=samples * wiring.frames_per_step, units_dropped_torn=dropped_torn,
-            total_loss=last.loss, pg_loss=0.0, baseline_loss=0.0, entropy_loss=0.0,
-            learning_rate=scheduler.get_last_lr()[0], grad_norm=last.grad_norm, mean_rho=0.0,
-            policy_cloning_loss=0.0, value_cloning_loss=0.0, laser_masked_fraction=0.0, policy_lag=last.lag,
-            sample_age_mean=last.age_mean, sample_age_max=last.age_max, step_time_s=timing["step"], gather_time_s=timing["gather"],
-            wait_time_s=timing["wait"], publish_time_s=timing["publish"], decode_errors=decoded.errors,
-            checkpoint_path=last_ckpt,
-        ).encode())  # fmt: skip
+        transport.send_nowait(
+            stats,
+            protocol.LearnerStats(
+                pid=os.getpid(),
+                time=time.time(),
+                learner_step=learner_step,
+                policy_version=policy_version,
+                samples=samples,
+                env_frames_trained=samples * wiring.frames_per_step,
+                units_dropped_torn=dropped_torn,
+                total_loss=last.loss,
+                pg_loss=0.0,
+                baseline_loss=0.0,
+                entropy_loss=0.0,
+                learning_rate=scheduler.get_last_lr()[0],
+                grad_norm=last.grad_norm,
+                mean_rho=0.0,
+                policy_cloning_loss=0.0,
+                value_cloning_loss=0.0,
+                laser_masked_fraction=0.0,
+                policy_lag=last.lag,
+                sample_age_mean=last.age_mean,
+                sample_age_max=last.age_max,
+                step_time_s=timing["step"],
+                gather_time_s=timing["gather"],
+                wait_time_s=timing["wait"],
+                publish_time_s=timing["publish"],
+                decode_errors=decoded.errors,
+                checkpoint_path=last_ckpt,
+            ).encode(),
+        )
 
     try:
         weights_pub.send(current, copy=False)
@@ -426,7 +541,7 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
             ages = policy_version - batch.policy_version[keep]  # in weights versions; the newest is the lag
             last.lag, last.age_mean, last.age_max = float(ages.min()), float(ages.mean()), float(ages.max())
 
-            def column(a: np.ndarray) -> torch.Tensor:
+            def column(a: np.ndarray, keep: np.ndarray = keep) -> torch.Tensor:
                 return torch.from_numpy(np.ascontiguousarray(a[keep])).to(device)
 
             if len(keep) < len(ok):  # a torn unit: train on the rest (indexing copies 2 x 3.6 MB, so only then)
@@ -435,13 +550,29 @@ def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start)
             nstep = NStep(column(batch.nstep_return), column(batch.bootstrap_discount))
             t2 = time.perf_counter()
             timing["gather"] += t2 - t1
-            step = apex_sgd_step(online, target, optimizer, obs, column(batch.action), nstep, next_obs,
-                                column(batch.weights), apex, lcfg.grad_norm_clip)  # fmt: skip
+            step = apex_sgd_step(
+                online,
+                target,
+                optimizer,
+                obs,
+                column(batch.action),
+                nstep,
+                next_obs,
+                column(batch.weights),
+                apex,
+                lcfg.grad_norm_clip,
+            )
             scheduler.step()
-            transport.send_nowait(priorities, protocol.PriorityUpdate(
-                batch_id=batch.batch_id, size=len(keep), slots=batch.slots[keep], stamps=batch.stamps[keep],
-                priorities=step.priorities.astype(np.float32),
-            ).encode())  # fmt: skip
+            transport.send_nowait(
+                priorities,
+                protocol.PriorityUpdate(
+                    batch_id=batch.batch_id,
+                    size=len(keep),
+                    slots=batch.slots[keep],
+                    stamps=batch.stamps[keep],
+                    priorities=step.priorities.astype(np.float32),
+                ).encode(),
+            )
             learner_step += 1
             samples += len(keep)
             last.loss, last.grad_norm = step.loss, step.grad_norm

@@ -23,7 +23,6 @@ import torch
 import zmq
 
 from shm.ring import Ring
-
 from zrl import protocol, transport
 from zrl.config import Config, fill_target, lr_decay_steps, needs_features, queue_capacity, replay_share
 from zrl.gather import Gatherer, stack_observations
@@ -31,8 +30,18 @@ from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.store import Unit
-from zrl.roles.common import (Decoder, Every, RunWiring, SeqGaps, crash_report, frames_past_ring, keep_freed_memory,
-                              should_stop, start_role, wait_for_weights)
+from zrl.roles.common import (
+    Decoder,
+    Every,
+    RunWiring,
+    SeqGaps,
+    crash_report,
+    frames_past_ring,
+    keep_freed_memory,
+    should_stop,
+    start_role,
+    wait_for_weights,
+)
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
@@ -40,10 +49,19 @@ SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame bu
 def units_of(msg: protocol.Unroll) -> list[Unit]:
     """Split one worker message into its M per-env units."""
     return [
-        Unit(msg.worker_id, i, msg.first_frame, msg.policy_version, msg.actions[i], msg.rewards[i],
-             msg.discounts[i], msg.behaviour_logits[i], msg.behaviour_values[i])
+        Unit(
+            msg.worker_id,
+            i,
+            msg.first_frame,
+            msg.policy_version,
+            msg.actions[i],
+            msg.rewards[i],
+            msg.discounts[i],
+            msg.behaviour_logits[i],
+            msg.behaviour_values[i],
+        )
         for i in range(msg.num_envs)
-    ]  # fmt: skip
+    ]
 
 
 def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
@@ -67,7 +85,9 @@ def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
     return None
 
 
-def make_batch(batch_id: int, units: list[Unit], replay_index: list[int] | None = None, env_frames: int = 0) -> protocol.Batch:
+def make_batch(
+    batch_id: int, units: list[Unit], replay_index: list[int] | None = None, env_frames: int = 0
+) -> protocol.Batch:
     """Units sorted by worker, so that the learner gathers each ring's frames into one contiguous block."""
     source = np.zeros(len(units), np.int32) if replay_index is None else np.asarray(replay_index, np.int32)
     order = sorted(range(len(units)), key=lambda i: units[i].worker_id)
@@ -96,8 +116,9 @@ class FeatureScorer:
         self.stack = cfg.env.frame_stack
         self.model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, self.stack, wiring.num_actions)
         self.model.eval()
-        self.gatherer = Gatherer(rings, self.stack, cfg.learner.unroll_length, SCORE_CHUNK, wiring.frame_shape,
-                                 wiring.frame_dtype)  # fmt: skip
+        self.gatherer = Gatherer(
+            rings, self.stack, cfg.learner.unroll_length, SCORE_CHUNK, wiring.frame_shape, wiring.frame_dtype
+        )
         self.bf16 = cfg.broker.precision == "bf16"
         self.version = -1
         self.time_s = 0.0
@@ -107,8 +128,9 @@ class FeatureScorer:
             load_flat(self.model, flat)
             self.version = version
 
-    def __call__(self, worker_ids: np.ndarray, env_index: np.ndarray, first_frames: np.ndarray,
-                 at: np.ndarray) -> tuple[torch.Tensor, np.ndarray]:  # fmt: skip
+    def __call__(
+        self, worker_ids: np.ndarray, env_index: np.ndarray, first_frames: np.ndarray, at: np.ndarray
+    ) -> tuple[torch.Tensor, np.ndarray]:
         t0 = time.perf_counter()
         n = len(worker_ids)
         order = np.argsort(worker_ids, kind="stable")  # the gatherer reads one ring block at a time
@@ -144,14 +166,27 @@ def make_replays(cfg: Config, frames_per_step: int, scorer: Scorer | None, seed:
         else:
             if scorer is None:
                 raise ValueError(f"replay[{i}] is {rep.type} and needs a feature scorer")
-            replays.append(FeatureReplay(
-                rep.type, rep.capacity, share, min_fill, rng, unroll_length=cfg.learner.unroll_length,
-                feature_size=cfg.model.feature_size, scorer=scorer, dist_function=rep.dist_function, p=rep.p,
-                strategy=rep.strategy, lambda_batch_multiplier=rep.lambda_batch_multiplier,
-                alfa_annealing_factor=rep.alfa_annealing_factor, decay_steps=lr_decay_steps(cfg, frames_per_step),
-                feature_steps=rep.feature_steps, elite_insertion=rep.elite_insertion,
-                elite_batch_size=rep.elite_batch_size,
-            ))  # fmt: skip
+            replays.append(
+                FeatureReplay(
+                    rep.type,
+                    rep.capacity,
+                    share,
+                    min_fill,
+                    rng,
+                    unroll_length=cfg.learner.unroll_length,
+                    feature_size=cfg.model.feature_size,
+                    scorer=scorer,
+                    dist_function=rep.dist_function,
+                    p=rep.p,
+                    strategy=rep.strategy,
+                    lambda_batch_multiplier=rep.lambda_batch_multiplier,
+                    alfa_annealing_factor=rep.alfa_annealing_factor,
+                    decay_steps=lr_decay_steps(cfg, frames_per_step),
+                    feature_steps=rep.feature_steps,
+                    elite_insertion=rep.elite_insertion,
+                    elite_batch_size=rep.elite_batch_size,
+                )
+            )
     return replays
 
 
@@ -275,26 +310,42 @@ class Broker:
             stacked = np.zeros((0, 0, 0), np.float32)
         column = lambda values, dtype: np.array(values, dtype)  # noqa: E731
         return protocol.ReplayIndex(
-            replay=column([r[0] for r in rows], np.int32), worker_ids=column([r[1].worker_id for r in rows], np.int32),
+            replay=column([r[0] for r in rows], np.int32),
+            worker_ids=column([r[1].worker_id for r in rows], np.int32),
             env_index=column([r[1].env_index for r in rows], np.int32),
             first_frame=column([r[1].first_frame for r in rows], np.int64),
             policy_versions=column([r[1].policy_version for r in rows], np.int64),
-            counts=column([r[2] for r in rows], np.int64), feature_rows=column(feature_rows, np.int32), features=stacked,
+            counts=column([r[2] for r in rows], np.int64),
+            feature_rows=column(feature_rows, np.int32),
+            features=stacked,
             sample_calls=column([getattr(r, "sample_calls", 0) for r in self.replays], np.int64),
-        )  # fmt: skip
+        )
 
     def elite_stats(self) -> dict[str, float]:
         """Figures of the first elite or attentive replay's last scored pool (zeros when there is none)."""
-        stats = dict.fromkeys(("elite_lambda", "elite_distance_pool", "elite_distance_chosen", "elite_distance_min",
-                               "elite_distance_max"), 0.0)  # fmt: skip
+        stats = dict.fromkeys(
+            (
+                "elite_lambda",
+                "elite_distance_pool",
+                "elite_distance_chosen",
+                "elite_distance_min",
+                "elite_distance_max",
+            ),
+            0.0,
+        )
         replay = next((r for r in self.replays if isinstance(r, FeatureReplay)), None)
         if replay is not None:
             stats["elite_lambda"] = replay.lam
             d, c = replay.last_distances, replay.last_chosen
             if len(d):
-                stats.update(elite_distance_pool=float(d.mean()), elite_distance_chosen=float(c.mean()),
-                             elite_distance_min=float(d.min()), elite_distance_max=float(d.max()))  # fmt: skip
+                stats.update(
+                    elite_distance_pool=float(d.mean()),
+                    elite_distance_chosen=float(c.mean()),
+                    elite_distance_min=float(d.min()),
+                    elite_distance_max=float(d.max()),
+                )
         return stats
+
 
 def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
@@ -344,14 +395,26 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
             scorer.load(version, flat)
 
     def send_stats() -> None:
-        transport.send_nowait(stats, protocol.BrokerStats(
-            pid=os.getpid(), time=time.time(), unrolls_received=broker.unrolls_received,
-            unrolls_dropped_stale=broker.stale_total, unrolls_dropped_full=broker.dropped_full,
-            seq_gaps=broker.seq_gaps, decode_errors=decoded.errors, batches_sent=batches_sent,
-            replay_size=int(broker.sizes().max()), ready_batches=batches_sent - max(0, credits_granted - prefetch),
-            replay_sizes=broker.sizes(), prepare_time_s=broker.prepare_time_s,
-            feature_time_s=scorer.time_s if scorer else 0.0, insert_time_s=insert_time, **broker.elite_stats(),
-        ).encode())  # fmt: skip
+        transport.send_nowait(
+            stats,
+            protocol.BrokerStats(
+                pid=os.getpid(),
+                time=time.time(),
+                unrolls_received=broker.unrolls_received,
+                unrolls_dropped_stale=broker.stale_total,
+                unrolls_dropped_full=broker.dropped_full,
+                seq_gaps=broker.seq_gaps,
+                decode_errors=decoded.errors,
+                batches_sent=batches_sent,
+                replay_size=int(broker.sizes().max()),
+                ready_batches=batches_sent - max(0, credits_granted - prefetch),
+                replay_sizes=broker.sizes(),
+                prepare_time_s=broker.prepare_time_s,
+                feature_time_s=scorer.time_s if scorer else 0.0,
+                insert_time_s=insert_time,
+                **broker.elite_stats(),
+            ).encode(),
+        )
 
     try:
         if scorer is not None:
@@ -376,7 +439,8 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if (msg := decoded(data, protocol.Unroll)) is None:
                     continue
                 if misfit(msg, cfg, wiring.num_actions) is not None or frames_past_ring(
-                        msg.worker_id, msg.env_frames, rings, frames_per_slot):  # fmt: skip
+                    msg.worker_id, msg.env_frames, rings, frames_per_slot
+                ):
                     decoded.refuse()
                     continue
                 broker.insert(msg)
@@ -387,7 +451,9 @@ def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 if taken is None:
                     break
                 frames = wiring.env_frames_start + sum(broker.worker_frames.values())
-                if not transport.send(batches, make_batch(batches_sent + 1, *taken, env_frames=frames).encode(), poll_ms):
+                if not transport.send(
+                    batches, make_batch(batches_sent + 1, *taken, env_frames=frames).encode(), poll_ms
+                ):
                     broker.put_back(taken)  # the learner is not connected (yet, or any more)
                     break
                 credits -= 1

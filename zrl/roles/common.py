@@ -17,7 +17,6 @@ import numpy as np
 import zmq
 
 from shm.ring import Ring, RingSpec
-
 from zrl import protocol, transport
 from zrl.transport import Endpoints
 
@@ -179,11 +178,21 @@ class EpisodeReporter:
         whose episodes were reported before)."""
         for env, score_5, score_30, score, frames in self.saber.step(raw_rewards, self.frames_per_step, game_over):
             if send:
-                transport.send_nowait(self.stats, protocol.Episode(
-                    worker_id=self.worker_id, pid=os.getpid(), env_index=env, raw_return=score,
-                    length_frames=frames, length_env_steps=frames // self.frames_per_step, env_frames=env_frames,
-                    wall_time=time.time(), score_5min=score_5, score_30min=score_30,
-                ).encode())  # fmt: skip
+                transport.send_nowait(
+                    self.stats,
+                    protocol.Episode(
+                        worker_id=self.worker_id,
+                        pid=os.getpid(),
+                        env_index=env,
+                        raw_return=score,
+                        length_frames=frames,
+                        length_env_steps=frames // self.frames_per_step,
+                        env_frames=env_frames,
+                        wall_time=time.time(),
+                        score_5min=score_5,
+                        score_30min=score_30,
+                    ).encode(),
+                )
 
 
 class SeqGaps:
@@ -256,16 +265,29 @@ class WorkerLink:
             self.weights = WeightsFeed(self.ctx, wiring, worker_id, cfg.transport.poll_timeout_ms, stop_event)
             self._close = opened.pop_all().close
 
-    def send_stats(self, env_steps: int, sent: int, policy_version: int, weight_updates: int,
-                   timing: dict[str, float]) -> None:  # fmt: skip
+    def send_stats(
+        self, env_steps: int, sent: int, policy_version: int, weight_updates: int, timing: dict[str, float]
+    ) -> None:
         """The worker's heartbeat: its counts and where its time went (``timing``'s step, inference,
         ring_write, send and weights_wait seconds)."""
-        transport.send_nowait(self.stats, protocol.WorkerStats(
-            worker_id=self.worker_id, pid=os.getpid(), time=time.time(), env_frames=env_steps * self.frames_per_step,
-            env_steps=env_steps, unrolls_sent=sent, policy_version=policy_version, weight_updates=weight_updates,
-            step_time_s=timing["step"], inference_time_s=timing["inference"], ring_write_time_s=timing["ring_write"],
-            send_time_s=timing["send"], weights_wait_time_s=timing["weights_wait"],
-        ).encode())  # fmt: skip
+        transport.send_nowait(
+            self.stats,
+            protocol.WorkerStats(
+                worker_id=self.worker_id,
+                pid=os.getpid(),
+                time=time.time(),
+                env_frames=env_steps * self.frames_per_step,
+                env_steps=env_steps,
+                unrolls_sent=sent,
+                policy_version=policy_version,
+                weight_updates=weight_updates,
+                step_time_s=timing["step"],
+                inference_time_s=timing["inference"],
+                ring_write_time_s=timing["ring_write"],
+                send_time_s=timing["send"],
+                weights_wait_time_s=timing["weights_wait"],
+            ).encode(),
+        )
 
     def close(self) -> None:
         self.weights.close()
@@ -289,8 +311,9 @@ class WeightsFeed:
     overdue. A broadcast can be lost, one sent before this SUB's subscription reached the learner above all,
     and a request's answer cannot; a worker that waits on a lost version would otherwise wait for ever."""
 
-    def __init__(self, ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int, stop_event,
-                 ask_after_s: float = 1.0) -> None:  # fmt: skip
+    def __init__(
+        self, ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int, stop_event, ask_after_s: float = 1.0
+    ) -> None:
         self.ctx, self.wiring, self.requester_id = ctx, wiring, requester_id
         self.poll_ms, self.stop_event, self.ask_after_s = poll_ms, stop_event, ask_after_s
         self.sub = transport.socket(ctx, zmq.SUB, hwm=1, connect=wiring.endpoints.weights)
@@ -340,8 +363,9 @@ def answer_weight_requests(rep: zmq.Socket, current: bytes, decoded: Decoder) ->
             rep.send_multipart([frames[0], current], copy=False)
 
 
-def next_batch(batches: zmq.Socket, poll_ms: int, rep: zmq.Socket, current: bytes, decoded: Decoder,
-               timing: dict[str, float]) -> bytes | None:  # fmt: skip
+def next_batch(
+    batches: zmq.Socket, poll_ms: int, rep: zmq.Socket, current: bytes, decoded: Decoder, timing: dict[str, float]
+) -> bytes | None:
     """A learner's turn before it trains: answer the waiting weights requests, then wait up to ``poll_ms`` for
     the next message on ``batches`` (the wait counts as ``timing["wait"]``); None if none came."""
     answer_weight_requests(rep, current, decoded)
@@ -351,8 +375,9 @@ def next_batch(batches: zmq.Socket, poll_ms: int, rep: zmq.Socket, current: byte
     return data
 
 
-def wait_for_weights(ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int,
-                     stop_event) -> Weights | None:  # fmt: skip
+def wait_for_weights(
+    ctx: zmq.Context, wiring: RunWiring, requester_id: int, poll_ms: int, stop_event
+) -> Weights | None:
     """Ask the learner for its current weights; None if the run stops first."""
     req = transport.socket(ctx, zmq.DEALER, hwm=4, connect=wiring.endpoints.weights_req)
     try:

@@ -16,17 +16,25 @@ import torch
 import zmq
 
 from shm.ring import Ring
-
 from zrl import __version__, checkpoint, protocol, transport
-from zrl.algos.losses import vtrace_loss
 from zrl.algos.apex import transition_losses
 from zrl.algos.iqn import NStep
+from zrl.algos.losses import vtrace_loss
 from zrl.config import ApexConfig, Config, LearnerConfig, VtraceConfig, learner_threads, lr_decay_steps, to_dict
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, flat_parameters
 from zrl.optim import TFRMSprop
-from zrl.roles.common import (Decoder, Every, RunWiring, StartFrom, crash_report, keep_freed_memory, next_batch,
-                              should_stop, start_role)
+from zrl.roles.common import (
+    Decoder,
+    Every,
+    RunWiring,
+    StartFrom,
+    crash_report,
+    keep_freed_memory,
+    next_batch,
+    should_stop,
+    start_role,
+)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -42,11 +50,21 @@ def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int)
         # took 21.5 ms against 23.3 (Intel Xeon, 2 threads, perf/iqn_cost.py --adam-ab 5). The same Adam, to rounding.
         opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
     elif cfg.optimizer == "rmsprop_tf":
-        opt = TFRMSprop(model.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha, eps=cfg.rmsprop_eps,
-                        momentum=cfg.rmsprop_momentum)  # fmt: skip
+        opt = TFRMSprop(
+            model.parameters(),
+            lr=cfg.learning_rate,
+            alpha=cfg.rmsprop_alpha,
+            eps=cfg.rmsprop_eps,
+            momentum=cfg.rmsprop_momentum,
+        )
     else:
-        opt = torch.optim.RMSprop(model.parameters(), lr=cfg.learning_rate, alpha=cfg.rmsprop_alpha,
-                                  eps=cfg.rmsprop_eps, momentum=cfg.rmsprop_momentum)  # fmt: skip
+        opt = torch.optim.RMSprop(
+            model.parameters(),
+            lr=cfg.learning_rate,
+            alpha=cfg.rmsprop_alpha,
+            eps=cfg.rmsprop_eps,
+            momentum=cfg.rmsprop_momentum,
+        )
     start, end, power = cfg.learning_rate, cfg.lr_end, cfg.lr_decay_power
 
     def factor(step: int) -> float:
@@ -79,13 +97,21 @@ class Step(NamedTuple):
     grad_norm: float = 0.0
 
 
-def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig,
-             algo: VtraceConfig = VtraceConfig()) -> Step:  # fmt: skip
+def sgd_step(
+    model,
+    optimizer,
+    scheduler,
+    obs: torch.Tensor,
+    batch: dict[str, torch.Tensor],
+    cfg: LearnerConfig,
+    algo: VtraceConfig = VtraceConfig(),
+) -> Step:
     """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on batch-major
     observations ``[B, T+1, S, *shape]`` and time-major ``[T, B]`` batch arrays; returns the loss parts."""
     b, steps = obs.shape[:2]
-    autocast = (torch.autocast(obs.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16"
-                else contextlib.nullcontext())  # fmt: skip
+    autocast = (
+        torch.autocast(obs.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
+    )
     with autocast:
         out = model(obs.reshape(b * steps, *obs.shape[2:]))  # a view: no copy of the observations
     logits = out.logits.float().view(b, steps, -1).transpose(0, 1)
@@ -115,8 +141,16 @@ def sgd_step(model, optimizer, scheduler, obs: torch.Tensor, batch: dict[str, to
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip or math.inf))
     optimizer.step()
     scheduler.step()
-    parts = (loss.total, loss.pg, loss.baseline, loss.entropy, loss.mean_rho, loss.policy_cloning, loss.value_cloning,
-             loss.masked_fraction)  # fmt: skip
+    parts = (
+        loss.total,
+        loss.pg,
+        loss.baseline,
+        loss.entropy,
+        loss.mean_rho,
+        loss.policy_cloning,
+        loss.value_cloning,
+        loss.masked_fraction,
+    )
     return Step(*(float(x.detach()) for x in parts), grad_norm=grad_norm)
 
 
@@ -126,9 +160,19 @@ class ApexStep(NamedTuple):
     priorities: np.ndarray  # [B] float32: loss ** priority_exponent, the transitions' new priorities
 
 
-def apex_sgd_step(online, target, optimizer, obs: torch.Tensor, actions: torch.Tensor, nstep: NStep,
-                  next_obs: torch.Tensor, weights: torch.Tensor, apex: ApexConfig, grad_norm_clip: float,
-                  generator: torch.Generator | None = None) -> ApexStep:  # fmt: skip
+def apex_sgd_step(
+    online,
+    target,
+    optimizer,
+    obs: torch.Tensor,
+    actions: torch.Tensor,
+    nstep: NStep,
+    next_obs: torch.Tensor,
+    weights: torch.Tensor,
+    apex: ApexConfig,
+    grad_norm_clip: float,
+    generator: torch.Generator | None = None,
+) -> ApexStep:
     """One Rainbow update on B transitions: the importance-weighted mean of their losses against n-step
     double-Q targets (IQN's quantile Huber or C51's cross-entropy, by ``apex.head``), and their new
     priorities."""
@@ -148,17 +192,23 @@ def batch_misfit(batch: protocol.Batch, cfg: Config, rings: int, num_actions: in
     b = len(batch.worker_ids)
     if batch.length != cfg.learner.unroll_length or not 1 <= b <= cfg.learner.batch_size:
         return f"{b} units x {batch.length} steps, not up to {cfg.learner.batch_size} x {cfg.learner.unroll_length}"
-    if batch.behaviour_logits.shape[2] != num_actions or not (0 <= batch.actions.min() and batch.actions.max() < num_actions):
+    if batch.behaviour_logits.shape[2] != num_actions or not (
+        0 <= batch.actions.min() and batch.actions.max() < num_actions
+    ):
         return f"actions outside the {num_actions} of this env"
-    ranges = ((batch.worker_ids, rings, "worker id"), (batch.env_index, cfg.workers.envs_per_worker, "env index"),
-              (batch.replay_index, len(cfg.replay), "replay index"))  # fmt: skip
+    ranges = (
+        (batch.worker_ids, rings, "worker id"),
+        (batch.env_index, cfg.workers.envs_per_worker, "env index"),
+        (batch.replay_index, len(cfg.replay), "replay index"),
+    )
     for values, bound, what in ranges:
         if not (0 <= values.min() and values.max() < bound):
             return f"a {what} outside 0..{bound - 1}"
     if batch.first_frame.min() < 0 or batch.policy_versions.min() < 0:
         return "a negative frame number or policy version"
-    if not all(np.isfinite(a).all() for a in (batch.rewards, batch.discounts, batch.behaviour_logits,
-                                              batch.behaviour_values)):  # fmt: skip
+    if not all(
+        np.isfinite(a).all() for a in (batch.rewards, batch.discounts, batch.behaviour_logits, batch.behaviour_values)
+    ):
         return "non-finite rewards, discounts, logits or values"
     return None
 
@@ -168,10 +218,16 @@ def index_misfit(index: protocol.ReplayIndex, cfg: Config, rings: int) -> str | 
     if len(index.sample_calls) != len(cfg.replay) or (index.sample_calls.size and index.sample_calls.min() < 0):
         return f"sample calls for {len(index.sample_calls)} replays, not {len(cfg.replay)}"
     n = len(index.replay)
-    if n and not (0 <= index.replay.min() and index.replay.max() < len(cfg.replay)
-                  and 0 <= index.worker_ids.min() and index.worker_ids.max() < rings
-                  and 0 <= index.env_index.min() and index.env_index.max() < cfg.workers.envs_per_worker
-                  and index.first_frame.min() >= 0 and index.counts.min() >= 0):  # fmt: skip
+    if n and not (
+        0 <= index.replay.min()
+        and index.replay.max() < len(cfg.replay)
+        and 0 <= index.worker_ids.min()
+        and index.worker_ids.max() < rings
+        and 0 <= index.env_index.min()
+        and index.env_index.max() < cfg.workers.envs_per_worker
+        and index.first_frame.min() >= 0
+        and index.counts.min() >= 0
+    ):
         return "a replay, worker, env, frame or count outside the run"
     if index.feature_rows.size and not (0 <= index.feature_rows.min() and index.feature_rows.max() < n):
         return "feature rows outside the index"
@@ -299,8 +355,15 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
     model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, stack, wiring.num_actions).to(device)
     optimizer, scheduler = make_optimizer(model, lcfg, lr_decay_steps(cfg, wiring.frames_per_step))
     rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
-    gatherer = Gatherer(rings, stack, lcfg.unroll_length, lcfg.batch_size, wiring.frame_shape, wiring.frame_dtype,
-                        pin_memory=device.type == "cuda")  # fmt: skip
+    gatherer = Gatherer(
+        rings,
+        stack,
+        lcfg.unroll_length,
+        lcfg.batch_size,
+        wiring.frame_shape,
+        wiring.frame_dtype,
+        pin_memory=device.type == "cuda",
+    )
     ckpt_dir = Path(run_dir) / "checkpoints"
     poll_ms = cfg.transport.poll_timeout_ms
     frames_per_unit = lcfg.unroll_length * wiring.frames_per_step
@@ -347,38 +410,73 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
         try:
             path = write_checkpoint()
         except OSError as err:
-            print(f"zrl-learner: checkpoint at learner step {learner_step} failed ({err.strerror or err}); the "
-                  "previous checkpoints are untouched, training goes on", file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"zrl-learner: checkpoint at learner step {learner_step} failed ({err.strerror or err}); the "
+                "previous checkpoints are untouched, training goes on",
+                file=sys.stderr,
+                flush=True,
+            )
             return last_ckpt
         saved_step = learner_step
         return path
 
     def write_checkpoint() -> str:
         ckpt_dir.mkdir(exist_ok=True)
-        path = checkpoint.save(ckpt_dir / checkpoint.PATTERN.format(step=learner_step), {
-            "zrl_version": __version__, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "learner_step": learner_step, "env_frames": env_frames,
-            "env_frames_trained": frames_trained, "samples": samples, "policy_version": policy_version,
-            "config": to_dict(cfg), "rng": rng_state(device), "saved_at": time.time(),
-            "replay_index": index_tensors(replay_index),
-            "trained_actions": torch.from_numpy(trained_actions.array()) if deterministic else None,
-        })  # fmt: skip
+        path = checkpoint.save(
+            ckpt_dir / checkpoint.PATTERN.format(step=learner_step),
+            {
+                "zrl_version": __version__,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "learner_step": learner_step,
+                "env_frames": env_frames,
+                "env_frames_trained": frames_trained,
+                "samples": samples,
+                "policy_version": policy_version,
+                "config": to_dict(cfg),
+                "rng": rng_state(device),
+                "saved_at": time.time(),
+                "replay_index": index_tensors(replay_index),
+                "trained_actions": torch.from_numpy(trained_actions.array()) if deterministic else None,
+            },
+        )
         checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
         return str(path)
 
     def report(step: Step | None, ages: Ages) -> None:
         step = step or Step()
-        transport.send_nowait(stats, protocol.LearnerStats(
-            pid=os.getpid(), time=time.time(), learner_step=learner_step, policy_version=policy_version,
-            samples=samples, env_frames_trained=frames_trained, units_dropped_torn=dropped_torn,
-            total_loss=step.total, pg_loss=step.pg, baseline_loss=step.baseline, entropy_loss=step.entropy,
-            learning_rate=scheduler.get_last_lr()[0], grad_norm=step.grad_norm, mean_rho=step.mean_rho,
-            policy_cloning_loss=step.policy_cloning, value_cloning_loss=step.value_cloning,
-            laser_masked_fraction=step.masked_fraction, policy_lag=ages.fresh, sample_age_mean=ages.mean,
-            sample_age_max=ages.max, step_time_s=timing["step"], gather_time_s=timing["gather"], wait_time_s=timing["wait"],
-            publish_time_s=timing["publish"], decode_errors=decoded.errors,
-            checkpoint_path=last_ckpt,
-        ).encode())  # fmt: skip
+        transport.send_nowait(
+            stats,
+            protocol.LearnerStats(
+                pid=os.getpid(),
+                time=time.time(),
+                learner_step=learner_step,
+                policy_version=policy_version,
+                samples=samples,
+                env_frames_trained=frames_trained,
+                units_dropped_torn=dropped_torn,
+                total_loss=step.total,
+                pg_loss=step.pg,
+                baseline_loss=step.baseline,
+                entropy_loss=step.entropy,
+                learning_rate=scheduler.get_last_lr()[0],
+                grad_norm=step.grad_norm,
+                mean_rho=step.mean_rho,
+                policy_cloning_loss=step.policy_cloning,
+                value_cloning_loss=step.value_cloning,
+                laser_masked_fraction=step.masked_fraction,
+                policy_lag=ages.fresh,
+                sample_age_mean=ages.mean,
+                sample_age_max=ages.max,
+                step_time_s=timing["step"],
+                gather_time_s=timing["gather"],
+                wait_time_s=timing["wait"],
+                publish_time_s=timing["publish"],
+                decode_errors=decoded.errors,
+                checkpoint_path=last_ckpt,
+            ).encode(),
+        )
 
     try:
         weights_pub.send(current, copy=False)
@@ -417,8 +515,10 @@ def _run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start: StartF
             dropped_torn += int((~ok).sum())
             if deterministic:
                 if not ok.all():
-                    raise RuntimeError(f"run.deterministic: {int((~ok).sum())} units of batch {batch.batch_id} were "
-                                       "overwritten in their ring before the learner read them")  # fmt: skip
+                    raise RuntimeError(
+                        f"run.deterministic: {int((~ok).sum())} units of batch {batch.batch_id} were "
+                        "overwritten in their ring before the learner read them"
+                    )
                 trained_actions.append(batch.env_index, batch.actions)
             if not ok.any():
                 continue

@@ -20,8 +20,17 @@ from zrl import protocol, transport
 from zrl.config import Config, needs_features, unrolls_per_version
 from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
-from zrl.roles.common import (EpisodeReporter, Every, RunWiring, Weights, WorkerLink, WorkerStart, crash_report, should_stop,
-                              start_role)
+from zrl.roles.common import (
+    EpisodeReporter,
+    Every,
+    RunWiring,
+    Weights,
+    WorkerLink,
+    WorkerStart,
+    crash_report,
+    should_stop,
+    start_role,
+)
 
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
@@ -159,11 +168,20 @@ def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Work
 
             t5 = time.perf_counter()
             message = protocol.Unroll(
-                worker_id=worker_id, seq=seq, policy_version=policy_version, first_frame=first_frame,
-                num_envs=m, length=t_len, env_frames=env_steps * frames_per_step, actions=actions,
-                rewards=rewards, discounts=discounts, behaviour_logits=logits_buf, behaviour_values=values_buf,
+                worker_id=worker_id,
+                seq=seq,
+                policy_version=policy_version,
+                first_frame=first_frame,
+                num_envs=m,
+                length=t_len,
+                env_frames=env_steps * frames_per_step,
+                actions=actions,
+                rewards=rewards,
+                discounts=discounts,
+                behaviour_logits=logits_buf,
+                behaviour_values=values_buf,
                 features=features_buf,
-            ).encode()  # fmt: skip
+            ).encode()
             while not transport.send(unrolls, message, poll_ms):
                 if should_stop(stop_event, wiring.launcher_pid):
                     return
@@ -209,6 +227,8 @@ def _trained_actions(path: str, envs: int, unroll_length: int) -> np.ndarray:
     actions = state.get("trained_actions")
     if actions is None or actions.shape[0] != envs or actions.shape[1] % unroll_length:
         shape = None if actions is None else tuple(actions.shape)
-        raise RuntimeError(f"{path}: its trained actions ({shape}) do not fit {envs} envs of unrolls of "
-                           f"{unroll_length} steps; it was not written by this deterministic run")  # fmt: skip
+        raise RuntimeError(
+            f"{path}: its trained actions ({shape}) do not fit {envs} envs of unrolls of "
+            f"{unroll_length} steps; it was not written by this deterministic run"
+        )
     return actions.numpy().astype(np.int64)

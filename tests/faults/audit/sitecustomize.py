@@ -6,7 +6,6 @@ instance, one after another, and that each action of the unit's descriptor is th
 records. It appends ``<units checked> <units wrong> <instance ids seen>`` to <folder>/<pid>.txt."""
 
 import os
-
 import sys
 
 
@@ -30,8 +29,10 @@ def _audited(gather):
             f.write(f"{len(rows)} {int(bad.sum())} {seen}\n")
         if bad.any():
             with open(os.path.join(folder, f"{os.getpid()}.wrong"), "a") as f:
-                f.write(f"instances {int((~one_instance).sum())}, counters {int((~consecutive).sum())}, actions "
-                        f"{int((~actions_match).sum())}; first: {rows[bad][0].tolist()} actions {actions[bad][0].tolist()}\n")
+                f.write(
+                    f"instances {int((~one_instance).sum())}, counters {int((~consecutive).sum())}, actions "
+                    f"{int((~actions_match).sum())}; first: {rows[bad][0].tolist()} actions {actions[bad][0].tolist()}\n"
+                )
         return frames, steps, ok
 
     return audited
@@ -52,7 +53,7 @@ class _PatchGatherer:
             if spec is not None:
                 run = spec.loader.exec_module
 
-                def exec_module(module):
+                def exec_module(module, run=run):
                     run(module)
                     module.Gatherer.gather = _audited(module.Gatherer.gather)
 
