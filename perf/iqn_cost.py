@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 
 from zrl import config
+from zrl.agents.apex_iqn.learner import apex_sgd_step
 from zrl.algos.iqn import NStep
 from zrl.bench.facts import write_script_rows
 from zrl.models.iqn import build_apex_model
-from zrl.roles.learner import apex_sgd_step, make_optimizer
+from zrl.optim import make_optimizer
 
 PONG = Path(__file__).resolve().parents[1] / "config" / "apex_iqn_pong.toml"
 

@@ -19,7 +19,7 @@ import torch
 from zrl.bench.facts import write_script_rows
 from zrl.config import LearnerConfig, ModelConfig
 from zrl.models import build_model
-from zrl.roles.learner import make_optimizer
+from zrl.optim import make_optimizer
 
 
 def step_ms(kind: str, observations: int, channels_last: bool, repeats: int) -> tuple[float, float]:

@@ -9,8 +9,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
+
+from shm import segment_name
+from shm.ring import Ring, RingSpec
+from zrl import protocol
+from zrl.config import Config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +26,152 @@ REPO = Path(__file__).resolve().parents[1]
 TIER_TIMEOUT_S = {"unit": 60, "integration": 180, "e2e": 600, "learning": 1500}
 BIN = REPO / "bin"
 ROLE_TITLES = ("zrl-worker", "zrl-broker", "zrl-learner")
+
+
+# ---------------------------------------------------------------------------------------------- factories
+
+
+def make_config(**sections) -> Config:
+    """A Config of the defaults with some sections' fields changed: ``make_config(learner={"batch_size": 4},
+    replay=[{"capacity": 8}])``. A dict changes those fields of its section; ``replay`` takes a list of dicts
+    (each a ReplayConfig over the defaults); any other value replaces the field."""
+    import dataclasses
+
+    from zrl.config import ReplayConfig
+
+    base = Config()
+    changes = {}
+    for name, value in sections.items():
+        if name == "replay":
+            changes[name] = tuple(ReplayConfig(**r) if isinstance(r, dict) else r for r in value)
+        elif isinstance(value, dict):
+            changes[name] = dataclasses.replace(getattr(base, name), **value)
+        else:
+            changes[name] = value
+    return dataclasses.replace(base, **changes)
+
+
+def unroll_message(num_envs: int = 2, length: int = 4, num_actions: int = 3, **fields) -> protocol.Unroll:
+    """A well-formed Unroll from worker 0 of ``num_envs`` x ``length`` steps over ``num_actions`` actions: action 0,
+    no reward, discount 1, zero logits and values, no features; ``fields`` change any of them."""
+    m, t = num_envs, length
+    message = dict(
+        worker_id=0,
+        seq=0,
+        policy_version=0,
+        first_frame=0,
+        num_envs=m,
+        length=t,
+        env_frames=0,
+        actions=np.zeros((m, t), np.int32),
+        rewards=np.zeros((m, t), np.float32),
+        discounts=np.ones((m, t), np.float32),
+        behaviour_logits=np.zeros((m, t, num_actions), np.float32),
+        behaviour_values=np.zeros((m, t), np.float32),
+        features=np.zeros((0, 0, 0), np.float32),
+    )
+    return protocol.Unroll(**{**message, **fields})
+
+
+def batch_message(size: int = 2, length: int = 4, num_actions: int = 3, **fields) -> protocol.Batch:
+    """A well-formed Batch of ``size`` units of ``length`` steps, each worker 0's env 0 from frame 0, zeros
+    elsewhere (discounts 1); ``fields`` change any of them."""
+    b, t = size, length
+    message = dict(
+        batch_id=1,
+        length=t,
+        env_frames=0,
+        worker_ids=np.zeros(b, np.int32),
+        env_index=np.zeros(b, np.int32),
+        first_frame=np.zeros(b, np.int64),
+        policy_versions=np.zeros(b, np.int64),
+        actions=np.zeros((b, t), np.int32),
+        rewards=np.zeros((b, t), np.float32),
+        discounts=np.ones((b, t), np.float32),
+        behaviour_logits=np.zeros((b, t, num_actions), np.float32),
+        behaviour_values=np.zeros((b, t), np.float32),
+        replay_index=np.zeros(b, np.int32),
+    )
+    return protocol.Batch(**{**message, **fields})
+
+
+def transitions_message(frames=(0, 1, 2, 3), n_step: int = 3, **fields) -> protocol.Transitions:
+    """A well-formed Ape-X Transitions message from worker 0, env 0: one transition per frame number in
+    ``frames``, action 0, return 0, bootstrap discount 1, s_(t+n) ``n_step`` frames on, priority 1; ``fields``
+    change any of them."""
+    frame = np.asarray(frames, np.int64)
+    n = len(frame)
+    message = dict(
+        worker_id=0,
+        seq=0,
+        policy_version=0,
+        env_frames=0,
+        count=n,
+        env_index=np.zeros(n, np.int32),
+        frame=frame,
+        action=np.zeros(n, np.int32),
+        nstep_return=np.zeros(n, np.float32),
+        bootstrap_discount=np.ones(n, np.float32),
+        next_frame=frame + n_step,
+        priority=np.ones(n, np.float32),
+    )
+    return protocol.Transitions(**{**message, **fields})
+
+
+@pytest.fixture
+def make_rings():
+    """Make real worker rings (``make_rings(count, slots, frame_shape, frame_dtype, envs)``: per slot one frame of
+    each env and each env's episode step, as a worker's); every one is closed and unlinked after the test."""
+    made: list[Ring] = []
+    tag = os.urandom(3).hex()
+
+    def make(count: int, slots: int, frame_shape: tuple[int, ...], frame_dtype: str = "uint8", envs: int = 2):
+        spec = RingSpec(slots, {"frame": ((envs, *frame_shape), frame_dtype), "episode_step": ((envs,), "int32")})
+        for _ in range(count):
+            made.append(Ring.create(segment_name("zrltest", tag, os.getpid(), f"r{len(made)}"), spec))
+        return made[-count:]
+
+    yield make
+    for ring in made:
+        ring.close()
+        ring.unlink()
+
+
+# -------------------------------------------------------------------------------------- run folders, commands
+
+
+def csv_rows(path: Path) -> list[dict]:
+    import csv
+
+    with open(path) as fh:
+        return list(csv.DictReader(fh))
+
+
+def assert_loadable(run_dir: Path) -> Path:
+    """The run's latest checkpoint, after checking that it loads into the model its own config builds, has
+    stepped, and holds finite weights."""
+    import torch
+
+    from zrl import agents, checkpoint
+    from zrl.config import from_dict
+    from zrl.envs import probe
+
+    latest = checkpoint.latest(run_dir / "checkpoints")
+    assert latest is not None, "no checkpoint written"
+    state = checkpoint.load(latest)
+    cfg = from_dict(state["config"], str(latest))
+    spec = probe(cfg.env)
+    model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    model.load_state_dict(state["model"])
+    assert state["learner_step"] > 0
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    return latest
+
+
+def last_metric(cwd: Path, column: str) -> int:
+    """The last value of ``column`` in the metrics.csv of the one run under ``cwd/results`` (-1 while none)."""
+    values = [int(float(r[column])) for r in metrics_rows(cwd) if r.get(column)]
+    return values[-1] if values else -1
 
 
 def zrl_segments() -> set[str]:

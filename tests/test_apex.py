@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_command
-from test_e2e import _assert_loadable, _rows
+from conftest import REPO, assert_loadable, csv_rows, run_command, transitions_message
 
 from shm.ring import Ring, RingSpec
 from zrl import protocol
+from zrl.agents.apex_iqn.learner import apex_sgd_step
 from zrl.algos.apex import NStepBuilder
 from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, ModelConfig, load
@@ -22,7 +22,6 @@ from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_iqn_model
 from zrl.replay.prioritized import ApexReplay
 from zrl.roles.apex import _first_priorities
-from zrl.roles.learner import apex_sgd_step
 
 PONG = REPO / "config" / "apex_iqn_pong.toml"
 
@@ -145,20 +144,20 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     assert {"config.toml", "episodes.csv", "metrics.csv", "checkpoints"} <= {p.name for p in run_dir.iterdir()}
-    last = _rows(run_dir / "metrics.csv")[-1]
+    last = csv_rows(run_dir / "metrics.csv")[-1]
     assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0, last
     assert int(last["env_frames"]) >= 16000
     # the ages of the last batch's transitions in weights versions: its newest is the policy lag; the replay
     # holds transitions from several versions back
     lag, mean_age, max_age = (float(last[k]) for k in ("policy_lag", "sample_age_mean", "sample_age_max"))
     assert 0 <= lag <= mean_age <= max_age and max_age >= 1, last
-    episodes = _rows(run_dir / "episodes.csv")
+    episodes = csv_rows(run_dir / "episodes.csv")
     assert episodes, "no episode finished"
     for e in episodes:  # Pong episodes here are shorter than 5 minutes: every cap holds the whole score
         scores = [float(e[k]) for k in ("score_5min", "score_30min", "raw_return")]
         assert all(math.isfinite(s) and -21 <= s <= 21 for s in scores), e
         assert scores[0] == scores[1] == scores[2], e
-    _assert_loadable(run_dir)
+    assert_loadable(run_dir)
 
 
 @pytest.mark.e2e
@@ -183,7 +182,7 @@ def test_replay_ratio_holds_env_steps_per_learner_step(tmp_path: Path, no_leaks)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     learn_start = load(config).apex.learn_start
-    last = _rows(run_dir / "metrics.csv")[-1]
+    last = csv_rows(run_dir / "metrics.csv")[-1]
     ratio = (int(last["env_frames"]) - learn_start) / int(last["learner_step"])
     assert 6.0 <= ratio <= 10.0, (ratio, last)
 
@@ -210,11 +209,11 @@ def test_the_c51_head_trains_on_the_pipeline_and_its_checkpoint_plays(tmp_path: 
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
-    latest = _assert_loadable(run_dir)
+    latest = assert_loadable(run_dir)
     state = torch.load(latest, weights_only=True)
     assert state["model"]["support"].tolist() == torch.linspace(0, 10, 51).tolist()
-    assert int(_rows(run_dir / "metrics.csv")[-1]["learner_step"]) > 100
-    episodes = _rows(run_dir / "episodes.csv")
+    assert int(csv_rows(run_dir / "metrics.csv")[-1]["learner_step"]) > 100
+    episodes = csv_rows(run_dir / "episodes.csv")
     # The run's frames at an episode's end count the episode itself, the first ones (before any worker's
     # stats have come) too.
     assert all(int(e["env_frames"]) >= int(e["length_frames"]) > 0 for e in episodes), episodes[:3]
@@ -233,30 +232,14 @@ def test_the_apex_broker_counts_worker_messages_lost_in_flight(tmp_path: Path, n
     from zrl.bench.roles import Pipeline
 
     cfg = load(REPO / "config" / "apex_iqn_cartpole.toml", ["workers.count=1", "apex.learn_start=40000"])
-    n, skipped = 4, 5000
     with Pipeline(cfg, envs.probe(cfg.env), with_learner=False, workdir=tmp_path) as pipe:
         pipe.watch(120, until=lambda p: p.broker is not None and p.broker.unrolls_received > 0)
         ctx = zmq.Context()
         push = transport.socket(ctx, zmq.PUSH, hwm=10, connect=pipe.endpoints.unrolls)
         try:
             got = pipe.broker
-            seq = skipped + 10**4  # past every number the worker has sent or will send meanwhile
-            push.send(
-                protocol.Transitions(
-                    worker_id=0,
-                    seq=seq,
-                    policy_version=0,
-                    env_frames=0,
-                    count=n,
-                    env_index=np.zeros(n, np.int32),
-                    frame=np.arange(n, dtype=np.int64),
-                    action=np.zeros(n, np.int32),
-                    nstep_return=np.zeros(n, np.float32),
-                    bootstrap_discount=np.ones(n, np.float32),
-                    next_frame=np.arange(n, dtype=np.int64) + 1,
-                    priority=np.ones(n, np.float32),
-                ).encode()
-            )
+            seq = 15_000  # 10,000 past every number the worker has sent or will send meanwhile
+            push.send(transitions_message(seq=seq).encode())
             pipe.watch(30, until=lambda p: p.broker.seq_gaps > 0 and p.broker.time > got.time)
         finally:
             push.close()

@@ -3,13 +3,11 @@ sorted by worker, the queue bounded, replays mixed by ratio, elite features reco
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
+from conftest import make_config, unroll_message
 
-from shm import segment_name
-from shm.ring import Ring, RingSpec
+from shm.ring import Ring
 from zrl import protocol
 from zrl.config import Config, LearnerConfig, ReplayConfig, WorkersConfig, unrolls_per_version
 from zrl.roles.broker import Broker, make_batch
@@ -20,13 +18,8 @@ M, T, A = 2, 4, 3
 
 
 @pytest.fixture
-def rings():
-    spec = RingSpec(32, {"frame": ((M, 2), "uint8"), "episode_step": ((M,), "int32")})
-    made = [Ring.create(segment_name("zrltest", "broker", os.getpid(), f"r{i}"), spec) for i in range(2)]
-    yield made
-    for ring in made:
-        ring.close()
-        ring.unlink()
+def rings(make_rings):
+    return make_rings(2, 32, (2,), envs=M)
 
 
 def _write(ring: Ring, count: int) -> None:
@@ -35,20 +28,15 @@ def _write(ring: Ring, count: int) -> None:
 
 
 def _unroll(worker: int, seq: int, first: int) -> protocol.Unroll:
-    return protocol.Unroll(
+    return unroll_message(
+        num_envs=M,
+        length=T,
+        num_actions=A,
         worker_id=worker,
         seq=seq,
         policy_version=seq,
         first_frame=first,
-        num_envs=M,
-        length=T,
-        env_frames=0,
         actions=np.full((M, T), seq, np.int32),
-        rewards=np.zeros((M, T), np.float32),
-        discounts=np.ones((M, T), np.float32),
-        behaviour_logits=np.zeros((M, T, A), np.float32),
-        behaviour_values=np.zeros((M, T), np.float32),
-        features=np.zeros((0, 0, 0), np.float32),
     )
 
 
@@ -58,10 +46,10 @@ def _next_batch(broker: Broker) -> protocol.Batch | None:
 
 
 def _broker(rings, batch=4, capacity=8) -> Broker:
-    cfg = Config(
-        learner=LearnerConfig(batch_size=batch, unroll_length=T),
-        workers=WorkersConfig(produce_ratio=0.0),
-        replay=(ReplayConfig(capacity=capacity),),
+    cfg = make_config(
+        learner={"batch_size": batch, "unroll_length": T},
+        workers={"produce_ratio": 0.0},
+        replay=[{"capacity": capacity}],
     )
     return Broker(cfg, rings)
 
@@ -159,10 +147,8 @@ def test_workers_send_enough_per_version_for_a_batch():
 
 
 def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> Broker:
-    cfg = Config(
-        learner=LearnerConfig(batch_size=batch, unroll_length=T, **learner),
-        workers=WorkersConfig(produce_ratio=0.0),
-        replay=tuple(replays),
+    cfg = make_config(
+        learner={"batch_size": batch, "unroll_length": T, **learner}, workers={"produce_ratio": 0.0}, replay=replays
     )
     return Broker(cfg, rings, scorer)
 

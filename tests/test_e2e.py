@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 import signal
 import subprocess
@@ -11,12 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, command, run_command
+from conftest import REPO, assert_loadable, command, csv_rows, run_command
 
 from zrl import checkpoint
-from zrl.config import from_dict
-from zrl.envs import probe
-from zrl.models import build_agent_model
 
 pytestmark = pytest.mark.e2e
 
@@ -31,31 +27,13 @@ def _run_dir(cwd: Path) -> Path:
     return runs[0]
 
 
-def _rows(path: Path) -> list[dict]:
-    with open(path) as fh:
-        return list(csv.DictReader(fh))
-
-
-def _assert_loadable(run_dir: Path) -> Path:
-    latest = checkpoint.latest(run_dir / "checkpoints")
-    assert latest is not None, "no checkpoint written"
-    state = checkpoint.load(latest)
-    cfg = from_dict(state["config"], str(latest))
-    spec = probe(cfg.env)
-    model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
-    model.load_state_dict(state["model"])
-    assert state["learner_step"] > 0
-    assert all(torch.isfinite(p).all() for p in model.parameters())
-    return latest
-
-
 def test_smoke_run_to_budget(tmp_path, no_leaks):
     result = run_command("zrl-launch", "--config", SMOKE, "--workers", 2, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     run_dir = _run_dir(tmp_path)
     for name in RUN_FILES:
         assert (run_dir / name).exists(), name
-    metrics = _rows(run_dir / "metrics.csv")
+    metrics = csv_rows(run_dir / "metrics.csv")
     last = metrics[-1]
     assert int(last["learner_step"]) > 0
     assert int(last["worker_policy_version_max"]) > 0, "workers never received new weights"
@@ -64,12 +42,12 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     trained = int(last["learner_step"]) * 4
     assert int(last["units_dropped_torn"]) <= 0.05 * trained, last
     assert max(float(r["policy_lag"]) for r in metrics if r["policy_lag"]) <= 12, metrics
-    episodes = _rows(run_dir / "episodes.csv")
+    episodes = csv_rows(run_dir / "episodes.csv")
     assert episodes, "no episode finished"
     assert all(-21 <= float(e["raw_return"]) <= 21 for e in episodes)  # raw Pong scores, not clipped sums
     assert {e["worker_id"] for e in episodes} <= {"0", "1"}
     assert "learner steps" in result.stdout and "exit 0" in result.stdout
-    _assert_loadable(run_dir)
+    assert_loadable(run_dir)
 
 
 def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split(tmp_path, no_leaks):
@@ -96,7 +74,7 @@ def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split
     assert hint in result.stdout and "nice 10" in result.stdout, result.stdout[:2000]
     run_dir = _run_dir(tmp_path)
     assert hint in (run_dir / "zrl.log").read_text()
-    last = _rows(run_dir / "metrics.csv")[-1]
+    last = csv_rows(run_dir / "metrics.csv")[-1]
     assert int(last["env_frames"]) >= 20_000 and int(last["learner_step"]) > 0
 
 
@@ -116,7 +94,7 @@ def _interrupt(
         while time.monotonic() < deadline:
             time.sleep(0.5)
             runs = list((tmp_path / "results").glob("*/metrics.csv"))
-            rows = _rows(runs[0]) if runs else []
+            rows = csv_rows(runs[0]) if runs else []
             if rows and rows[-1]["learner_step"] and int(rows[-1]["learner_step"]) > min_steps:
                 break
         else:
@@ -134,7 +112,7 @@ def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
     code, out, err = _interrupt(tmp_path, SMOKE, signal.SIGINT)
     assert code == 130, err[-3000:]
     assert "interrupted" in out
-    _assert_loadable(_run_dir(tmp_path))
+    assert_loadable(_run_dir(tmp_path))
 
 
 def test_tcp_transport_on_loopback(tmp_path, no_leaks):
@@ -153,7 +131,7 @@ def test_tcp_transport_on_loopback(tmp_path, no_leaks):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
-    last = _rows(run_dir / "metrics.csv")[-1]
+    last = csv_rows(run_dir / "metrics.csv")[-1]
     assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0
 
 
@@ -183,7 +161,7 @@ def test_pong_with_queue_and_elite_replay_reports_its_figures(tmp_path, no_leaks
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     assert '[[replay]]\ntype = "elite"' in (run_dir / "config.toml").read_text()
-    rows = [r for r in _rows(run_dir / "metrics.csv") if r["learner_step"] and int(r["learner_step"]) > 0]
+    rows = [r for r in csv_rows(run_dir / "metrics.csv") if r["learner_step"] and int(r["learner_step"]) > 0]
     assert rows, "the learner never trained"
     scored = [r for r in rows if r["elite_distance_pool"] and float(r["elite_lambda"]) > 0]
     assert scored, "no elite pool was scored"
@@ -281,9 +259,9 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     final = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
     assert final["learner_step"] > stopped["learner_step"] and final["env_frames"] > stopped["env_frames"]
     assert final["policy_version"] > stopped["policy_version"]
-    episodes = [int(r["episode"]) for r in _rows(run_dir / "episodes.csv")]
+    episodes = [int(r["episode"]) for r in csv_rows(run_dir / "episodes.csv")]
     assert episodes == list(range(1, len(episodes) + 1))
-    metrics = _rows(run_dir / "metrics.csv")
+    metrics = csv_rows(run_dir / "metrics.csv")
     steps = [int(r["learner_step"]) for r in metrics if r["learner_step"]]
     assert steps == sorted(steps) and steps[-1] > stopped["learner_step"]
     frames = [int(r["env_frames"]) for r in metrics]
@@ -421,7 +399,7 @@ def _wait_for_step(run_dir_glob: Path, above: int, timeout: float = 120) -> None
     while time.monotonic() < deadline:
         time.sleep(0.2)
         runs = list(run_dir_glob.glob("*/metrics.csv"))
-        rows = _rows(runs[0]) if runs else []
+        rows = csv_rows(runs[0]) if runs else []
         steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
         if steps and steps[-1] > above:
             return
@@ -494,5 +472,5 @@ def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint
 
     resumed = re.findall(r"resuming \S+ from (\S+):", (run_dir / "zrl.log").read_text())
     assert len(resumed) == KILLS and all(re.search(r"/ckpt_\d{9}\.pt$", path) for path in resumed), resumed
-    frames = [int(r["env_frames"]) for r in _rows(run_dir / "metrics.csv")]
+    frames = [int(r["env_frames"]) for r in csv_rows(run_dir / "metrics.csv")]
     assert frames == sorted(frames)  # the env frame count never goes back across the restarts

@@ -5,17 +5,15 @@ recomputed observations line up."""
 
 from __future__ import annotations
 
-import os
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
+from conftest import make_config, unroll_message
 
-from shm import segment_name
-from shm.ring import Ring, RingSpec
 from zrl import protocol
-from zrl.config import Config, EnvConfig, LearnerConfig, ModelConfig, ReplayConfig, WorkersConfig
+from zrl.config import Config, ModelConfig
 from zrl.gather import Gatherer, stack_observations
 from zrl.replay.elite import feature_distance
 from zrl.roles.broker import Broker, FeatureScorer, make_batch
@@ -28,24 +26,21 @@ WIRING = SimpleNamespace(frame_shape=SHAPE, frame_dtype="float32", num_actions=A
 
 
 @pytest.fixture
-def ring():
-    spec = RingSpec(64, {"frame": ((M, *SHAPE), "float32"), "episode_step": ((M,), "int32")})
-    made = Ring.create(segment_name("zrltest", "elite", os.getpid(), "r0"), spec)
+def ring(make_rings):
+    (made,) = make_rings(1, 64, SHAPE, "float32", envs=M)
     rng = np.random.default_rng(0)
     for slot in range(48):
         made.write(frame=rng.standard_normal((M, *SHAPE)).astype(np.float32), episode_step=np.full(M, slot, np.int32))
-    yield made
-    made.close()
-    made.unlink()
+    return made
 
 
 def _config(**replay) -> Config:
-    return Config(
-        env=EnvConfig(id="CartPole-v1", frame_stack=S),
+    return make_config(
+        env={"id": "CartPole-v1", "frame_stack": S},
         model=MODEL,
-        workers=WorkersConfig(produce_ratio=0.0),
-        learner=LearnerConfig(batch_size=4, unroll_length=T),
-        replay=(ReplayConfig(**replay),),
+        workers={"produce_ratio": 0.0},
+        learner={"batch_size": 4, "unroll_length": T},
+        replay=[replay],
     )
 
 
@@ -64,19 +59,13 @@ def _behaviour_features(model, ring, first_frame: int) -> np.ndarray:
 
 
 def _unroll(seq: int, features: np.ndarray) -> protocol.Unroll:
-    return protocol.Unroll(
-        worker_id=0,
+    return unroll_message(
+        num_envs=M,
+        length=T,
+        num_actions=A,
         seq=seq,
         policy_version=seq,
         first_frame=4 + seq * T,
-        num_envs=M,
-        length=T,
-        env_frames=0,
-        actions=np.zeros((M, T), np.int32),
-        rewards=np.zeros((M, T), np.float32),
-        discounts=np.ones((M, T), np.float32),
-        behaviour_logits=np.zeros((M, T, A), np.float32),
-        behaviour_values=np.zeros((M, T), np.float32),
         features=features.astype(np.float32),
     )
 

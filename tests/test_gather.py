@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 import torch
+from conftest import batch_message
 
-from shm import segment_name
-from shm.ring import Ring, RingSpec
+from shm.ring import Ring
 from zrl import protocol
 from zrl.gather import ActingStack, Gatherer, stack_observations
 
@@ -40,32 +38,19 @@ def _act(ring: Ring, steps: int, seed: int):
 
 
 def _batch(worker_ids, env_index, first_frame) -> protocol.Batch:
-    b = len(worker_ids)
-    return protocol.Batch(
-        batch_id=1,
+    return batch_message(
+        size=len(worker_ids),
         length=T,
-        env_frames=0,
+        num_actions=A,
         worker_ids=np.array(worker_ids, np.int32),
         env_index=np.array(env_index, np.int32),
         first_frame=np.array(first_frame, np.int64),
-        policy_versions=np.zeros(b, np.int64),
-        actions=np.zeros((b, T), np.int32),
-        rewards=np.zeros((b, T), np.float32),
-        discounts=np.ones((b, T), np.float32),
-        behaviour_logits=np.zeros((b, T, A), np.float32),
-        behaviour_values=np.zeros((b, T), np.float32),
-        replay_index=np.zeros(b, np.int32),
     )
 
 
 @pytest.fixture
-def rings():
-    spec = RingSpec(64, {"frame": ((M, *SHAPE), "uint8"), "episode_step": ((M,), "int32")})
-    made = [Ring.create(segment_name("zrltest", "gather", os.getpid(), f"r{i}"), spec) for i in range(2)]
-    yield made
-    for ring in made:
-        ring.close()
-        ring.unlink()
+def rings(make_rings):
+    return make_rings(2, 64, SHAPE, envs=M)
 
 
 def test_gathered_stacks_equal_the_stacks_the_worker_acted_on(rings):

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from zrl.agents.vtrace.learner import sgd_step
 from zrl.config import LearnerConfig, ModelConfig
 from zrl.models import build_model, flat_parameters, load_flat
-from zrl.roles.learner import make_optimizer, sgd_step
+from zrl.optim import make_optimizer
 
 T, B, A, S = 5, 3, 6, 4
 
@@ -169,7 +170,7 @@ def _iqn_setup(noisy=False, head="iqn"):
 @pytest.mark.unit
 @pytest.mark.parametrize("head", ["iqn", "c51"])
 def test_apex_step_changes_the_online_network_and_returns_new_priorities(head):
-    from zrl.roles.learner import apex_sgd_step
+    from zrl.agents.apex_iqn.learner import apex_sgd_step
 
     apex, online, target, b, nstep = _iqn_setup(noisy=True, head=head)
     before = flat_parameters(online).copy()
@@ -183,7 +184,7 @@ def test_apex_step_changes_the_online_network_and_returns_new_priorities(head):
 
 @pytest.mark.unit
 def test_iqn_step_with_zero_importance_weights_changes_nothing():
-    from zrl.roles.learner import apex_sgd_step
+    from zrl.agents.apex_iqn.learner import apex_sgd_step
 
     apex, online, target, b, nstep = _iqn_setup()
     before = flat_parameters(online).copy()

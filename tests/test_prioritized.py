@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import transitions_message
 
 from zrl.replay.prioritized import PrioritizedReplay, Transitions
 
@@ -115,26 +116,15 @@ def test_a_loss_of_zero_keeps_a_transition_in_the_replay():
 
 
 def _message(worker=0, frames=(10, 11, 12), priority=(1.0, 2.0, -1.0), **change):
-    from zrl import protocol
-
-    frames = np.asarray(frames, np.int64)
     n = len(frames)
-    fields = dict(
-        worker_id=worker,
-        seq=0,
-        policy_version=0,
-        env_frames=0,
-        count=n,
-        env_index=np.zeros(n, np.int32),
-        frame=frames,
-        action=np.ones(n, np.int32),
-        nstep_return=np.ones(n, np.float32),
-        bootstrap_discount=np.full(n, 0.97, np.float32),
-        next_frame=frames + 3,
-        priority=np.asarray(priority, np.float32),
-    )
-    fields.update(change)
-    return protocol.Transitions(**fields)
+    fields = {
+        "worker_id": worker,
+        "action": np.ones(n, np.int32),
+        "nstep_return": np.ones(n, np.float32),
+        "bootstrap_discount": np.full(n, 0.97, np.float32),
+        "priority": np.asarray(priority, np.float32),
+    }
+    return transitions_message(frames, **{**fields, **change})
 
 
 def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():

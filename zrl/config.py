@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from zrl.agents import REGISTRY as agent_registry  # the registry's table of names: no agent is imported here
+from zrl.agents import get as get_agent
+
 BUILTIN = "<built-in defaults>"
 
 
@@ -285,7 +288,6 @@ class TransportConfig:
 
 
 REPLAY_TYPES = ("queue", "uniform", "elite", "attentive", "prioritized")
-ALGOS = ("vtrace", "apex_iqn")
 APEX_HEADS = ("iqn", "c51")
 WORKER_POLICIES = ("network", "uniform")
 FEATURE_REPLAYS = ("elite", "attentive")
@@ -497,9 +499,9 @@ def check(cfg: Config) -> None:
         from zrl.transport import load_curve_keys  # transport imports this module
 
         load_curve_keys(cfg.transport.curve_keys)
-    _choice("algo", cfg.algo, ALGOS)
+    _choice("algo", cfg.algo, tuple(agent_registry))  # the agents zrl trains: zrl/agents/, one package each
     _check_replays(cfg)
-    _check_apex(cfg)
+    get_agent(cfg.algo).check(cfg)  # what the agent's own section and replay must be
     _check_deterministic(cfg)
     if 0 < cfg.workers.produce_ratio < 1:
         _fail(
@@ -538,67 +540,6 @@ def _choice(key: str, value: str, valid: tuple[str, ...]) -> None:
         hint = difflib.get_close_matches(value, valid, n=1)
         extra = f" (did you mean {hint[0]!r}?)" if hint else ""
         _fail(key, f"{value!r} is not one of {', '.join(valid)}{extra}")
-
-
-def _check_apex(cfg: Config) -> None:
-    prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
-    if cfg.algo != "apex_iqn":
-        if prioritized:
-            _fail(
-                f"replay[{prioritized[0]}].type",
-                'a prioritized replay holds Ape-X transitions: it needs algo = "apex_iqn"',
-            )
-        return
-    if len(cfg.replay) != 1 or not prioritized:
-        _fail(
-            "replay", 'algo = "apex_iqn" takes exactly one [[replay]], of type "prioritized" (capacity in transitions)'
-        )
-    a = cfg.apex
-    _choice("apex.head", a.head, APEX_HEADS)
-    for key in (
-        "n_step",
-        "priority_batch",
-        "target_update",
-        "quantiles",
-        "target_quantiles",
-        "acting_quantiles",
-        "embedding_dim",
-        "learn_start",
-    ):
-        if getattr(a, key) < 1:
-            _fail(f"apex.{key}", f"must be >= 1, got {getattr(a, key)}")
-    if not 0.0 <= a.epsilon <= 1.0:
-        _fail("apex.epsilon", f"must be in [0, 1], got {a.epsilon}")
-    for key in (
-        "epsilon_alpha",
-        "priority_exponent",
-        "noisy_sigma0",
-        "replay_ratio",
-        "beta_anneal_steps",
-        "state_size",
-    ):
-        if getattr(a, key) < 0:
-            _fail(f"apex.{key}", f"must be >= 0, got {getattr(a, key)}")
-    if not 0.0 <= a.importance_beta <= 1.0:
-        _fail("apex.importance_beta", f"must be in [0, 1], got {a.importance_beta}")
-    if a.kappa <= 0:
-        _fail("apex.kappa", f"must be > 0, got {a.kappa}")
-    if a.head == "c51" and (a.atoms < 2 or not a.v_min < a.v_max):
-        _fail("apex.atoms", f"C51 needs at least 2 atoms and v_min < v_max, got {a.atoms}, {a.v_min}, {a.v_max}")
-    if cfg.run.deterministic:
-        _fail(
-            "run.deterministic",
-            'algo = "apex_iqn" runs are not deterministic (workers and learner run free); '
-            "set run.deterministic = false",
-        )
-    capacity = cfg.replay[prioritized[0]].capacity
-    if a.learn_start > capacity:
-        _fail("apex.learn_start", f"{a.learn_start} transitions is more than the replay holds ({capacity})")
-    if a.priority_batch > capacity:
-        _fail(
-            "apex.priority_batch",
-            f"a worker's block of {a.priority_batch} transitions does not fit the replay ({capacity})",
-        )
 
 
 def _check_replays(cfg: Config) -> None:
@@ -884,7 +825,7 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
             if section == "algo" and isinstance(body, dict):
                 raise ConfigError(
                     f"{source}: [algo] is now [vtrace] (V-trace's clips, CLEAR and LASER); the top-level "
-                    'key algo = "vtrace" or "apex_iqn" names the agent'
+                    "key algo = " + " or ".join(f'"{name}"' for name in agent_registry) + " names the agent"
                 )
             base[section] = body
             sources[section] = source

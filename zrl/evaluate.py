@@ -157,13 +157,14 @@ def _play(job: Job) -> list[dict[str, Any]]:
     """Play this worker's episodes; one result dict per episode."""
     import torch
 
+    from zrl import agents
     from zrl.envs import atari_rom, make_vector_env
     from zrl.gather import ActingStack
-    from zrl.models import build_agent_model
 
     torch.set_num_threads(1)
     state = checkpoint.load(job.ckpt)
     cfg = from_dict(state["config"], job.ckpt)
+    agent = agents.get(cfg.algo)
     env_cfg, stuck_frames = protocol_env(cfg.env, job.protocol)
     rom = atari_rom(cfg.env.id)
     if rom is None:
@@ -178,7 +179,7 @@ def _play(job: Job) -> list[dict[str, Any]]:
                 mapping = minimal_actions(rom)
             else:
                 mapping = np.arange(env.num_actions)
-            model = build_agent_model(cfg, env.frame_shape, env.frame_dtype.str, len(mapping))
+            model = agent.build_model(cfg, env.frame_shape, env.frame_dtype.str, len(mapping))
             model.load_state_dict(state["model"])
             model.eval()
         rng = np.random.default_rng(seed)
@@ -195,14 +196,11 @@ def _play(job: Job) -> list[dict[str, Any]]:
         ended_by = "game over"
         while True:
             with torch.no_grad():
-                if cfg.algo == "apex_iqn":  # Q-values (noisy layers at their means); the policy is greedy on them
-                    logits = model.q_values(obs, cfg.apex.acting_quantiles, q_generator).numpy()[0]
-                else:
-                    logits = model(obs).logits.numpy()[0]
-            if job.greedy or cfg.algo == "apex_iqn":
-                choice = int(np.argmax(logits))
-            else:
-                choice = int(np.argmax(logits - np.log(-np.log(rng.random(logits.shape)))))
+                scores = agent.action_scores(model, obs, cfg, q_generator)[0]
+            if job.greedy or agent.acts_greedily:
+                choice = int(np.argmax(scores))
+            else:  # a sample of the policy's softmax (Gumbel-max)
+                choice = int(np.argmax(scores - np.log(-np.log(rng.random(scores.shape)))))
             step = env.step(np.array([mapping[choice]]))
             if recorded:
                 recorded.append(step.frames[0].copy())

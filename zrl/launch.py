@@ -13,7 +13,6 @@ import csv
 import fcntl
 import json
 import logging
-import math
 import multiprocessing as mp
 import os
 import shutil
@@ -30,7 +29,7 @@ import zmq
 
 import shm
 from shm.ring import Ring, RingSpec
-from zrl import __version__, checkpoint, envs, protocol, transport
+from zrl import __version__, agents, checkpoint, envs, protocol, transport
 from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, split_note, to_dict
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
@@ -46,27 +45,8 @@ log = logging.getLogger("zrl")
 
 
 def ring_slots(cfg: Config) -> int:
-    """Ring slots per worker: enough that every unit the broker and learner may still hold keeps its frames.
-
-    Every unit goes into every replay, so the units held are at most the largest replay's capacity, plus
-    the ready batches and the learner's batch. A worker produces M units per T slots; its ring keeps twice
-    its fair share of them (all of them with one or two workers), so a worker may run at twice the others'
-    pace before its oldest replayed units are dropped as stale (counted in metrics.csv).
-    """
-    if cfg.workers.ring_slots:
-        return cfg.workers.ring_slots
-    if cfg.algo == "apex_iqn":
-        # Ape-X: the replay's transitions, one frame each, spread over the workers (twice a fair share, as
-        # above), plus a worker's block awaiting its priorities and the n-step window and stacks.
-        m, apex = cfg.workers.envs_per_worker, cfg.apex
-        capacity = cfg.replay[0].capacity
-        per_worker = min(capacity, math.ceil(2 * capacity / cfg.workers.count))
-        return math.ceil((per_worker + apex.priority_batch) / m) + apex.n_step + 2 * cfg.env.frame_stack + 2
-    held = max(queue_capacity(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
-    in_flight = held + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
-    per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
-    unrolls_per_env = math.ceil(per_worker / cfg.workers.envs_per_worker) + 2
-    return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
+    """Ring slots per worker: workers.ring_slots, or (0, auto) as many as the agent's replay may still need."""
+    return cfg.workers.ring_slots or agents.get(cfg.algo).ring_slots(cfg)
 
 
 def make_ring_spec(cfg: Config, spec: envs.EnvSpec) -> RingSpec:
@@ -95,10 +75,10 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
 def preflight(cfg: Config) -> envs.EnvSpec:
     """Every check that needs no process: environment, model shape, device, results folder."""
     spec = envs.probe(cfg.env)
-    from zrl.models import build_agent_model, parameter_count
+    from zrl.models import parameter_count
 
     try:
-        model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+        model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     except ValueError as err:
         raise ConfigError(f"model.kind: {err}") from None
     check_weights_fit(parameter_count(model))
@@ -224,9 +204,8 @@ def make_run_dir(cfg: Config) -> Path:
 
 def checkpoint_bytes(cfg: Config, spec: envs.EnvSpec) -> int:
     """About what one checkpoint takes: the weights and two optimiser moments of each, plus a margin."""
-    from zrl.models import build_agent_model
 
-    model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     return int(sum(p.numel() for p in model.parameters()) * 4 * 3 * 1.1) + 1_000_000
 
 
@@ -928,11 +907,10 @@ def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_
 
 def _usable(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
     """A checkpoint that loads, verifies and fits this config's game and network, or ConfigError."""
-    from zrl.models import build_agent_model
 
     try:
         state = checkpoint.load(path)
-        model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+        model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
         checkpoint.check_compatible(state, path, cfg.env.id, model)
     except checkpoint.CheckpointError as err:
         raise ConfigError(str(err)) from None

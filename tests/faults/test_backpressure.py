@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import csv
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
-from conftest import REPO, command, zrl_processes
+from conftest import REPO, command, last_metric, zrl_processes
 
 pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
-
-
-def _last(tmp_path: Path, column: str) -> int:
-    found = list((tmp_path / "results").glob("*/metrics.csv"))
-    if not found:
-        return -1
-    with open(found[0]) as fh:
-        values = [int(float(r[column])) for r in csv.DictReader(fh) if r.get(column)]
-    return values[-1] if values else -1
 
 
 def _uss() -> dict[str, int]:
@@ -56,13 +45,13 @@ def test_a_slow_learner_keeps_memory_bounded_and_counts_what_it_drops(tmp_path, 
     )
     try:
         deadline = time.monotonic() + 120
-        while _last(tmp_path, "learner_step") < 3:
+        while last_metric(tmp_path, "learner_step") < 3:
             assert time.monotonic() < deadline and proc.poll() is None, "the learner never stepped"
             time.sleep(0.3)
         time.sleep(5.0)  # the queues fill to their bounds
         start = _uss()
         assert len(start) == 3, start  # the broker and two workers
-        dropped = _last(tmp_path, "unrolls_dropped_full") + _last(tmp_path, "unrolls_dropped_stale")
+        dropped = last_metric(tmp_path, "unrolls_dropped_full") + last_metric(tmp_path, "unrolls_dropped_stale")
         (learner,) = [p for p in zrl_processes() if " ".join(p.info["cmdline"]).startswith("zrl-learner")]
         end = time.monotonic() + 60
         while time.monotonic() < end:  # the injected delay: the learner runs a tenth of the time
@@ -72,7 +61,7 @@ def test_a_slow_learner_keeps_memory_bounded_and_counts_what_it_drops(tmp_path, 
             time.sleep(0.1)
         after = _uss()
         time.sleep(2.0)
-        dropped_after = _last(tmp_path, "unrolls_dropped_full") + _last(tmp_path, "unrolls_dropped_stale")
+        dropped_after = last_metric(tmp_path, "unrolls_dropped_full") + last_metric(tmp_path, "unrolls_dropped_stale")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=90)
     finally:

@@ -15,7 +15,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import zmq
-from conftest import REPO, command, metrics_rows, zrl_processes
+from conftest import (
+    REPO,
+    batch_message,
+    command,
+    last_metric,
+    metrics_rows,
+    transitions_message,
+    unroll_message,
+    zrl_processes,
+)
 
 from zrl import checkpoint, protocol
 
@@ -25,53 +34,15 @@ CREDIT = protocol.Credit(batches=1).encode()  # a valid message, but on the stat
 MESSAGES = 12_000
 
 
-def _last(tmp_path: Path, column: str) -> int:
-    values = [int(float(r[column])) for r in metrics_rows(tmp_path) if r.get(column)]
-    return values[-1] if values else -1
-
-
 def _forgeries(rng: np.random.Generator) -> list[bytes]:
     """Well-formed messages that do not fit the run (smoke: 2 workers x 2 envs, T = 10, Pong's 6 actions)."""
     m, t, a = 2, 10, 6
 
     def unroll(**change) -> bytes:
-        fields = dict(
-            worker_id=0,
-            seq=10**6,
-            policy_version=0,
-            first_frame=0,
-            num_envs=m,
-            length=t,
-            env_frames=0,
-            actions=np.zeros((m, t), np.int32),
-            rewards=np.zeros((m, t), np.float32),
-            discounts=np.ones((m, t), np.float32),
-            behaviour_logits=np.zeros((m, t, a), np.float32),
-            behaviour_values=np.zeros((m, t), np.float32),
-            features=np.zeros((0, 0, 0), np.float32),
-        )
-        fields.update(change)
-        return protocol.Unroll(**fields).encode()
+        return unroll_message(**{"num_envs": m, "length": t, "num_actions": a, "seq": 10**6, **change}).encode()
 
     def batch(**change) -> bytes:
-        b = 2
-        fields = dict(
-            batch_id=10**6,
-            length=t,
-            env_frames=0,
-            worker_ids=np.zeros(b, np.int32),
-            env_index=np.zeros(b, np.int32),
-            first_frame=np.zeros(b, np.int64),
-            policy_versions=np.zeros(b, np.int64),
-            actions=np.zeros((b, t), np.int32),
-            rewards=np.zeros((b, t), np.float32),
-            discounts=np.ones((b, t), np.float32),
-            behaviour_logits=np.zeros((b, t, a), np.float32),
-            behaviour_values=np.zeros((b, t), np.float32),
-            replay_index=np.zeros(b, np.int32),
-        )
-        fields.update(change)
-        return protocol.Batch(**fields).encode()
+        return batch_message(**{"size": 2, "length": t, "num_actions": a, "batch_id": 10**6, **change}).encode()
 
     bad_logits = np.zeros((m, t, a), np.float32)
     bad_logits[0, 0, 0] = np.nan
@@ -81,14 +52,7 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
         unroll(first_frame=-5),
         unroll(env_frames=10**15),  # frames the worker's ring never held: it would end the run's budget
         unroll(behaviour_logits=bad_logits),
-        unroll(
-            num_envs=1,
-            actions=np.zeros((1, t), np.int32),
-            rewards=np.zeros((1, t), np.float32),
-            discounts=np.ones((1, t), np.float32),
-            behaviour_logits=np.zeros((1, t, a), np.float32),
-            behaviour_values=np.zeros((1, t), np.float32),
-        ),
+        unroll(num_envs=1),  # one env where the run has two
         protocol.Episode(
             worker_id=99,
             pid=1,
@@ -117,14 +81,7 @@ def _forgeries(rng: np.random.Generator) -> list[bytes]:
             feature_rows=np.zeros(0, np.int32),
             features=np.zeros((0, 0, 0), np.float32),
         ).encode(),  # it would go into checkpoints
-        batch(
-            length=t + 1,
-            actions=np.zeros((2, t + 1), np.int32),
-            rewards=np.zeros((2, t + 1), np.float32),
-            discounts=np.ones((2, t + 1), np.float32),
-            behaviour_logits=np.zeros((2, t + 1, a), np.float32),
-            behaviour_values=np.zeros((2, t + 1), np.float32),
-        ),
+        batch(length=t + 1),  # unrolls of T + 1 steps
     ]
 
 
@@ -134,22 +91,7 @@ def _apex_forgeries() -> list[bytes]:
     n, b = 4, 2
 
     def transitions(**change) -> bytes:
-        fields = dict(
-            worker_id=0,
-            seq=10**6,
-            policy_version=0,
-            env_frames=0,
-            count=n,
-            env_index=np.zeros(n, np.int32),
-            frame=np.arange(n, dtype=np.int64),
-            action=np.zeros(n, np.int32),
-            nstep_return=np.zeros(n, np.float32),
-            bootstrap_discount=np.ones(n, np.float32),
-            next_frame=np.arange(n, dtype=np.int64) + 3,
-            priority=np.ones(n, np.float32),
-        )
-        fields.update(change)
-        return protocol.Transitions(**fields).encode()
+        return transitions_message(**{"frames": range(n), "seq": 10**6, **change}).encode()
 
     def batch(**change) -> bytes:
         fields = dict(
@@ -251,7 +193,7 @@ def _fuzz_a_live_run(
     socks = []
     try:
         deadline = time.monotonic() + 120
-        while _last(tmp_path, "learner_step") < 3:
+        while last_metric(tmp_path, "learner_step") < 3:
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the learner never stepped"
             time.sleep(0.3)
@@ -283,7 +225,7 @@ def _fuzz_a_live_run(
                 weights_wait_time_s=0.0,
             ).encode(),
         ]
-        step_before = _last(tmp_path, "learner_step")
+        step_before = last_metric(tmp_path, "learner_step")
         for i in range(MESSAGES):
             kind = i % 3
             if kind == 0:  # random bytes, sometimes msgpack-looking
@@ -307,10 +249,10 @@ def _fuzz_a_live_run(
         # real batch, that is per step: on a slow machine its count rises at the learner's step rate.
         deadline = time.monotonic() + 90
         while (
-            _last(tmp_path, "learner_step") < step_before + 5
-            or _last(tmp_path, "decode_errors") < 1000
-            or _last(tmp_path, "stats_decode_errors") < 1000
-            or _last(tmp_path, "learner_decode_errors") < 500
+            last_metric(tmp_path, "learner_step") < step_before + 5
+            or last_metric(tmp_path, "decode_errors") < 1000
+            or last_metric(tmp_path, "stats_decode_errors") < 1000
+            or last_metric(tmp_path, "learner_decode_errors") < 500
         ):
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, (

@@ -198,8 +198,9 @@ def _fixed_batch(cfg: Config, spec):
 
     from zrl.config import learner_threads
     from zrl.models import build_model
+    from zrl.optim import make_optimizer
     from zrl.roles.common import keep_freed_memory
-    from zrl.roles.learner import make_optimizer, resolve_device
+    from zrl.roles.learner import resolve_device
 
     lcfg = cfg.learner
     if cfg.run.keep_freed_memory:  # the learner role's allocator setting too
@@ -235,7 +236,7 @@ def _bare_learner(cfg: Config, spec, commands, out, parent: int) -> None:
     per number of seconds it is sent (steps/s back through ``out``) and ends at None."""
     import torch
 
-    from zrl.roles.learner import sgd_step
+    from zrl.agents.vtrace.learner import sgd_step
 
     model, opt, sched, obs, batch = _fixed_batch(cfg, spec)
     lcfg, device = cfg.learner, obs.device
@@ -526,9 +527,9 @@ def _unit_costs(cfg: Config, spec, seconds: float, out) -> None:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
+    from zrl.agents.vtrace.learner import sgd_step
     from zrl.config import needs_features
     from zrl.models import build_model
-    from zrl.roles.learner import sgd_step
 
     def timed(fn, sync=lambda: None) -> float:
         fn()  # warm-up

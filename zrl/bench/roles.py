@@ -20,10 +20,10 @@ from pathlib import Path
 import torch
 import zmq
 
-from zrl import envs, protocol, transport
+from zrl import agents, envs, protocol, transport
 from zrl.config import Config
 from zrl.launch import PRIVATE_PREFIX, create_rings, make_ring_spec, sweep_stale
-from zrl.models import build_agent_model, flat_parameters
+from zrl.models import flat_parameters
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring, StopFlag
 
@@ -82,7 +82,7 @@ class Pipeline:
         self._stats = self._socket(zmq.PULL, hwm=10_000, bind=endpoints.stats)
         if not self.with_learner:  # the bench serves a fixed policy: the initial weights
             torch.manual_seed(cfg.run.seed)
-            model = build_agent_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+            model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
             self._initial = protocol.encode_weights(0, 0, flat_parameters(model))
             self._weights_rep = self._socket(zmq.ROUTER, hwm=256, bind=endpoints.weights_req)
             self._socket(zmq.PUB, hwm=2, bind=endpoints.weights)

@@ -156,15 +156,6 @@ def build_model(
     return MLPNet(in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale=np.dtype(frame_dtype) == np.uint8)
 
 
-def build_agent_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions: int) -> nn.Module:
-    """The network of ``cfg.algo`` (a Config): the actor-critic for vtrace, the IQN or C51 network (apex.head) for apex_iqn."""
-    if cfg.algo == "apex_iqn":
-        from zrl.models.iqn import build_apex_model
-
-        return build_apex_model(cfg.model, cfg.apex, frame_shape, frame_dtype, cfg.env.frame_stack, num_actions)
-    return build_model(cfg.model, frame_shape, frame_dtype, cfg.env.frame_stack, num_actions)
-
-
 def flat_parameters(model: nn.Module) -> np.ndarray:
     """All parameters as one contiguous float32 vector (a copy)."""
     with torch.no_grad():

@@ -1,4 +1,4 @@
-"""Rainbow-IQN Ape-X on zrl's pipeline (``algo = "apex_iqn"``): the same worker, broker and learner processes,
+"""Rainbow-IQN Ape-X's worker and broker bodies (``algo = "apex_iqn"``): the same processes,
 rings and sockets as V-trace; only the policy, the replay rule and the loss differ.
 
 - A worker acts epsilon-greedily on its network copy's Q-values (IQN's, or C51's with ``apex.head = "c51"``;
@@ -9,9 +9,10 @@ rings and sockets as V-trace; only the policy, the replay rule and the loss diff
 - The broker keeps them in an :class:`ApexReplay` (a sum tree over the transitions), sends a
   ``TransitionBatch`` per learner credit, and applies the learner's ``PriorityUpdate`` messages, which come
   on their own PUSH/PULL channel (``priorities``, bound by the broker).
-- The learner gathers both stacks of each transition from the rings, takes an importance-weighted IQN (or C51)
-  step against n-step double-Q targets from its target network, sends the new priorities back, copies the
-  online network into the target every ``apex.target_update`` steps and publishes weights like V-trace's.
+- The learner is the one learner loop (zrl/roles/learner.py) with Ape-X's part (zrl/agents/apex_iqn/learner.py):
+  it gathers both stacks of each transition from the rings, takes an importance-weighted IQN (or C51) step
+  against n-step double-Q targets from its target network, sends the new priorities back, copies the online
+  network into the target every ``apex.target_update`` steps and publishes weights as for every agent.
 
 ``apex.replay_ratio`` R > 0 keeps about one learner step per R env steps (summed over workers and envs),
 once learning has started: the broker holds batches back while the learner is ahead, and a worker that is
@@ -20,11 +21,8 @@ ahead waits for new weights (at most ``workers.max_weights_wait_s``), without po
 
 from __future__ import annotations
 
-import copy
 import os
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -32,12 +30,12 @@ import torch
 import zmq
 
 from shm.ring import Ring
-from zrl import __version__, checkpoint, protocol, transport
+from zrl import protocol, transport
 from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
 from zrl.algos.iqn import NStep
-from zrl.config import Config, apex_anneal_steps, learner_threads, to_dict
+from zrl.config import Config, apex_anneal_steps
 from zrl.gather import ActingStack, TransitionGatherer
-from zrl.models import flat_parameters, load_flat
+from zrl.models import load_flat
 from zrl.models.iqn import build_apex_model
 from zrl.replay.prioritized import ApexReplay
 from zrl.roles.common import (
@@ -50,7 +48,6 @@ from zrl.roles.common import (
     WorkerStart,
     frames_past_ring,
     keep_freed_memory,
-    next_batch,
     should_stop,
 )
 
@@ -352,247 +349,6 @@ def run_broker(cfg: Config, wiring: RunWiring, stop_event) -> None:
                 send_stats()
     finally:
         for sock in (inbox, batches, credits_sock, priorities, stats):
-            sock.close()
-        transport.term(ctx)
-        for ring in rings:
-            ring.close()
-
-
-# ---------------------------------------------------------------------------------------------- learner
-
-
-def transition_misfit(batch: protocol.TransitionBatch, cfg: Config, rings: int, num_actions: int) -> str | None:
-    """Why a well-formed TransitionBatch cannot be from this run's broker (forged or damaged), or None."""
-    b = batch.size
-    if not 1 <= b <= cfg.learner.batch_size:
-        return f"{b} transitions, not 1..{cfg.learner.batch_size}"
-    ranges = (
-        (batch.worker_ids, rings, "worker id"),
-        (batch.env_index, cfg.workers.envs_per_worker, "env index"),
-        (batch.action, num_actions, "action"),
-        (batch.slots, cfg.replay[0].capacity, "replay slot"),
-    )
-    for values, bound, what in ranges:
-        if not (0 <= values.min() and values.max() < bound):
-            return f"a {what} outside 0..{bound - 1}"
-    if batch.frame.min() < 0 or batch.next_frame.min() < 0:
-        return "a negative frame number"
-    if not all(np.isfinite(a).all() for a in (batch.nstep_return, batch.bootstrap_discount, batch.weights)):
-        return "non-finite returns, discounts or importance weights"
-    return None
-
-
-def run_learner(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, start) -> None:
-    from zrl.roles.learner import (
-        apex_sgd_step,
-        load_optimizer_state,
-        make_optimizer,
-        resolve_device,
-        rng_state,
-        set_rng_state,
-    )
-
-    if cfg.run.keep_freed_memory:
-        keep_freed_memory()
-    torch.set_num_threads(learner_threads(cfg))
-    torch.manual_seed(cfg.run.seed)
-    device = resolve_device(cfg.learner.device)
-    lcfg, apex = cfg.learner, cfg.apex
-    online = _model(cfg, wiring).to(device)
-    target = copy.deepcopy(online).requires_grad_(False)
-    online.train()
-    target.train(apex.noisy)
-    optimizer, scheduler = make_optimizer(online, lcfg, apex_anneal_steps(cfg, wiring.frames_per_step))
-    rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
-    gatherer = TransitionGatherer(
-        rings,
-        cfg.env.frame_stack,
-        lcfg.batch_size,
-        wiring.frame_shape,
-        wiring.frame_dtype,
-        pin_memory=device.type == "cuda",
-    )
-    ckpt_dir = Path(run_dir) / "checkpoints"
-    poll_ms = cfg.transport.poll_timeout_ms
-
-    ctx = transport.context(cfg.transport)
-    batches = transport.socket(ctx, zmq.PULL, hwm=cfg.broker.prefetch_batches, bind=wiring.endpoints.batches)
-    credits = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.credits)
-    priorities = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.priorities)
-    one_credit = protocol.Credit(batches=1).encode()
-    weights_pub = transport.socket(ctx, zmq.PUB, hwm=2, bind=wiring.endpoints.weights)
-    weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
-    stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
-
-    learner_step = policy_version = samples = dropped_torn = env_frames = 0
-    decoded = Decoder()
-    if start is not None:  # the launcher has verified the file and its fit
-        state = checkpoint.load(start.path)
-        online.load_state_dict(state["model"])
-        target.load_state_dict(state.get("target") or state["model"])
-        if start.optimizer and state.get("optimizer") is not None:
-            load_optimizer_state(optimizer, state["optimizer"], keep_configured=not start.resume)
-        if start.resume:
-            scheduler.load_state_dict(state["scheduler"])
-            learner_step, policy_version = state["learner_step"], state["policy_version"]
-            samples, env_frames = state["samples"], state["env_frames"]
-            set_rng_state(state["rng"], device)
-        del state
-    current = protocol.encode_weights(policy_version, learner_step, flat_parameters(online))
-    last_ckpt = ""
-    timing = {"step": 0.0, "gather": 0.0, "wait": 0.0, "publish": 0.0}
-    last = SimpleNamespace(loss=0.0, grad_norm=0.0, lag=0.0, age_mean=0.0, age_max=0.0)
-    saved_step = -1
-
-    def save() -> str:
-        nonlocal saved_step
-        if learner_step == saved_step:
-            return last_ckpt
-        try:
-            ckpt_dir.mkdir(exist_ok=True)
-            path = checkpoint.save(
-                ckpt_dir / checkpoint.PATTERN.format(step=learner_step),
-                {
-                    "zrl_version": __version__,
-                    "model": online.state_dict(),
-                    "target": target.state_dict(),
-                    "optimizer": optimizer.state_dict(),
-                    "scheduler": scheduler.state_dict(),
-                    "learner_step": learner_step,
-                    "env_frames": env_frames,
-                    "env_frames_trained": samples * wiring.frames_per_step,
-                    "samples": samples,
-                    "policy_version": policy_version,
-                    "config": to_dict(cfg),
-                    "rng": rng_state(device),
-                    "saved_at": time.time(),
-                },
-            )
-            checkpoint.prune(ckpt_dir, cfg.run.keep_checkpoints)
-        except OSError as err:
-            print(
-                f"zrl-learner: checkpoint at learner step {learner_step} failed ({err.strerror or err}); the "
-                "previous checkpoints are untouched, training goes on",
-                file=sys.stderr,
-                flush=True,
-            )
-            return last_ckpt
-        saved_step = learner_step
-        return str(path)
-
-    def report() -> None:
-        transport.send_nowait(
-            stats,
-            protocol.LearnerStats(
-                pid=os.getpid(),
-                time=time.time(),
-                learner_step=learner_step,
-                policy_version=policy_version,
-                samples=samples,
-                env_frames_trained=samples * wiring.frames_per_step,
-                units_dropped_torn=dropped_torn,
-                total_loss=last.loss,
-                pg_loss=0.0,
-                baseline_loss=0.0,
-                entropy_loss=0.0,
-                learning_rate=scheduler.get_last_lr()[0],
-                grad_norm=last.grad_norm,
-                mean_rho=0.0,
-                policy_cloning_loss=0.0,
-                value_cloning_loss=0.0,
-                laser_masked_fraction=0.0,
-                policy_lag=last.lag,
-                sample_age_mean=last.age_mean,
-                sample_age_max=last.age_max,
-                step_time_s=timing["step"],
-                gather_time_s=timing["gather"],
-                wait_time_s=timing["wait"],
-                publish_time_s=timing["publish"],
-                decode_errors=decoded.errors,
-                checkpoint_path=last_ckpt,
-            ).encode(),
-        )
-
-    try:
-        weights_pub.send(current, copy=False)
-        transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
-        every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
-        report()
-        heartbeat = Every(1.0)
-        while not should_stop(stop_event, wiring.launcher_pid):
-            if heartbeat.due():  # stats double as the heartbeat
-                report()
-            if (data := next_batch(batches, poll_ms, weights_rep, current, decoded, timing)) is None:
-                continue
-            t1 = time.perf_counter()
-            if (batch := decoded(data, protocol.TransitionBatch)) is None:
-                continue
-            if transition_misfit(batch, cfg, len(rings), wiring.num_actions):
-                decoded.refuse()
-                continue
-            transport.send_nowait(credits, one_credit)
-            env_frames = max(env_frames, batch.env_frames)
-            obs, next_obs, ok = gatherer.gather(batch)
-            dropped_torn += int((~ok).sum())
-            if not ok.any():
-                continue
-            keep = np.flatnonzero(ok)
-            pick = torch.from_numpy(keep)
-            ages = policy_version - batch.policy_version[keep]  # in weights versions; the newest is the lag
-            last.lag, last.age_mean, last.age_max = float(ages.min()), float(ages.mean()), float(ages.max())
-
-            def column(a: np.ndarray, keep: np.ndarray = keep) -> torch.Tensor:
-                return torch.from_numpy(np.ascontiguousarray(a[keep])).to(device)
-
-            if len(keep) < len(ok):  # a torn unit: train on the rest (indexing copies 2 x 3.6 MB, so only then)
-                obs, next_obs = obs[pick], next_obs[pick]
-            obs, next_obs = obs.to(device), next_obs.to(device)
-            nstep = NStep(column(batch.nstep_return), column(batch.bootstrap_discount))
-            t2 = time.perf_counter()
-            timing["gather"] += t2 - t1
-            step = apex_sgd_step(
-                online,
-                target,
-                optimizer,
-                obs,
-                column(batch.action),
-                nstep,
-                next_obs,
-                column(batch.weights),
-                apex,
-                lcfg.grad_norm_clip,
-            )
-            scheduler.step()
-            transport.send_nowait(
-                priorities,
-                protocol.PriorityUpdate(
-                    batch_id=batch.batch_id,
-                    size=len(keep),
-                    slots=batch.slots[keep],
-                    stamps=batch.stamps[keep],
-                    priorities=step.priorities.astype(np.float32),
-                ).encode(),
-            )
-            learner_step += 1
-            samples += len(keep)
-            last.loss, last.grad_norm = step.loss, step.grad_norm
-            if learner_step % apex.target_update == 0:
-                target.load_state_dict(online.state_dict())
-            t3 = time.perf_counter()
-            timing["step"] += t3 - t2
-            if learner_step % lcfg.publish_every == 0:
-                policy_version += 1
-                current = protocol.encode_weights(policy_version, learner_step, flat_parameters(online))
-                weights_pub.send(current, copy=False)
-                timing["publish"] += time.perf_counter() - t3
-            by_steps = cfg.run.checkpoint_every_steps and learner_step % cfg.run.checkpoint_every_steps == 0
-            if by_steps or (every_s and time.monotonic() - last_save >= every_s):
-                last_ckpt = save()
-                last_save = time.monotonic()
-        last_ckpt = save()
-        report()
-    finally:
-        for sock in (batches, credits, priorities, weights_pub, weights_rep, stats):
             sock.close()
         transport.term(ctx)
         for ring in rings:

@@ -23,7 +23,7 @@ import torch
 import zmq
 
 from shm.ring import Ring
-from zrl import protocol, transport
+from zrl import agents, protocol, transport
 from zrl.config import Config, fill_target, lr_decay_steps, needs_features, queue_capacity, replay_share
 from zrl.gather import Gatherer, stack_observations
 from zrl.models import build_model, load_flat
@@ -351,15 +351,10 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
     transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report("zrl-broker", wiring):
-        if cfg.algo == "apex_iqn":
-            from zrl.roles.apex import run_broker
-
-            run_broker(cfg, wiring, stop_event)
-        else:
-            _run(cfg, wiring, stop_event)
+        agents.get(cfg.algo).role("broker")(cfg, wiring, stop_event)
 
 
-def _run(cfg: Config, wiring: RunWiring, stop_event) -> None:
+def run_vtrace(cfg: Config, wiring: RunWiring, stop_event) -> None:
     if cfg.run.keep_freed_memory:
         keep_freed_memory()
     torch.set_num_threads(cfg.broker.torch_threads)

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import torch
 
-from zrl import protocol, transport
+from zrl import agents, protocol, transport
 from zrl.config import Config, needs_features, unrolls_per_version
 from zrl.gather import ActingStack
 from zrl.models import build_model, load_flat
@@ -39,15 +39,10 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Worke
         os.nice(cfg.workers.nice)
     transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report(f"zrl-worker-{worker_id}", wiring):
-        if cfg.algo == "apex_iqn":
-            from zrl.roles.apex import run_worker
-
-            run_worker(worker_id, cfg, wiring, stop_event, start)
-        else:
-            _run(worker_id, cfg, wiring, stop_event, start)
+        agents.get(cfg.algo).role("worker")(worker_id, cfg, wiring, stop_event, start)
 
 
-def _run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart) -> None:
+def run_vtrace(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart) -> None:
     torch.set_num_threads(cfg.workers.torch_threads)
     m = cfg.workers.envs_per_worker
     t_len = cfg.learner.unroll_length

@@ -1,0 +1,89 @@
+"""The agent registry: every agent resolves with its parts, nothing outside zrl/agents/ asks which agent runs,
+and a new agent is one package plus one registry line."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+
+import pytest
+from conftest import REPO
+
+from zrl import agents
+from zrl.config import ConfigError, load
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_registered_agent_resolves_with_its_role_bodies_and_learner_part():
+    for name in agents.REGISTRY:
+        agent = agents.get(name)
+        assert agent.name == name and agent.summary
+        assert callable(agent.role("worker")) and callable(agent.role("broker"))
+        part = agent.learner_part()
+        for method in ("load", "state", "misfit", "take", "gather", "step"):
+            assert callable(getattr(part, method)), (name, method)
+
+
+def test_an_unknown_agent_is_refused_with_the_registered_names():
+    with pytest.raises(ValueError, match="no agent 'ppo'; the agents are vtrace, apex_iqn"):
+        agents.get("ppo")
+    with pytest.raises(ConfigError, match=r"algo: 'apex' is not one of vtrace, apex_iqn \(did you mean 'apex_iqn'\?\)"):
+        load(None, ["algo=apex"])
+
+
+def _branches_on_the_agent(source: str) -> list[int]:
+    """Lines of ``source`` with a comparison that involves a name or attribute ``algo``, or a registered agent's
+    name."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(_names_the_agent(side) for side in (node.left, *node.comparators)):
+            found.append(node.lineno)
+    return found
+
+
+def _names_the_agent(node: ast.expr) -> bool:
+    if isinstance(node, ast.Attribute | ast.Name):
+        return getattr(node, "attr", getattr(node, "id", "")) == "algo"
+    return isinstance(node, ast.Constant) and node.value in agents.REGISTRY
+
+
+def test_no_code_outside_the_agents_asks_which_agent_runs():
+    outside = [p for p in (REPO / "zrl").rglob("*.py") if "agents" not in p.relative_to(REPO / "zrl").parts]
+    assert len(outside) > 30
+    found = [f"{p.relative_to(REPO)}:{line}" for p in outside for line in _branches_on_the_agent(p.read_text())]
+    assert not found, f"branches on the agent's name outside zrl/agents/: {found}"
+
+
+def test_the_scan_finds_a_branch_on_the_agent():
+    sample = (
+        'def f(cfg):\n    return cfg.algo == "apex_iqn"\n\n\ndef g(name):\n    return "vtrace" != name or name in ()\n'
+    )
+    assert _branches_on_the_agent(sample) == [2, 6]
+
+
+def test_a_third_agent_is_one_package_and_one_registry_line(monkeypatch):
+    """A tiny agent (V-trace's parts with its own ring size): registered, the config takes it, the launcher sizes
+    its rings by it, zrl-eval's policy and the roles resolve to it. Nothing else changes."""
+    from zrl import launch
+    from zrl.agents import vtrace
+
+    tiny = types.ModuleType("zrl_tiny_agent")
+    tiny.AGENT = agents.Agent(
+        name="tiny",
+        summary="V-trace with a ring of 999 slots",
+        check=vtrace.check,
+        build_model=vtrace.build_model,
+        ring_slots=lambda cfg: 999,
+        action_scores=vtrace.action_scores,
+        acts_greedily=True,
+        worker=vtrace.AGENT.worker,
+        broker=vtrace.AGENT.broker,
+        learner=vtrace.AGENT.learner,
+    )
+    monkeypatch.setitem(sys.modules, "zrl_tiny_agent", tiny)
+    monkeypatch.setitem(agents.REGISTRY, "tiny", "zrl_tiny_agent")
+    cfg = load(REPO / "config" / "smoke.toml", ["algo=tiny"])
+    assert cfg.algo == "tiny" and launch.ring_slots(cfg) == 999
+    assert agents.get("tiny").learner_part() is agents.get("vtrace").learner_part()

@@ -1,0 +1,99 @@
+"""The agents zrl trains, as plug-ins, and the one registry that maps a config's ``algo`` to one.
+
+An agent is a package under ``zrl/agents/`` whose ``AGENT`` (an :class:`Agent`) declares what is specific to it:
+its config checks, its network, how many ring slots its workers need, how a trained policy picks actions in evaluation, and its
+role bodies (what its worker, broker and learner processes run). Nothing outside this package asks which agent
+a run uses: the roles, the launcher, zrl-eval and zrl-bench call ``get(cfg.algo)`` and use what it declares.
+
+A new agent is one package and one line in ``REGISTRY`` (``zrl.config`` takes its valid ``algo`` names from
+it). This module imports nothing of zrl, and an agent's package is imported when first asked for, so that the
+config reads the table without importing any agent and a role imports only its own.
+
+"Agents as plug-ins" is under way: the learner is one loop that takes an agent's learner part; the worker and
+the broker are still one body per agent (``zrl/roles/`` for V-trace, ``zrl/roles/apex.py`` for Ape-X), and each
+agent's config section is still declared in ``zrl/config.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+# algo -> the package whose AGENT declares it
+REGISTRY: dict[str, str] = {
+    "vtrace": "zrl.agents.vtrace",
+    "apex_iqn": "zrl.agents.apex_iqn",
+}
+
+ROLES = ("worker", "broker", "learner")  # the processes of a run beside the launcher
+
+
+class Trained(NamedTuple):
+    """What one learner step of an agent did: the samples (unroll steps or transitions) and env frames it trained
+    on, its figures by their LearnerStats names (losses, grad_norm, policy_lag, sample_age_mean, sample_age_max;
+    the ones an agent does not have stay 0), and a message for the broker (Ape-X's new priorities) or None."""
+
+    samples: int
+    frames: int
+    metrics: dict[str, float]
+    reply: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Agent:
+    """What is specific to one agent. Callables take the run's resolved ``Config`` as ``cfg``."""
+
+    name: str
+    summary: str  # one line, for docs and errors
+    # cfg -> None, or a ConfigError naming the key: what the agent's own section and replay must be (run by
+    # zrl.config's checks once every section is valid on its own)
+    check: Callable[[Any], None]
+    # (cfg, frame_shape, frame_dtype, num_actions) -> the network the learner trains and the workers act with
+    build_model: Callable[..., Any]
+    # cfg -> ring slots per worker when workers.ring_slots = 0 (auto): enough that every unit or transition the
+    # replays may still hold keeps its frames
+    ring_slots: Callable[[Any], int]
+    # (model, obs [B, S, *frame_shape], cfg, generator) -> [B, actions] numpy scores a trained policy acts on in
+    # evaluation: logits (sampled, or argmax with --greedy) or Q-values (argmax, always: ``acts_greedily``)
+    action_scores: Callable[..., Any]
+    acts_greedily: bool
+    # "module:function" of the worker's and the broker's bodies, imported in that role's process only:
+    # worker (worker_id, cfg, wiring, stop_event, start), broker (cfg, wiring, stop_event)
+    worker: str
+    broker: str
+    # "module:Class" of the agent's learner part, which the one learner loop (zrl/roles/learner.py) runs:
+    # Class(cfg, wiring, rings, device) with
+    #   model (the network the workers act with: the loop publishes its weights), optimizer, scheduler;
+    #   batch_types (the messages on the batches socket), asks_replay_index, replies (bools);
+    #   load(state, resume, optimizer) and state() -> dict: its entries of a checkpoint;
+    #   misfit(message) -> str | None: why a well-formed message cannot be from this run's broker;
+    #   take(message) -> bool: keeps a message that is not a batch;
+    #   gather(batch) -> (gathered or None, torn units); step(gathered, learner_step, policy_version) -> Trained
+    learner: str
+
+    def role(self, which: str) -> Callable[..., None]:
+        """The body of the worker or the broker."""
+        if which not in ("worker", "broker"):
+            raise ValueError(f"no role body {which!r}; an agent declares its worker and broker")
+        return self.part(getattr(self, which))
+
+    def learner_part(self) -> type:
+        return self.part(self.learner)
+
+    @staticmethod
+    def part(ref: str) -> Any:
+        module, _, name = ref.partition(":")
+        return getattr(importlib.import_module(module), name)
+
+
+def get(name: str) -> Agent:
+    """The agent registered as ``name``; a ValueError naming the registered ones otherwise (a config naming an
+    unknown agent is refused earlier, with its file and key)."""
+    if name not in REGISTRY:
+        raise ValueError(f"no agent {name!r}; the agents are {', '.join(REGISTRY)}")
+    agent = importlib.import_module(REGISTRY[name]).AGENT
+    if agent.name != name:
+        raise RuntimeError(f"{REGISTRY[name]} declares agent {agent.name!r}, registered as {name!r}")
+    return agent

@@ -1,0 +1,60 @@
+"""IMPALA's V-trace actor-critic (``algo = "vtrace"``, the default), with CLEAR's cloning losses and LASER's mask
+as ``[vtrace]`` says: workers act by sampling the policy's logits and send unrolls of T steps; the broker mixes
+the ``[[replay]]`` tables (queue, uniform, elite, attentive) into batches; the learner takes V-trace steps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from zrl.agents import Agent
+
+
+def build_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions: int):
+    from zrl.models import build_model as actor_critic
+
+    return actor_critic(cfg.model, frame_shape, frame_dtype, cfg.env.frame_stack, num_actions)
+
+
+def ring_slots(cfg) -> int:
+    """Every unit goes into every replay, so the units held are at most the largest replay's capacity, plus
+    the ready batches and the learner's batch. A worker produces M units per T slots; its ring keeps twice
+    its fair share of them (all of them with one or two workers), so a worker may run at twice the others'
+    pace before its oldest replayed units are dropped as stale (counted in metrics.csv)."""
+    from zrl.config import queue_capacity
+
+    held = max(queue_capacity(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
+    in_flight = held + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
+    per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
+    unrolls_per_env = math.ceil(per_worker / cfg.workers.envs_per_worker) + 2
+    return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
+
+
+def check(cfg) -> None:
+    """V-trace trains on unrolls: no prioritized replay, which holds Ape-X transitions."""
+    from zrl.config import _fail
+
+    prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
+    if prioritized:
+        _fail(
+            f"replay[{prioritized[0]}].type", 'a prioritized replay holds Ape-X transitions: it needs algo = "apex_iqn"'
+        )
+
+
+def action_scores(model, obs, cfg, generator) -> np.ndarray:
+    return model(obs).logits.numpy()
+
+
+AGENT = Agent(
+    name="vtrace",
+    summary="IMPALA's V-trace actor-critic, with CLEAR and LASER, on a mix of queue, uniform, elite and attentive replay",
+    check=check,
+    build_model=build_model,
+    ring_slots=ring_slots,
+    action_scores=action_scores,
+    acts_greedily=False,
+    worker="zrl.roles.worker:run_vtrace",
+    broker="zrl.roles.broker:run_vtrace",
+    learner="zrl.agents.vtrace.learner:VtraceLearner",
+)
