@@ -495,10 +495,6 @@ def check(cfg: Config) -> None:
             f"{cfg.transport.bind_host!r} is not a loopback address; binding other addresses needs CurveZMQ keys: "
             "make a folder with zrl-keys PATH and set transport.curve_keys = PATH, or use 127.0.0.1.",
         )
-    if cfg.transport.curve_keys:
-        from zrl.transport import load_curve_keys  # transport imports this module
-
-        load_curve_keys(cfg.transport.curve_keys)
     _choice("algo", cfg.algo, tuple(agent_registry))  # the agents zrl trains: zrl/agents/, one package each
     _check_replays(cfg)
     get_agent(cfg.algo).check(cfg)  # what the agent's own section and replay must be

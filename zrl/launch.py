@@ -73,7 +73,9 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
 
 
 def preflight(cfg: Config) -> envs.EnvSpec:
-    """Every check that needs no process: environment, model shape, device, results folder."""
+    """Every check that needs no process: CurveZMQ keys, environment, model shape, device, results folder."""
+    if cfg.transport.curve_keys:  # here, not in zrl.config, which transport imports
+        transport.load_curve_keys(cfg.transport.curve_keys)
     spec = envs.probe(cfg.env)
     from zrl.models import parameter_count
 

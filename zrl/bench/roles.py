@@ -72,6 +72,8 @@ class Pipeline:
 
     def _start(self) -> None:
         cfg, spec = self.cfg, self.spec
+        if cfg.transport.curve_keys:  # a ConfigError naming the file, before anything is made
+            transport.load_curve_keys(cfg.transport.curve_keys)
         sweep_stale()
         run_id = f"{int(time.time())}{os.urandom(2).hex()}"
         self._private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{run_id}")

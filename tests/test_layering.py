@@ -1,0 +1,129 @@
+"""The import layering of DESIGN.md's module map, held in code: no import cycles, shm/ knows nothing of zrl, the
+numerics and sampling rules import no role or program, agents import no role, and roles do not import each
+other. Imports inside functions count: a deferred import is still a dependency."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+pytestmark = pytest.mark.unit
+
+PROGRAMS = ("zrl.roles", "zrl.launch", "zrl.bench", "zrl.cli", "zrl.evaluate")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in [*(REPO / "zrl").rglob("*.py"), *(REPO / "shm").rglob("*.py")]:
+        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """The zrl and shm modules that ``name`` imports, at any depth of its code."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target not in MODULES and "." in target:
+                target = target.rpartition(".")[0]
+            if target in MODULES and target != name:
+                out.add(target)
+    return out
+
+
+GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), a package's edges to its own modules and
+    theirs to it left out."""
+    edges = {v: {w for w in ws if not (_within(w, v) or _within(v, w))} for v, ws in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _offenders(sources: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{name} imports {dep}"
+        for name, deps in GRAPH.items()
+        if _within(name, sources)
+        for dep in sorted(deps)
+        if any(_within(dep, f) for f in forbidden)
+    ]
+
+
+def test_the_graph_is_read():
+    assert len(MODULES) > 40
+    assert "zrl.config" in GRAPH["zrl.roles.learner"] and "shm.ring" in GRAPH["zrl.roles.learner"]
+
+
+def test_no_import_cycles():
+    assert _cycles(GRAPH) == []
+
+
+def test_a_cycle_is_found():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_shm_knows_nothing_of_zrl():
+    assert _offenders("shm", ("zrl",)) == []
+
+
+@pytest.mark.parametrize("layer", ["zrl.algos", "zrl.replay", "zrl.config", "zrl.protocol"])
+def test_the_pure_layer_imports_no_role_agent_or_program(layer):
+    assert _offenders(layer, (*PROGRAMS, "zrl.agents.vtrace", "zrl.agents.apex_iqn")) == []
+
+
+def test_agents_import_no_role_or_program():
+    assert _offenders("zrl.agents", PROGRAMS) == []
+
+
+def test_roles_do_not_import_each_other():
+    roles = [n for n in MODULES if _within(n, "zrl.roles") and n not in ("zrl.roles", "zrl.roles.common")]
+    for role in roles:
+        assert not [d for d in GRAPH[role] if d in roles], role
