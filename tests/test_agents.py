@@ -20,10 +20,13 @@ def test_every_registered_agent_resolves_with_its_role_bodies_and_learner_part()
     for name in agents.REGISTRY:
         agent = agents.get(name)
         assert agent.name == name and agent.summary
-        assert callable(agent.role("worker")) and callable(agent.role("broker"))
-        part = agent.learner_part()
-        for method in ("load", "state", "misfit", "take", "gather", "step"):
-            assert callable(getattr(part, method)), (name, method)
+        assert callable(agent.broker_body())
+        for part, methods in (
+            (agent.actor_part(), ("begin", "act", "record", "weights_taken", "pace")),
+            (agent.learner_part(), ("load", "state", "misfit", "take", "gather", "step")),
+        ):
+            for method in methods:
+                assert callable(getattr(part, method)), (name, part, method)
 
 
 def test_an_unknown_agent_is_refused_with_the_registered_names():
@@ -78,7 +81,7 @@ def test_a_third_agent_is_one_package_and_one_registry_line(monkeypatch):
         ring_slots=lambda cfg: 999,
         action_scores=vtrace.action_scores,
         acts_greedily=True,
-        worker=vtrace.AGENT.worker,
+        actor=vtrace.AGENT.actor,
         broker=vtrace.AGENT.broker,
         learner=vtrace.AGENT.learner,
     )

@@ -14,6 +14,7 @@ from conftest import REPO, assert_loadable, csv_rows, run_command, transitions_m
 
 from shm.ring import Ring, RingSpec
 from zrl import protocol
+from zrl.agents.apex_iqn.actor import _first_priorities
 from zrl.agents.apex_iqn.learner import apex_sgd_step
 from zrl.algos.apex import NStepBuilder
 from zrl.algos.iqn import NStep
@@ -21,7 +22,6 @@ from zrl.config import ApexConfig, ModelConfig, load
 from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_iqn_model
 from zrl.replay.prioritized import ApexReplay
-from zrl.roles.apex import _first_priorities
 
 PONG = REPO / "config" / "apex_iqn_pong.toml"
 

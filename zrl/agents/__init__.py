@@ -1,17 +1,18 @@
 """The agents zrl trains, as plug-ins, and the one registry that maps a config's ``algo`` to one.
 
 An agent is a package under ``zrl/agents/`` whose ``AGENT`` (an :class:`Agent`) declares what is specific to it:
-its config checks, its network, how many ring slots its workers need, how a trained policy picks actions in evaluation, and its
-role bodies (what its worker, broker and learner processes run). Nothing outside this package asks which agent
-a run uses: the roles, the launcher, zrl-eval and zrl-bench call ``get(cfg.algo)`` and use what it declares.
+its config checks, its network, how many ring slots its workers need, how a trained policy picks actions in
+evaluation, its actor (what the one worker loop runs), its broker's body, and its learner part (what the one
+learner loop runs). Nothing outside this package asks which agent a run uses: the roles, the launcher, zrl-eval
+and zrl-bench call ``get(cfg.algo)`` and use what it declares.
 
 A new agent is one package and one line in ``REGISTRY`` (``zrl.config`` takes its valid ``algo`` names from
 it). This module imports nothing of zrl, and an agent's package is imported when first asked for, so that the
 config reads the table without importing any agent and a role imports only its own.
 
-"Agents as plug-ins" is under way: the learner is one loop that takes an agent's learner part; the worker and
-the broker are still one body per agent (``zrl/roles/`` for V-trace, ``zrl/roles/apex.py`` for Ape-X), and each
-agent's config section is still declared in ``zrl/config.py``.
+"Agents as plug-ins" is under way: the worker and the learner are one loop each that takes the agent's part;
+the broker still has one body per agent (``zrl/roles/broker.py`` for V-trace, ``zrl/roles/apex.py`` for
+Ape-X), and each agent's config section is still declared in ``zrl/config.py``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,15 @@ REGISTRY: dict[str, str] = {
 }
 
 ROLES = ("worker", "broker", "learner")  # the processes of a run beside the launcher
+
+
+class Outgoing(NamedTuple):
+    """A message an actor hands the worker loop to send: its encoded bytes, the units (unrolls' env rows or
+    transitions) it carries, and the seconds of forward passes spent making it (Ape-X's first priorities)."""
+
+    message: bytes
+    units: int
+    inference_s: float = 0.0
 
 
 class Trained(NamedTuple):
@@ -59,9 +69,15 @@ class Agent:
     # evaluation: logits (sampled, or argmax with --greedy) or Q-values (argmax, always: ``acts_greedily``)
     action_scores: Callable[..., Any]
     acts_greedily: bool
-    # "module:function" of the worker's and the broker's bodies, imported in that role's process only:
-    # worker (worker_id, cfg, wiring, stop_event, start), broker (cfg, wiring, stop_event)
-    worker: str
+    # "module:Class" of the agent's actor, which the one worker loop (zrl/roles/worker.py) runs:
+    # Class(worker_id, cfg, wiring, offset, ring) with
+    #   model (the network it acts with: the loop loads the learner's weights into it); paces_every_step (bool);
+    #   begin(worker, slot): the envs were reset and their frames written into ``slot``;
+    #   act(obs) -> actions; record(worker, actions, step, slot) -> Outgoing | None: a message for the broker;
+    #   weights_taken(versions): new weights came; pace(worker) -> bool: after a message (or every step), take
+    #   new weights and wait for them while ahead of the learner; False if the run stops meanwhile
+    actor: str
+    # "module:function" of the broker's body (cfg, wiring, stop_event), imported in the broker's process only
     broker: str
     # "module:Class" of the agent's learner part, which the one learner loop (zrl/roles/learner.py) runs:
     # Class(cfg, wiring, rings, device) with
@@ -73,11 +89,11 @@ class Agent:
     #   gather(batch) -> (gathered or None, torn units); step(gathered, learner_step, policy_version) -> Trained
     learner: str
 
-    def role(self, which: str) -> Callable[..., None]:
-        """The body of the worker or the broker."""
-        if which not in ("worker", "broker"):
-            raise ValueError(f"no role body {which!r}; an agent declares its worker and broker")
-        return self.part(getattr(self, which))
+    def actor_part(self) -> type:
+        return self.part(self.actor)
+
+    def broker_body(self) -> Callable[..., None]:
+        return self.part(self.broker)
 
     def learner_part(self) -> type:
         return self.part(self.learner)

@@ -351,7 +351,7 @@ def run(cfg: Config, wiring: RunWiring, stop_event) -> None:
     start_role("zrl-broker", wiring.launcher_pid)
     transport.configure(cfg.transport)  # before anything can fail: the crash report uses the keys too
     with crash_report("zrl-broker", wiring):
-        agents.get(cfg.algo).role("broker")(cfg, wiring, stop_event)
+        agents.get(cfg.algo).broker_body()(cfg, wiring, stop_event)
 
 
 def run_vtrace(cfg: Config, wiring: RunWiring, stop_event) -> None:

@@ -89,7 +89,7 @@ AGENT = Agent(
     ring_slots=ring_slots,
     action_scores=action_scores,
     acts_greedily=True,
-    worker="zrl.roles.apex:run_worker",
+    actor="zrl.agents.apex_iqn.actor:ApexActor",
     broker="zrl.roles.apex:run_broker",
     learner="zrl.agents.apex_iqn.learner:ApexLearner",
 )

@@ -54,7 +54,7 @@ AGENT = Agent(
     ring_slots=ring_slots,
     action_scores=action_scores,
     acts_greedily=False,
-    worker="zrl.roles.worker:run_vtrace",
+    actor="zrl.agents.vtrace.actor:VtraceActor",
     broker="zrl.roles.broker:run_vtrace",
     learner="zrl.agents.vtrace.learner:VtraceLearner",
 )
