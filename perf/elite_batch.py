@@ -38,13 +38,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from zrl import config as config_mod  # noqa: E402
+from zrl.agents.vtrace.broker import Broker, FeatureScorer  # noqa: E402
 from zrl.bench.elite import M, behaviour_outputs, drifted, fill_ring, time_learner_step  # noqa: E402
 from zrl.bench.modes import pipeline  # noqa: E402
 from zrl.envs import probe  # noqa: E402
 from zrl.models import build_model, flat_parameters  # noqa: E402
 from zrl.replay.elite import draw_pool, feature_distance, select  # noqa: E402
 from zrl.replay.sampled import compared_steps  # noqa: E402
-from zrl.roles.broker import Broker, FeatureScorer  # noqa: E402
 
 
 def main() -> None:

@@ -20,9 +20,9 @@ def test_every_registered_agent_resolves_with_its_role_bodies_and_learner_part()
     for name in agents.REGISTRY:
         agent = agents.get(name)
         assert agent.name == name and agent.summary
-        assert callable(agent.broker_body())
         for part, methods in (
             (agent.actor_part(), ("begin", "act", "record", "weights_taken", "pace")),
+            (agent.broker_part(), ("units", "insert", "next_batch", "put_back", "index", "stats")),
             (agent.learner_part(), ("load", "state", "misfit", "take", "gather", "step")),
         ):
             for method in methods:

@@ -13,10 +13,10 @@ import torch
 from conftest import make_config, unroll_message
 
 from zrl import protocol
+from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch
 from zrl.config import Config, ModelConfig
 from zrl.gather import Gatherer, stack_observations
 from zrl.replay.elite import feature_distance
-from zrl.roles.broker import Broker, FeatureScorer, make_batch
 
 pytestmark = pytest.mark.integration
 

@@ -2,17 +2,15 @@
 
 An agent is a package under ``zrl/agents/`` whose ``AGENT`` (an :class:`Agent`) declares what is specific to it:
 its config checks, its network, how many ring slots its workers need, how a trained policy picks actions in
-evaluation, its actor (what the one worker loop runs), its broker's body, and its learner part (what the one
-learner loop runs). Nothing outside this package asks which agent a run uses: the roles, the launcher, zrl-eval
+evaluation, and its actor, broker part and learner part, which the one worker, broker and learner loops run. Nothing outside this package asks which agent a run uses: the roles, the launcher, zrl-eval
 and zrl-bench call ``get(cfg.algo)`` and use what it declares.
 
 A new agent is one package and one line in ``REGISTRY`` (``zrl.config`` takes its valid ``algo`` names from
 it). This module imports nothing of zrl, and an agent's package is imported when first asked for, so that the
 config reads the table without importing any agent and a role imports only its own.
 
-"Agents as plug-ins" is under way: the worker and the learner are one loop each that takes the agent's part;
-the broker still has one body per agent (``zrl/roles/broker.py`` for V-trace, ``zrl/roles/apex.py`` for
-Ape-X), and each agent's config section is still declared in ``zrl/config.py``.
+The worker, the broker and the learner are one loop each (``zrl/roles/``) that takes the agent's part. Each
+agent's config section is still declared in ``zrl/config.py``.
 """
 
 from __future__ import annotations
@@ -77,7 +75,14 @@ class Agent:
     #   weights_taken(versions): new weights came; pace(worker) -> bool: after a message (or every step), take
     #   new weights and wait for them while ahead of the learner; False if the run stops meanwhile
     actor: str
-    # "module:function" of the broker's body (cfg, wiring, stop_event), imported in the broker's process only
+    # "module:Class" of the agent's broker part, which the one broker loop (zrl/roles/broker.py) runs:
+    # Class(cfg, wiring, rings) with
+    #   message_type (what its workers send), inbox_per_turn, reply_type (what its learner sends back, or None),
+    #   wants_weights (it needs the current policy: load_weights(version, flat));
+    #   units(msg) -> int; insert(msg) -> str | None: stores a worker's message, or says why it does not fit;
+    #   reply(msg) -> str | None; next_batch(batch_id, env_frames, env_steps) -> (message, taken) | None;
+    #   put_back(taken): a batch that could not be sent; index() -> bytes | None: the replay index for
+    #   checkpoints; stats() -> its BrokerStats fields (replay sizes, drops, times, elite figures)
     broker: str
     # "module:Class" of the agent's learner part, which the one learner loop (zrl/roles/learner.py) runs:
     # Class(cfg, wiring, rings, device) with
@@ -92,7 +97,7 @@ class Agent:
     def actor_part(self) -> type:
         return self.part(self.actor)
 
-    def broker_body(self) -> Callable[..., None]:
+    def broker_part(self) -> type:
         return self.part(self.broker)
 
     def learner_part(self) -> type:

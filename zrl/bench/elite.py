@@ -21,13 +21,13 @@ from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import config as config_mod
 from zrl import protocol
+from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch, units_of
 from zrl.agents.vtrace.learner import batch_tensors, sgd_step
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, Gatherer, stack_observations
 from zrl.launch import SHM_PREFIX
 from zrl.models import build_model, flat_parameters
 from zrl.optim import make_optimizer
-from zrl.roles.broker import Broker, FeatureScorer, make_batch, units_of
 
 M = 8  # envs in the one ring that holds the replay's frames
 

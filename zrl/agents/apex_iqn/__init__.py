@@ -1,7 +1,7 @@
 """Rainbow-IQN Ape-X (``algo = "apex_iqn"``): workers act epsilon-greedily on an IQN (or C51, ``apex.head``)
 network's Q-values and send n-step transitions with their first priorities; the broker keeps them in one
 prioritized replay; the learner takes importance-weighted steps against a target network and sends the new
-priorities back. See zrl/roles/apex.py for the three role bodies."""
+priorities back. Its actor, broker part and learner part are this package's actor.py, broker.py, learner.py."""
 
 from __future__ import annotations
 
@@ -90,6 +90,6 @@ AGENT = Agent(
     action_scores=action_scores,
     acts_greedily=True,
     actor="zrl.agents.apex_iqn.actor:ApexActor",
-    broker="zrl.roles.apex:run_broker",
+    broker="zrl.agents.apex_iqn.broker:ApexBroker",
     learner="zrl.agents.apex_iqn.learner:ApexLearner",
 )

@@ -55,6 +55,6 @@ AGENT = Agent(
     action_scores=action_scores,
     acts_greedily=False,
     actor="zrl.agents.vtrace.actor:VtraceActor",
-    broker="zrl.roles.broker:run_vtrace",
+    broker="zrl.agents.vtrace.broker:VtraceBroker",
     learner="zrl.agents.vtrace.learner:VtraceLearner",
 )
