@@ -9,7 +9,6 @@ process and no socket file.
 from __future__ import annotations
 
 import contextlib
-import csv
 import fcntl
 import json
 import logging
@@ -21,16 +20,15 @@ import sys
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import zmq
 
 import shm
 from shm.ring import Ring, RingSpec
 from zrl import __version__, agents, checkpoint, envs, protocol, transport
 from zrl.config import SAFE_ON_RESUME, Config, ConfigError, dumps, fill_target, queue_capacity, split_note, to_dict
+from zrl.launch.tally import Tally, progress_line
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart
@@ -224,111 +222,6 @@ def check_room(folder: Path, need: int) -> None:
         )
 
 
-def _mean(values) -> float:
-    return float(np.mean(values)) if len(values) else float("nan")
-
-
-@dataclass
-class Tally:
-    """What the launcher knows of the run, from the stats messages."""
-
-    workers: dict[int, protocol.WorkerStats] = field(default_factory=dict)
-    broker: protocol.BrokerStats | None = None
-    learner: protocol.LearnerStats | None = None
-    returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
-    scores_5min: deque = field(default_factory=lambda: deque(maxlen=100))  # and SABER-style, capped at 5 minutes
-    scores_30min: deque = field(default_factory=lambda: deque(maxlen=100))  # and at 30 minutes
-    episodes: int = 0
-    frames_start: int = 0  # env frames of the run before this launch (resume)
-    best_return: float = float("-inf")
-    last_checkpoint: str = ""
-    last_seen: dict[str, float] = field(default_factory=dict)
-    worker_restarts: int = 0
-    stats_errors: int = 0  # stats-channel messages dropped as malformed or not from this run's roles
-    _last_interval: dict | None = None
-
-    @property
-    def env_frames(self) -> int:
-        return self.frames_start + sum(w.env_frames for w in self.workers.values())
-
-    def frames_at(self, worker_id: int, own_frames: int) -> int:
-        """The run's env frames when worker ``worker_id`` had played ``own_frames``: its own count, which an
-        episode carries, and the others' latest reports (its stats may not have come yet)."""
-        others = sum(w.env_frames for wid, w in self.workers.items() if wid != worker_id)
-        return self.frames_start + others + own_frames
-
-    def interval_figures(self) -> dict[str, float]:
-        """Time shares since the last call: the learner's wait for batches as a fraction of its loop time,
-        its seconds per step, and the broker's seconds per batch made (feature passes included)."""
-        ls, b = self.learner, self.broker
-        now = {
-            "wait": ls.wait_time_s if ls else 0.0,
-            "busy": (ls.step_time_s + ls.gather_time_s + ls.publish_time_s) if ls else 0.0,
-            "steps": ls.learner_step if ls else 0,
-            "prepare": b.prepare_time_s if b else 0.0,
-            "features": b.feature_time_s if b else 0.0,
-            "batches": b.batches_sent if b else 0,
-        }
-        last, self._last_interval = self._last_interval or dict.fromkeys(now, 0), now
-        d = {k: now[k] - last[k] for k in now}
-        out: dict[str, float] = {}
-        if d["wait"] + d["busy"] > 0:
-            out["learner_wait_fraction"] = d["wait"] / (d["wait"] + d["busy"])
-        if d["steps"] > 0:
-            out["learner_step_s"] = d["busy"] / d["steps"]
-        if d["batches"] > 0:
-            out["broker_prepare_s"] = d["prepare"] / d["batches"]
-            out["broker_feature_s"] = d["features"] / d["batches"]
-        return out
-
-    def section_times(self) -> dict[str, float]:
-        """Cumulative seconds of every named section of every role (the time_* columns of metrics.csv)."""
-        out: dict[str, float] = {}
-        if self.workers:
-            w = list(self.workers.values())
-            for section, name in (
-                ("env_step", "step_time_s"),
-                ("inference", "inference_time_s"),
-                ("ring_write", "ring_write_time_s"),
-                ("send", "send_time_s"),
-                ("weights_wait", "weights_wait_time_s"),
-            ):
-                out[f"time_{section}_s"] = sum(getattr(x, name) for x in w)
-        if self.broker:
-            b = self.broker
-            out.update(
-                time_broker_insert_s=b.insert_time_s,
-                time_broker_sample_s=b.prepare_time_s,
-                time_broker_features_s=b.feature_time_s,
-            )
-        if self.learner:
-            ls = self.learner
-            out.update(
-                time_learner_wait_s=ls.wait_time_s,
-                time_learner_gather_s=ls.gather_time_s,
-                time_learner_step_s=ls.step_time_s,
-                time_learner_publish_s=ls.publish_time_s,
-            )
-        return out
-
-    def mean_return(self) -> float:
-        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
-
-
-def _progress(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
-    ls = t.learner
-    h, rem = divmod(int(elapsed), 3600)
-    filling = ""
-    if (not ls or ls.learner_step == 0) and t.broker is not None and len(t.broker.replay_sizes) == len(fill):
-        held = sum(min(int(n), target) for n, target in zip(t.broker.replay_sizes, fill))
-        filling = f" | filling replays {held:,}/{sum(fill):,} units"
-    return (
-        f"frames {t.env_frames:,} | {fps:,.0f} f/s{filling} | learner {ls.learner_step if ls else 0:,} steps"
-        f" | lag {ls.policy_lag if ls else 0:.1f} | return(100) {t.mean_return():.1f} ({t.episodes} eps)"
-        f" | {h}:{rem // 60:02d}:{rem % 60:02d}"
-    )
-
-
 class Launcher:
     def __init__(
         self,
@@ -359,6 +252,8 @@ class Launcher:
         self.tracebacks: dict[str, str] = {}  # the last traceback each role sent as it died
         self.pids: dict[str, int] = {}  # each role's current process
         self.retired: set[int] = set()  # the processes of replaced workers
+        self.last_seen: dict[str, float] = {}  # when each role last sent something
+        self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
 
     # -- signals -------------------------------------------------------------------------------
     def _on_signal(self, signum, _frame) -> None:
@@ -394,7 +289,7 @@ class Launcher:
             log.warning(note)
             self._say(note)
         if self.resume_dir is not None:
-            self._seed_tally(run_dir)
+            self.tally.seed(run_dir)
             text = (
                 f"resuming {run_dir} from {self.start.path}: {self.tally.env_frames:,} env frames, "
                 f"{self.tally.episodes} episodes so far; frames in the replay are not kept across a restart, "
@@ -519,14 +414,14 @@ class Launcher:
     def _supervise(self, procs, stats_sock, episodes: CsvLog, metrics: CsvLog, start: float) -> int:
         cfg = self.cfg
         next_report = start + cfg.run.log_interval_s
-        last_frames, last_time, last_samples = self.tally.frames_start, start, None
+        self.tally.rates(start)
         while True:
             self._drain(stats_sock, episodes, cfg.transport.poll_timeout_ms)
             if self.signals:  # after the drain: a process-group SIGTERM may already have stopped children
                 return EXIT_SIGINT if self.signals[0] == signal.SIGINT else EXIT_SIGTERM
             now = time.monotonic()
             for name, proc in list(procs.items()):
-                silent = now - self.tally.last_seen[name]
+                silent = now - self.last_seen[name]
                 timeout = (
                     cfg.run.heartbeat_timeout_s
                     if name in self.reported
@@ -550,16 +445,12 @@ class Launcher:
                 return EXIT_FAILED
             if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
-                self._write_metrics(metrics, now - start, 0.0, 0.0)
+                metrics.write(self.tally.metrics_row(now - start, 0.0, 0.0))
                 return EXIT_OK
             if now >= next_report:
-                frames = self.tally.env_frames
-                samples = self.tally.learner.samples if self.tally.learner else None
-                fps = (frames - last_frames) / (now - last_time)
-                sps = (samples - last_samples) / (now - last_time) if None not in (samples, last_samples) else 0.0
-                last_frames, last_time, last_samples = frames, now, samples
-                self._write_metrics(metrics, now - start, fps, sps)
-                line = _progress(self.tally, now - start, fps, [fill_target(cfg, r) for r in cfg.replay])
+                fps, sps = self.tally.rates(now)
+                metrics.write(self.tally.metrics_row(now - start, fps, sps))
+                line = progress_line(self.tally, now - start, fps, [fill_target(cfg, r) for r in cfg.replay])
                 log.info(line)
                 self._say_line(line)
                 next_report = now + cfg.run.log_interval_s
@@ -578,7 +469,7 @@ class Launcher:
         return None
 
     def _seen(self, name: str, now: float) -> None:
-        self.tally.last_seen[name] = now
+        self.last_seen[name] = now
         self.reported.add(name)
 
     def _start(self, name: str, proc: mp.Process, now: float) -> None:
@@ -588,7 +479,7 @@ class Launcher:
             proc.start()
         finally:
             signal.signal(signal.SIGINT, self._on_signal)
-        self.tally.last_seen[name] = now
+        self.last_seen[name] = now
         self.reported.discard(name)
         if name in self.pids:
             self.retired.add(self.pids[name])
@@ -687,47 +578,26 @@ class Launcher:
                 log.warning("dropped a malformed stats message: %s", err)
             return
         now = time.monotonic()
-        if isinstance(msg, protocol.Episode):
-            t.episodes += 1
-            t.returns.append(msg.raw_return)
-            t.scores_5min.append(msg.score_5min)
-            t.scores_30min.append(msg.score_30min)
-            episodes.write(
-                {
-                    "episode": t.episodes,
-                    "raw_return": msg.raw_return,
-                    "score_5min": msg.score_5min,
-                    "score_30min": msg.score_30min,
-                    "length_frames": msg.length_frames,
-                    "length_env_steps": msg.length_env_steps,
-                    "env_frames": t.frames_at(msg.worker_id, msg.env_frames),
-                    "wall_time": f"{msg.wall_time:.3f}",
-                    "worker_id": msg.worker_id,
-                    "env_index": msg.env_index,
-                }
-            )
-            self._seen(f"zrl-worker-{msg.worker_id}", now)
-        elif isinstance(msg, protocol.RoleError):
+        if isinstance(msg, protocol.RoleError):
             self.tracebacks[msg.role] = msg.traceback
             log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, msg.traceback.rstrip())
-        elif isinstance(msg, protocol.WorkerStats):
-            t.workers[msg.worker_id] = msg
-            self._seen(f"zrl-worker-{msg.worker_id}", now)
-        elif isinstance(msg, protocol.BrokerStats):
-            t.broker = msg
-            self._seen("zrl-broker", now)
-        elif isinstance(msg, protocol.LearnerStats):
-            t.learner = msg
-            self._seen("zrl-learner", now)
-            if msg.checkpoint_path and msg.checkpoint_path != t.last_checkpoint:
-                t.last_checkpoint = msg.checkpoint_path
-                self._maybe_best(Path(msg.checkpoint_path))
+            return
+        row = t.take(msg)
+        if row is not None:
+            episodes.write(row)
+        self._seen(role, now)
+        if (
+            isinstance(msg, protocol.LearnerStats)
+            and msg.checkpoint_path
+            and msg.checkpoint_path != self.last_checkpoint
+        ):
+            self.last_checkpoint = msg.checkpoint_path
+            self._maybe_best(Path(msg.checkpoint_path))
 
     def _maybe_best(self, path: Path) -> None:
         """Keep best.pt: the checkpoint written when the 100-episode mean raw score was at its best."""
-        t = self.tally
-        mean = t.mean_return()
-        if len(t.returns) < t.returns.maxlen or not mean > t.best_return:  # a mean over the full last 100 episodes
+        record = self.tally.best_record(path.name)
+        if record is None:
             return
         folder = path.parent
         try:
@@ -735,123 +605,19 @@ class Launcher:
         except OSError as err:  # pruned meanwhile, or the disk is full: the periodic checkpoints stand
             log.warning("could not update %s: %s", folder / checkpoint.BEST, err)
             return
-        t.best_return = mean
-        record = {
-            "mean_return_100": mean,
-            "mean_score_5min_100": _mean(t.scores_5min),
-            "mean_score_30min_100": _mean(t.scores_30min),
-            "episodes": t.episodes,
-            "checkpoint": path.name,
-            "env_frames": t.env_frames,
-        }
+        self.tally.best_return = record["mean_return_100"]
         checkpoint.write_atomic(folder / "best.json", (json.dumps(record, indent=2) + "\n").encode())
-        log.info("best.pt: %s, mean return(100) %.2f over %d episodes", path.name, mean, len(t.returns))
-
-    def _seed_tally(self, run_dir: Path) -> None:
-        """Continue the counters of a resumed run from its files: episodes, the last 100 returns, best.pt's score."""
-        t = self.tally
-        path = run_dir / "episodes.csv"
-        if path.is_file():
-            with open(path, newline="") as fh:
-                rows = [r for r in csv.DictReader(fh) if r.get("episode", "").isdigit()]
-            t.episodes = max((int(r["episode"]) for r in rows), default=0)
-            t.returns.extend(float(r["raw_return"]) for r in rows[-100:])
-            for scores, column in ((t.scores_5min, "score_5min"), (t.scores_30min, "score_30min")):
-                scores.extend(float(r.get(column) or r["raw_return"]) for r in rows[-100:])  # older runs: uncapped
-        # frames the workers made after the checkpoint's last batch were counted too: never count backwards
-        for name in ("metrics.csv", "episodes.csv"):
-            if (run_dir / name).is_file():
-                with open(run_dir / name, newline="") as fh:
-                    frames = [int(r["env_frames"]) for r in csv.DictReader(fh) if r.get("env_frames", "").isdigit()]
-                t.frames_start = max([t.frames_start, *frames[-1:]])
-        best = run_dir / "checkpoints" / "best.json"
-        try:
-            t.best_return = float(json.loads(best.read_text())["mean_return_100"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-
-    def _write_metrics(self, metrics: CsvLog, elapsed: float, fps: float, sps: float) -> None:
-        t = self.tally
-        row: dict = {
-            "wall_time": f"{time.time():.3f}",
-            "elapsed_s": round(elapsed, 3),
-            "env_frames": t.env_frames,
-            "frames_per_s": fps,
-            "samples_per_s": sps,
-            "episodes": t.episodes,
-            "mean_return_100": t.mean_return(),
-            "worker_restarts": t.worker_restarts,
-            "stats_decode_errors": t.stats_errors,
-        }
-        if t.workers:
-            versions = [w.policy_version for w in t.workers.values()]
-            row.update(
-                worker_policy_version_min=min(versions),
-                worker_policy_version_max=max(versions),
-                worker_weights_wait_s=sum(w.weights_wait_time_s for w in t.workers.values()),
-            )
-        if t.learner:
-            ls = t.learner
-            row.update(
-                {
-                    k: getattr(ls, k)
-                    for k in (
-                        "learner_step",
-                        "policy_version",
-                        "policy_lag",
-                        "total_loss",
-                        "pg_loss",
-                        "baseline_loss",
-                        "entropy_loss",
-                        "policy_cloning_loss",
-                        "value_cloning_loss",
-                        "laser_masked_fraction",
-                        "sample_age_mean",
-                        "sample_age_max",
-                        "learning_rate",
-                        "grad_norm",
-                        "mean_rho",
-                        "units_dropped_torn",
-                    )
-                }
-            )
-            row["learner_decode_errors"] = ls.decode_errors
-        if t.broker:
-            b = t.broker
-            row.update(
-                {
-                    k: getattr(b, k)
-                    for k in (
-                        "unrolls_received",
-                        "unrolls_dropped_stale",
-                        "unrolls_dropped_full",
-                        "seq_gaps",
-                        "decode_errors",
-                        "replay_size",
-                        "ready_batches",
-                        "elite_lambda",
-                        "elite_distance_pool",
-                        "elite_distance_chosen",
-                        "elite_distance_min",
-                        "elite_distance_max",
-                    )
-                }
-            )
-            row["replay_sizes"] = " ".join(str(int(n)) for n in b.replay_sizes)
-        row.update(t.interval_figures())
-        row.update(t.section_times())
-        metrics.write(row)
+        log.info(
+            "best.pt: %s, mean return(100) %.2f over %d episodes",
+            path.name,
+            record["mean_return_100"],
+            len(self.tally.returns),
+        )
 
     def _final_report(self, code: int) -> None:
-        t = self.tally
         latest = checkpoint.latest(self.run_dir / "checkpoints")  # the disk knows even if the last message was lost
         ckpt = str(latest) if latest else ""
-        versions = [w.policy_version for w in t.workers.values()]
-        summary = (
-            f"exit {code}: {t.env_frames:,} env frames, {t.learner.learner_step if t.learner else 0:,} learner steps, "
-            f"{t.episodes} episodes, mean return(100) {t.mean_return():.2f}, "
-            f"worker weights version {max(versions) if versions else 0}"
-        )
+        summary = self.tally.summary(code)
         log.info(summary)
         log.info("last checkpoint: %s", ckpt or "none")
         self._say(summary)

@@ -1,0 +1,102 @@
+"""The launcher's tally on made-up stats messages: counts, rates, the best.json rule, a resumed run's counters
+and the live line."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from zrl import protocol
+from zrl.launch.tally import Tally, progress_line
+
+pytestmark = pytest.mark.unit
+
+
+def worker_stats(worker_id: int, env_frames: int) -> protocol.WorkerStats:
+    return protocol.WorkerStats(
+        worker_id=worker_id,
+        pid=100 + worker_id,
+        time=0.0,
+        env_frames=env_frames,
+        env_steps=env_frames // 4,
+        unrolls_sent=0,
+        policy_version=3,
+        weight_updates=1,
+        step_time_s=1.0,
+        inference_time_s=0.5,
+        ring_write_time_s=0.0,
+        send_time_s=0.0,
+        weights_wait_time_s=0.25,
+    )
+
+
+def episode(worker_id: int, raw_return: float, env_frames: int) -> protocol.Episode:
+    return protocol.Episode(
+        worker_id=worker_id,
+        pid=100 + worker_id,
+        env_index=0,
+        raw_return=raw_return,
+        length_frames=400,
+        length_env_steps=100,
+        env_frames=env_frames,
+        wall_time=1.5,
+        score_5min=raw_return,
+        score_30min=raw_return,
+    )
+
+
+def test_an_episode_is_counted_at_the_runs_frames_and_stats_are_kept():
+    t = Tally(frames_start=1000)
+    assert t.take(worker_stats(0, 500)) is None and t.take(worker_stats(1, 300)) is None
+    row = t.take(episode(1, -20.0, 400))  # worker 1 at 400 of its own frames, worker 0's last report 500
+    assert row["episode"] == 1 and row["env_frames"] == 1000 + 500 + 400 and row["worker_id"] == 1
+    assert t.env_frames == 1800 and t.episodes == 1 and t.mean_return() == -20.0
+    metrics = t.metrics_row(10.0, 0.0, 0.0)
+    assert metrics["env_frames"] == 1800 and metrics["worker_weights_wait_s"] == 0.5
+    assert metrics["time_env_step_s"] == 2.0 and "learner_step" not in metrics
+
+
+def test_rates_are_per_second_since_the_last_call():
+    t = Tally()
+    assert t.rates(10.0) == (0.0, 0.0)  # the start
+    t.take(worker_stats(0, 2000))
+    assert t.rates(12.0) == (1000.0, 0.0)  # no learner yet: no samples rate
+    assert t.rates(12.0) == (0.0, 0.0)
+
+
+def test_best_needs_a_full_hundred_episodes_and_a_better_mean():
+    t = Tally(best_return=-10.0)
+    for _ in range(99):
+        t.take(episode(0, 0.0, 0))
+    assert t.best_record("a.pt") is None
+    t.take(episode(0, 0.0, 0))
+    record = t.best_record("a.pt")
+    assert record["mean_return_100"] == 0.0 and record["checkpoint"] == "a.pt" and record["episodes"] == 100
+    t.best_return = 0.0
+    assert t.best_record("b.pt") is None
+
+
+def test_a_resumed_run_continues_its_counters(tmp_path):
+    with open(tmp_path / "episodes.csv", "w", newline="") as fh:
+        out = csv.DictWriter(fh, ["episode", "raw_return", "env_frames"])
+        out.writeheader()
+        out.writerows({"episode": i, "raw_return": i, "env_frames": 100 * i} for i in range(1, 151))
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.json").write_text(json.dumps({"mean_return_100": 42.5}))
+    t = Tally(frames_start=10_000)
+    t.seed(tmp_path)
+    assert t.episodes == 150 and len(t.returns) == 100 and t.returns[0] == 51.0
+    assert list(t.scores_5min) == list(t.returns)  # older files without capped scores: the raw ones
+    assert t.frames_start == 15_000 and t.best_return == 42.5
+
+
+def test_the_live_line_shows_the_replays_filling_before_the_first_step():
+    t = Tally()
+    t.take(worker_stats(0, 4000))
+    line = progress_line(t, 3725.0, 1234.0, [10, 20])
+    assert line.startswith("frames 4,000 | 1,234 f/s | learner 0 steps") and line.endswith("| 1:02:05")
+    assert t.summary(0) == (
+        "exit 0: 4,000 env frames, 0 learner steps, 0 episodes, mean return(100) nan, worker weights version 3"
+    )

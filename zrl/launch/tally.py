@@ -1,0 +1,280 @@
+"""The tally: what the launcher knows of the run from the roles' stats messages, and what it makes of them: the
+live progress line, a metrics.csv row, an episodes.csv row per episode, best.json's record and the closing
+summary. A resumed run continues its counters from its folder's files."""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from zrl import protocol
+
+
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+@dataclass
+class Tally:
+    """What the launcher knows of the run, from the stats messages."""
+
+    workers: dict[int, protocol.WorkerStats] = field(default_factory=dict)
+    broker: protocol.BrokerStats | None = None
+    learner: protocol.LearnerStats | None = None
+    returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
+    scores_5min: deque = field(default_factory=lambda: deque(maxlen=100))  # and SABER-style, capped at 5 minutes
+    scores_30min: deque = field(default_factory=lambda: deque(maxlen=100))  # and at 30 minutes
+    episodes: int = 0
+    frames_start: int = 0  # env frames of the run before this launch (resume)
+    best_return: float = float("-inf")  # the 100-episode mean of best.pt
+    worker_restarts: int = 0
+    stats_errors: int = 0  # stats-channel messages dropped as malformed or not from this run's roles
+    _last_interval: dict | None = None
+    _last_rates: tuple | None = None  # (env frames, time, learner samples) at the last rates()
+
+    @property
+    def env_frames(self) -> int:
+        return self.frames_start + sum(w.env_frames for w in self.workers.values())
+
+    def frames_at(self, worker_id: int, own_frames: int) -> int:
+        """The run's env frames when worker ``worker_id`` had played ``own_frames``: its own count, which an
+        episode carries, and the others' latest reports (its stats may not have come yet)."""
+        others = sum(w.env_frames for wid, w in self.workers.items() if wid != worker_id)
+        return self.frames_start + others + own_frames
+
+    def take(self, msg) -> dict | None:
+        """Count one stats message of this run's roles (an Episode or a role's stats); an Episode's row of
+        episodes.csv, None for the others."""
+        if isinstance(msg, protocol.Episode):
+            self.episodes += 1
+            self.returns.append(msg.raw_return)
+            self.scores_5min.append(msg.score_5min)
+            self.scores_30min.append(msg.score_30min)
+            return {
+                "episode": self.episodes,
+                "raw_return": msg.raw_return,
+                "score_5min": msg.score_5min,
+                "score_30min": msg.score_30min,
+                "length_frames": msg.length_frames,
+                "length_env_steps": msg.length_env_steps,
+                "env_frames": self.frames_at(msg.worker_id, msg.env_frames),
+                "wall_time": f"{msg.wall_time:.3f}",
+                "worker_id": msg.worker_id,
+                "env_index": msg.env_index,
+            }
+        if isinstance(msg, protocol.WorkerStats):
+            self.workers[msg.worker_id] = msg
+        elif isinstance(msg, protocol.BrokerStats):
+            self.broker = msg
+        elif isinstance(msg, protocol.LearnerStats):
+            self.learner = msg
+        return None
+
+    def rates(self, now: float) -> tuple[float, float]:
+        """Env frames and learner samples per second since the last call (the first: since this launch's start,
+        ``now`` then marking it, with both rates 0)."""
+        frames = self.env_frames
+        samples = self.learner.samples if self.learner else None
+        last, self._last_rates = self._last_rates, (frames, now, samples)
+        if last is None or now <= last[1]:
+            return 0.0, 0.0
+        fps = (frames - last[0]) / (now - last[1])
+        sps = (samples - last[2]) / (now - last[1]) if None not in (samples, last[2]) else 0.0
+        return fps, sps
+
+    def interval_figures(self) -> dict[str, float]:
+        """Time shares since the last call: the learner's wait for batches as a fraction of its loop time,
+        its seconds per step, and the broker's seconds per batch made (feature passes included)."""
+        ls, b = self.learner, self.broker
+        now = {
+            "wait": ls.wait_time_s if ls else 0.0,
+            "busy": (ls.step_time_s + ls.gather_time_s + ls.publish_time_s) if ls else 0.0,
+            "steps": ls.learner_step if ls else 0,
+            "prepare": b.prepare_time_s if b else 0.0,
+            "features": b.feature_time_s if b else 0.0,
+            "batches": b.batches_sent if b else 0,
+        }
+        last, self._last_interval = self._last_interval or dict.fromkeys(now, 0), now
+        d = {k: now[k] - last[k] for k in now}
+        out: dict[str, float] = {}
+        if d["wait"] + d["busy"] > 0:
+            out["learner_wait_fraction"] = d["wait"] / (d["wait"] + d["busy"])
+        if d["steps"] > 0:
+            out["learner_step_s"] = d["busy"] / d["steps"]
+        if d["batches"] > 0:
+            out["broker_prepare_s"] = d["prepare"] / d["batches"]
+            out["broker_feature_s"] = d["features"] / d["batches"]
+        return out
+
+    def section_times(self) -> dict[str, float]:
+        """Cumulative seconds of every named section of every role (the time_* columns of metrics.csv)."""
+        out: dict[str, float] = {}
+        if self.workers:
+            w = list(self.workers.values())
+            for section, name in (
+                ("env_step", "step_time_s"),
+                ("inference", "inference_time_s"),
+                ("ring_write", "ring_write_time_s"),
+                ("send", "send_time_s"),
+                ("weights_wait", "weights_wait_time_s"),
+            ):
+                out[f"time_{section}_s"] = sum(getattr(x, name) for x in w)
+        if self.broker:
+            b = self.broker
+            out.update(
+                time_broker_insert_s=b.insert_time_s,
+                time_broker_sample_s=b.prepare_time_s,
+                time_broker_features_s=b.feature_time_s,
+            )
+        if self.learner:
+            ls = self.learner
+            out.update(
+                time_learner_wait_s=ls.wait_time_s,
+                time_learner_gather_s=ls.gather_time_s,
+                time_learner_step_s=ls.step_time_s,
+                time_learner_publish_s=ls.publish_time_s,
+            )
+        return out
+
+    def mean_return(self) -> float:
+        return sum(self.returns) / len(self.returns) if self.returns else float("nan")
+
+    def metrics_row(self, elapsed: float, fps: float, sps: float) -> dict:
+        """One row of metrics.csv: the run's counts, the roles' latest figures and the interval's time shares."""
+        row: dict = {
+            "wall_time": f"{time.time():.3f}",
+            "elapsed_s": round(elapsed, 3),
+            "env_frames": self.env_frames,
+            "frames_per_s": fps,
+            "samples_per_s": sps,
+            "episodes": self.episodes,
+            "mean_return_100": self.mean_return(),
+            "worker_restarts": self.worker_restarts,
+            "stats_decode_errors": self.stats_errors,
+        }
+        if self.workers:
+            versions = [w.policy_version for w in self.workers.values()]
+            row.update(
+                worker_policy_version_min=min(versions),
+                worker_policy_version_max=max(versions),
+                worker_weights_wait_s=sum(w.weights_wait_time_s for w in self.workers.values()),
+            )
+        if self.learner:
+            ls = self.learner
+            row.update(
+                {
+                    k: getattr(ls, k)
+                    for k in (
+                        "learner_step",
+                        "policy_version",
+                        "policy_lag",
+                        "total_loss",
+                        "pg_loss",
+                        "baseline_loss",
+                        "entropy_loss",
+                        "policy_cloning_loss",
+                        "value_cloning_loss",
+                        "laser_masked_fraction",
+                        "sample_age_mean",
+                        "sample_age_max",
+                        "learning_rate",
+                        "grad_norm",
+                        "mean_rho",
+                        "units_dropped_torn",
+                    )
+                }
+            )
+            row["learner_decode_errors"] = ls.decode_errors
+        if self.broker:
+            b = self.broker
+            row.update(
+                {
+                    k: getattr(b, k)
+                    for k in (
+                        "unrolls_received",
+                        "unrolls_dropped_stale",
+                        "unrolls_dropped_full",
+                        "seq_gaps",
+                        "decode_errors",
+                        "replay_size",
+                        "ready_batches",
+                        "elite_lambda",
+                        "elite_distance_pool",
+                        "elite_distance_chosen",
+                        "elite_distance_min",
+                        "elite_distance_max",
+                    )
+                }
+            )
+            row["replay_sizes"] = " ".join(str(int(n)) for n in b.replay_sizes)
+        row.update(self.interval_figures())
+        row.update(self.section_times())
+        return row
+
+    def best_record(self, checkpoint_name: str) -> dict | None:
+        """best.json's record for the checkpoint just written, when the mean raw score over the full last 100
+        episodes beats best.pt's; None otherwise. The caller sets ``best_return`` once best.pt is written."""
+        mean = self.mean_return()
+        if len(self.returns) < self.returns.maxlen or not mean > self.best_return:
+            return None
+        return {
+            "mean_return_100": mean,
+            "mean_score_5min_100": _mean(self.scores_5min),
+            "mean_score_30min_100": _mean(self.scores_30min),
+            "episodes": self.episodes,
+            "checkpoint": checkpoint_name,
+            "env_frames": self.env_frames,
+        }
+
+    def seed(self, run_dir: Path) -> None:
+        """Continue the counters of a resumed run from its files: episodes, the last 100 returns, best.pt's score."""
+        path = run_dir / "episodes.csv"
+        if path.is_file():
+            with open(path, newline="") as fh:
+                rows = [r for r in csv.DictReader(fh) if r.get("episode", "").isdigit()]
+            self.episodes = max((int(r["episode"]) for r in rows), default=0)
+            self.returns.extend(float(r["raw_return"]) for r in rows[-100:])
+            for scores, column in ((self.scores_5min, "score_5min"), (self.scores_30min, "score_30min")):
+                scores.extend(float(r.get(column) or r["raw_return"]) for r in rows[-100:])  # older runs: uncapped
+        # frames the workers made after the checkpoint's last batch were counted too: never count backwards
+        for name in ("metrics.csv", "episodes.csv"):
+            if (run_dir / name).is_file():
+                with open(run_dir / name, newline="") as fh:
+                    frames = [int(r["env_frames"]) for r in csv.DictReader(fh) if r.get("env_frames", "").isdigit()]
+                self.frames_start = max([self.frames_start, *frames[-1:]])
+        best = run_dir / "checkpoints" / "best.json"
+        try:
+            self.best_return = float(json.loads(best.read_text())["mean_return_100"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+
+    def summary(self, code: int) -> str:
+        """The closing line: the exit code and the run's counts."""
+        versions = [w.policy_version for w in self.workers.values()]
+        return (
+            f"exit {code}: {self.env_frames:,} env frames, {self.learner.learner_step if self.learner else 0:,} "
+            f"learner steps, {self.episodes} episodes, mean return(100) {self.mean_return():.2f}, "
+            f"worker weights version {max(versions) if versions else 0}"
+        )
+
+
+def progress_line(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
+    """The live line: frames and their rate, the replays' fill before the first learner step, learner steps,
+    policy lag, the 100-episode mean return and the run's time."""
+    ls = t.learner
+    h, rem = divmod(int(elapsed), 3600)
+    filling = ""
+    if (not ls or ls.learner_step == 0) and t.broker is not None and len(t.broker.replay_sizes) == len(fill):
+        held = sum(min(int(n), target) for n, target in zip(t.broker.replay_sizes, fill))
+        filling = f" | filling replays {held:,}/{sum(fill):,} units"
+    return (
+        f"frames {t.env_frames:,} | {fps:,.0f} f/s{filling} | learner {ls.learner_step if ls else 0:,} steps"
+        f" | lag {ls.policy_lag if ls else 0:.1f} | return(100) {t.mean_return():.1f} ({t.episodes} eps)"
+        f" | {h}:{rem // 60:02d}:{rem % 60:02d}"
+    )
