@@ -114,9 +114,22 @@ def test_shm_knows_nothing_of_zrl():
     assert _offenders("shm", ("zrl",)) == []
 
 
-@pytest.mark.parametrize("layer", ["zrl.algos", "zrl.replay", "zrl.config", "zrl.protocol"])
+AGENT_SECTIONS = [n for n in MODULES if n.startswith("zrl.agents.") and n.endswith(".config")]
+
+
+@pytest.mark.parametrize("layer", ["zrl.algos", "zrl.replay", "zrl.config", "zrl.protocol", "zrl.errors"])
 def test_the_pure_layer_imports_no_role_agent_or_program(layer):
-    assert _offenders(layer, (*PROGRAMS, "zrl.agents.vtrace", "zrl.agents.apex_iqn")) == []
+    """An agent's config section is the one part of an agent the config may import: it composes the sections."""
+    assert _offenders(layer, PROGRAMS) == []
+    agents = [n for n in MODULES if n.startswith("zrl.agents.") and n not in AGENT_SECTIONS]
+    assert [f"{n} imports {d}" for n in GRAPH if _within(n, layer) for d in GRAPH[n] if d in agents] == []
+
+
+def test_an_agents_config_section_is_a_leaf():
+    """zrl.config imports each agent's section, so a section imports nothing of zrl but the error type."""
+    assert sorted(AGENT_SECTIONS) == ["zrl.agents.apex_iqn.config", "zrl.agents.vtrace.config"]
+    for section in AGENT_SECTIONS:
+        assert GRAPH[section] <= {"zrl.errors"}, section
 
 
 def test_agents_import_no_role_or_program():

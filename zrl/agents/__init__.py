@@ -9,8 +9,9 @@ A new agent is one package and one line in ``REGISTRY`` (``zrl.config`` takes it
 it). This module imports nothing of zrl, and an agent's package is imported when first asked for, so that the
 config reads the table without importing any agent and a role imports only its own.
 
-The worker, the broker and the learner are one loop each (``zrl/roles/``) that takes the agent's part. Each
-agent's config section is still declared in ``zrl/config.py``.
+The worker, the broker and the learner are one loop each (``zrl/roles/``) that takes the agent's part. An
+agent's config section, with its rules, is its ``config.py``: a leaf module that ``zrl.config`` composes into
+the run's config (one field of ``Config`` per section).
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from zrl.agents import Agent
+from zrl.agents.vtrace.config import check
 
 
 def build_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions: int):
@@ -29,17 +30,6 @@ def ring_slots(cfg) -> int:
     per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
     unrolls_per_env = math.ceil(per_worker / cfg.workers.envs_per_worker) + 2
     return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
-
-
-def check(cfg) -> None:
-    """V-trace trains on unrolls: no prioritized replay, which holds Ape-X transitions."""
-    from zrl.config import _fail
-
-    prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
-    if prioritized:
-        _fail(
-            f"replay[{prioritized[0]}].type", 'a prioritized replay holds Ape-X transitions: it needs algo = "apex_iqn"'
-        )
 
 
 def action_scores(model, obs, cfg, generator) -> np.ndarray:

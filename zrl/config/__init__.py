@@ -1,0 +1,132 @@
+"""Run configuration: one frozen dataclass per section, read from TOML, declared once.
+
+Precedence, highest first: command-line options > ``--set section.key=value`` > the run file > the defaults
+(generated, with each key's description, into ``config/defaults.toml``).
+
+The package, by job:
+
+- ``schema``: the sections and ``Config``; each key's type, bounds and description in one declaration. An
+  agent's section is its own (``zrl/agents/<name>/config.py``) and composed here.
+- ``checks``: ``declared`` (msgspec checks a section's types and bounds against the schema) and ``check``
+  (the rules between keys, and the agent's own rules through the registry).
+- ``sizing``: what the keys imply together (shares, fills, budgets, horizons, the cores' split).
+- ``reference``: the reference platform's replay JSON as ``[[replay]]`` tables.
+- ``loading``: merging the layers, ``load``, ``from_dict`` / ``to_dict`` and ``dumps`` (TOML by tomli-w).
+- ``defaults``: ``config/defaults.toml`` generated from the schema's descriptions.
+
+Every mistake is a :class:`ConfigError` that names the file (or ``--set`` / the option), the dotted key and what
+would be valid. Nothing here starts a process or touches the disk beyond reading.
+"""
+
+from zrl.agents.apex_iqn.config import APEX_HEADS, ApexConfig
+from zrl.agents.vtrace.config import CLONING_KL, CLONING_VALUE, VtraceConfig
+from zrl.config.checks import (
+    DISTANCES,
+    FEATURE_REPLAYS,
+    LOOPBACK_HOSTS,
+    MODEL_KINDS,
+    OPTIMIZERS,
+    PRECISIONS,
+    REPLAY_KEYS,
+    REPLAY_TYPES,
+    TRANSPORT_KINDS,
+    WORKER_POLICIES,
+    check,
+    declared,
+)
+from zrl.config.defaults import defaults_toml
+from zrl.config.loading import (
+    MOVED_KEYS,
+    OPTION_FLAGS,
+    SAFE_ON_RESUME,
+    dumps,
+    from_dict,
+    load,
+    parse_set,
+    read_toml,
+    to_dict,
+)
+from zrl.config.reference import replays_from_json
+from zrl.config.schema import (
+    BUILTIN,
+    SECTIONS,
+    TOP_KEYS,
+    BrokerConfig,
+    Config,
+    EnvConfig,
+    LearnerConfig,
+    ModelConfig,
+    ReplayConfig,
+    RunConfig,
+    TransportConfig,
+    WorkersConfig,
+)
+from zrl.config.sizing import (
+    apex_anneal_steps,
+    fill_target,
+    fresh_share,
+    learner_threads,
+    lr_decay_steps,
+    needs_features,
+    queue_capacity,
+    replay_share,
+    split_note,
+    unrolls_per_version,
+    usable_cores,
+)
+from zrl.errors import ConfigError
+
+__all__ = [
+    "APEX_HEADS",
+    "BUILTIN",
+    "CLONING_KL",
+    "CLONING_VALUE",
+    "DISTANCES",
+    "FEATURE_REPLAYS",
+    "LOOPBACK_HOSTS",
+    "MODEL_KINDS",
+    "MOVED_KEYS",
+    "OPTIMIZERS",
+    "OPTION_FLAGS",
+    "PRECISIONS",
+    "REPLAY_KEYS",
+    "REPLAY_TYPES",
+    "SAFE_ON_RESUME",
+    "SECTIONS",
+    "TOP_KEYS",
+    "TRANSPORT_KINDS",
+    "WORKER_POLICIES",
+    "ApexConfig",
+    "BrokerConfig",
+    "Config",
+    "ConfigError",
+    "EnvConfig",
+    "LearnerConfig",
+    "ModelConfig",
+    "ReplayConfig",
+    "RunConfig",
+    "TransportConfig",
+    "VtraceConfig",
+    "WorkersConfig",
+    "apex_anneal_steps",
+    "check",
+    "declared",
+    "defaults_toml",
+    "dumps",
+    "fill_target",
+    "fresh_share",
+    "from_dict",
+    "learner_threads",
+    "load",
+    "lr_decay_steps",
+    "needs_features",
+    "parse_set",
+    "queue_capacity",
+    "read_toml",
+    "replay_share",
+    "replays_from_json",
+    "split_note",
+    "to_dict",
+    "unrolls_per_version",
+    "usable_cores",
+]

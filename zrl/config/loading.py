@@ -1,0 +1,257 @@
+"""Loading and writing: a run file, ``--set`` items and command-line options merged over the defaults (names
+checked, with a hint for a near miss, and keys that moved named), built through the schema, and written back
+as the TOML a run folder keeps (``config.toml``) or a checkpoint stores (``to_dict``)."""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Sequence
+from dataclasses import asdict, fields
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from zrl.agents import REGISTRY as agent_registry
+from zrl.config.checks import REPLAY_KEYS, declared
+from zrl.config.reference import replays_from_json
+from zrl.config.schema import BUILTIN, SECTIONS, TOP_KEYS, Config, ReplayConfig
+from zrl.errors import ConfigError
+
+MOVED_KEYS = {
+    "learner.clip_rho_threshold": "vtrace.clip_rho",
+    "learner.clip_pg_rho_threshold": "vtrace.clip_pg_rho",
+    "model.send_features": None,  # workers send features whenever an elite or attentive replay needs them
+}
+# Keys a resumed run may change: how long, how many processes, how often it reports and saves.
+SAFE_ON_RESUME = (
+    "run.max_env_frames",
+    "run.log_interval_s",
+    "run.checkpoint_every_steps",
+    "run.checkpoint_every_minutes",
+    "run.keep_checkpoints",
+    "run.heartbeat_timeout_s",
+    "run.max_seconds",
+    "workers.max_restarts",
+    "workers.restart_window_s",
+    "workers.count",
+    "workers.envs_per_worker",
+    "workers.torch_threads",
+    "workers.nice",
+    "workers.stats_interval_s",
+    "workers.max_weights_wait_s",
+    "learner.device",
+    "learner.torch_threads",
+    "broker.torch_threads",
+    "broker.prefetch_batches",
+    "transport.kind",
+    "transport.hwm",
+    "transport.poll_timeout_ms",
+)
+OPTION_FLAGS = {"workers.count": "--workers", "workers.envs_per_worker": "--envs-per-worker"}
+
+
+def _unknown(source: str, key: str, valid: list[str]) -> ConfigError:
+    hint = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    extra = f" (did you mean '{hint[0]}'?)" if hint else ""
+    return ConfigError(f"{source}: unknown key '{key}'{extra}")
+
+
+def _all_keys() -> list[str]:
+    keys = [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in fields(cls)]
+    keys += [f"replay.{f.name}" for f in fields(ReplayConfig)]
+    return keys + list(SECTIONS) + ["replay"] + list(TOP_KEYS)
+
+
+def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> None:
+    """Merge one layer of raw values into base, checking section and key names."""
+    for section, body in layer.items():
+        if section in TOP_KEYS:
+            if section == "algo" and isinstance(body, dict):
+                raise ConfigError(
+                    f"{source}: [algo] is now [vtrace] (V-trace's clips, CLEAR and LASER); the top-level "
+                    "key algo = " + " or ".join(f'"{name}"' for name in agent_registry) + " names the agent"
+                )
+            base[section] = body
+            sources[section] = source
+            continue
+        if section == "replay":
+            if not isinstance(body, list) or not all(isinstance(t, dict) for t in body):
+                raise ConfigError(f"{source}: replay must be a list of tables ([[replay]])")
+            everything = [f.name for f in fields(ReplayConfig)]
+            for i, table in enumerate(body):
+                kind = table.get("type", ReplayConfig.type)
+                valid = REPLAY_KEYS.get(kind, everything) if isinstance(kind, str) else everything
+                for key in table:
+                    if key in everything and key not in valid:
+                        users = " and ".join(k for k, keys in REPLAY_KEYS.items() if key in keys)
+                        raise ConfigError(
+                            f"{source}: replay[{i}].{key} applies only to {users} replays; this one is {kind}"
+                        )
+                    if key not in valid:
+                        raise _unknown(source, f"replay[{i}].{key}", [f"replay[{i}].{v}" for v in valid])
+            base["replay"] = [dict(t) for t in body]
+            sources["replay"] = source
+            continue
+        if section not in SECTIONS:
+            raise _unknown(source, section, _all_keys())
+        if not isinstance(body, dict):
+            raise ConfigError(f"{source}: {section} must be a table ([{section}])")
+        valid = {f.name for f in fields(SECTIONS[section])}
+        for key, value in body.items():
+            if f"{section}.{key}" in MOVED_KEYS:
+                to = MOVED_KEYS[f"{section}.{key}"]
+                why = (
+                    f"it is now {to}"
+                    if to
+                    else "workers now send features whenever an elite or attentive replay needs them"
+                )
+                raise ConfigError(f"{source}: {section}.{key} is no longer a key: {why}")
+            if key not in valid:
+                raise _unknown(source, f"{section}.{key}", _all_keys())
+            base.setdefault(section, {})[key] = value
+            sources[f"{section}.{key}"] = source
+
+
+def _build(raw: dict, sources: dict[str, str]) -> Config:
+    """The Config of merged raw values: each section converted and bounded by its declaration, then the rules
+    between keys; a mistake names the file or option that set the key."""
+    try:
+        sections: dict[str, Any] = {name: declared(cls, raw.get(name, {}), name) for name, cls in SECTIONS.items()}
+        tables = raw.get("replay", [{}])
+        sections["replay"] = tuple(declared(ReplayConfig, t, f"replay[{i}]") for i, t in enumerate(tables))
+        for key in TOP_KEYS:
+            if key in raw:
+                sections[key] = raw[key]
+                if not isinstance(raw[key], str):
+                    raise ConfigError(f"{key} = {raw[key]!r} must be a string", key)
+        return Config(**sections)
+    except ConfigError as err:
+        raise ConfigError(f"{_source_of(sources, err.key or str(err).split(':', 1)[0])}: {err}", err.key) from None
+
+
+def _source_of(sources: dict[str, str], key: str) -> str:
+    """Where the value behind a dotted key came from (its section's last source if it was a default)."""
+    if key.startswith("replay"):
+        key = "replay"
+    if key in sources:
+        return sources[key]
+    named = [src for k, src in sources.items() if k.split(".")[0] == key.split(".")[0]]
+    named = named or list(sources.values())
+    return named[-1] if named else BUILTIN
+
+
+def read_toml(path: str | Path) -> dict:
+    """Read a TOML file; a missing, unreadable or malformed file is a ConfigError naming it."""
+    path = Path(path)
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a folder, not a config file") from None
+    except PermissionError:
+        raise ConfigError(f"{path}: cannot be read (permission denied)") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+
+
+def parse_set(item: str) -> tuple[str, str, Any]:
+    """Split ``section.key=value``; the value is read as a TOML value, or as a bare string."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item}: expected section.key=value, e.g. learner.batch_size=16")
+    dotted, text = (part.strip() for part in item.split("=", 1))
+    if dotted == "replay":
+        return "replay", "", replays_from_json(text, f"--set {item}")
+    if dotted in TOP_KEYS:
+        try:
+            return dotted, "", tomllib.loads(f"v = {text}")["v"]
+        except tomllib.TOMLDecodeError:
+            return dotted, "", text
+    if dotted.count(".") != 1:
+        raise ConfigError(f"--set {item}: the key must be section.key, e.g. learner.batch_size")
+    section, key = dotted.split(".")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return section, key, value
+
+
+def load(
+    path: str | Path | None = None,
+    sets: Sequence[str] = (),
+    options: dict[str, Any] | None = None,
+    stored: bool = False,
+) -> Config:
+    """Resolve a config: defaults < run file < --set items < command-line options. ``stored``: the file is
+    a run's own config.toml, written by an older zrl perhaps (its renamed sections are read as now).
+
+    ``options`` maps dotted keys (e.g. ``"workers.count"``) to values; None values are ignored.
+    """
+    raw: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    if path is not None:
+        _merge(raw, _renamed(read_toml(path)) if stored else read_toml(path), str(path), sources)
+    for item in sets:
+        section, key, value = parse_set(item)
+        _merge(
+            raw,
+            {section: value} if section == "replay" or section in TOP_KEYS else {section: {key: value}},
+            f"--set {item}",
+            sources,
+        )
+    for dotted, value in (options or {}).items():
+        if value is None:
+            continue
+        if dotted == "replay":  # --replay: the reference platform's JSON list
+            _merge(raw, {"replay": replays_from_json(value, "option --replay")}, "option --replay", sources)
+            continue
+        section, key = dotted.split(".")
+        flag = OPTION_FLAGS.get(dotted, "--" + key.replace("_", "-"))
+        _merge(raw, {section: {key: value}}, f"option {flag}", sources)
+    return _build(raw, sources)
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    out: dict[str, Any] = {key: getattr(cfg, key) for key in TOP_KEYS}
+    for name in SECTIONS:
+        out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(getattr(cfg, name)).items()}
+    out["replay"] = [{k: v for k, v in asdict(r).items() if k in REPLAY_KEYS[r.type]} for r in cfg.replay]
+    return out
+
+
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    """A config zrl wrote earlier (a run folder's, a checkpoint's), as it reads now: [algo] became [vtrace], and
+    model.kind = "auto" meant the Nature net until atari_small came, with workers.nice (every config written
+    since has that key; a run now also stores the kind it resolved)."""
+    if isinstance(raw.get("algo"), dict):
+        raw = {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
+    model, workers = raw.get("model"), raw.get("workers")
+    if (
+        isinstance(model, dict)
+        and model.get("kind") == "auto"
+        and not (isinstance(workers, dict) and "nice" in workers)
+    ):
+        raw = {**raw, "model": {**model, "kind": "auto_nature"}}
+    return raw
+
+
+def from_dict(raw: dict[str, Any], source: str) -> Config:
+    """Rebuild a config from to_dict output (e.g. stored in a checkpoint)."""
+    layered: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    _merge(layered, _renamed(raw), source, sources)
+    return _build(layered, sources)
+
+
+def dumps(cfg: Config) -> str:
+    """The resolved config as TOML text (each part written by tomli-w) that ``load`` reads back to an equal
+    Config: the top keys, the sections in order, then one ``[[replay]]`` table per replay, as run files have them."""
+    data = to_dict(cfg)
+    parts = ["# zrl resolved config: every key, as this run used it.\n" + tomli_w.dumps({k: data[k] for k in TOP_KEYS})]
+    parts += [tomli_w.dumps({name: data[name]}) for name in SECTIONS]
+    parts += ["[[replay]]\n" + tomli_w.dumps(rep) for rep in data["replay"]]
+    return "\n".join(parts)

@@ -1,0 +1,461 @@
+"""The schema: one frozen dataclass per section, each key declared once with its type, its bounds and its
+documentation (``Annotated[type, Meta(...)]``). ``msgspec.convert`` checks types and bounds from these
+declarations when a config is loaded (``zrl.config.loading``); ``config/defaults.toml`` is generated from the same
+descriptions (``zrl.config.defaults``); the rules between keys are ``zrl.config.checks``. An agent's own section
+is declared in its package (``zrl/agents/<name>/config.py``) and composed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated
+
+from msgspec import Meta
+
+from zrl.agents.apex_iqn.config import ApexConfig
+from zrl.agents.vtrace.config import VtraceConfig
+from zrl.config.checks import check
+
+BUILTIN = "<built-in defaults>"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    results_dir: Annotated[
+        str, Meta(description="Folder that holds one sub-folder per run, results/<env>_<unix_ts>/.")
+    ] = "results"
+    max_env_frames: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Budget: the run stops after this many environment frames (Atari: env steps x frame_skip).",
+        ),
+    ] = 50_000_000
+    seed: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Seed of the learner's model initialisation and of every worker's environments and actions.",
+        ),
+    ] = 0
+    log_interval_s: Annotated[
+        float, Meta(gt=0, description="Seconds between progress lines and rows of metrics.csv.")
+    ] = 5.0
+    checkpoint_every_steps: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Learner steps between checkpoints; a final one is always written at an orderly stop. 0: only the final one.",
+        ),
+    ] = 5000
+    checkpoint_every_minutes: Annotated[
+        float,
+        Meta(
+            ge=0, description="Minutes between checkpoints, besides checkpoint_every_steps; 0: by learner steps only."
+        ),
+    ] = 0.0
+    keep_checkpoints: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="How many periodic checkpoints to keep (the newest ones); best.pt, the best 100-episode mean, is kept apart.",
+        ),
+    ] = 3
+    max_seconds: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="Wall-clock budget: the run stops in order (exit code 0) after this many seconds; 0: no limit.",
+        ),
+    ] = 0.0
+    heartbeat_timeout_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="A role that reports nothing for this long is declared hung (before its first report it has at least 60 s to start): a worker is killed and restarted, a hung broker or learner stops the run.",
+        ),
+    ] = 60.0
+    keep_freed_memory: Annotated[
+        bool,
+        Meta(
+            description="Learner and broker keep the memory PyTorch frees in their heap for the next step (glibc mallopt) instead of returning large blocks to the system at once: on CPU the Atari learner's step ran 1.8x faster on a 2-core machine. Their memory stays at its peak. No effect where the C library is not glibc."
+        ),
+    ] = True
+    deterministic: Annotated[
+        bool,
+        Meta(
+            description="One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay, and learner.batch_size a multiple of workers.envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."
+        ),
+    ] = False
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    id: Annotated[
+        str,
+        Meta(
+            description="Environment id: ALE/<Game>-v5 or <Game>NoFrameskip-v4 for Atari, any Gymnasium id with a Box observation otherwise."
+        ),
+    ] = "ALE/Pong-v5"
+    frame_skip: Annotated[
+        int, Meta(gt=0, description="Atari: emulator frames per agent step, with a max over the last two.")
+    ] = 4
+    noop_max: Annotated[int, Meta(ge=0, description="Atari: up to this many random no-ops at every reset.")] = 30
+    frame_stack: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Frames stacked into one observation, rebuilt from single frames at gather time (1 for vector observations).",
+        ),
+    ] = 4
+    episodic_life: Annotated[
+        bool,
+        Meta(
+            description="Atari: a lost life ends the training episode (discount 0) without resetting the game; scores count whole games."
+        ),
+    ] = True
+    clip_rewards: Annotated[
+        bool, Meta(description="Train on sign(reward); raw scores are still what episodes.csv reports.")
+    ] = True
+    fire_reset: Annotated[bool, Meta(description="Atari: press FIRE at reset in games that need it.")] = True
+    max_episode_frames: Annotated[
+        int,
+        Meta(gt=0, description="Atari: episodes are truncated after this many emulator frames (30 minutes of play)."),
+    ] = 108_000
+    sticky_action_prob: Annotated[
+        float,
+        Meta(
+            ge=0,
+            le=1,
+            description="Atari: probability that the emulator repeats the previous action (Machado et al. use 0.25).",
+        ),
+    ] = 0.0
+    full_action_space: Annotated[
+        bool, Meta(description="Atari: use all 18 actions instead of the game's minimal set.")
+    ] = False
+    max_episode_steps: Annotated[
+        int,
+        Meta(
+            ge=0, description="Non-Atari: truncate episodes after this many steps; 0 keeps the environment's own limit."
+        ),
+    ] = 0
+
+
+@dataclass(frozen=True)
+class WorkersConfig:
+    count: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Worker processes (the same as --workers). One worker of 8 envs leaves the second of 2 cores to the learner (zrl-bench --suggest's pick on 2 cores); give more on a larger machine.",
+        ),
+    ] = 1
+    envs_per_worker: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Environments each worker steps in lock-step (the same as --envs-per-worker); 8 envs batch the worker's inference.",
+        ),
+    ] = 8
+    ring_slots: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Slots in each worker's frame ring (one slot = one frame of every env); 0 sizes it from the replay and batch.",
+        ),
+    ] = 0
+    torch_threads: Annotated[int, Meta(gt=0, description="PyTorch threads for each worker's policy inference.")] = 1
+    stats_interval_s: Annotated[
+        float, Meta(gt=0, description="Seconds between a worker's stats messages, which double as its heartbeat.")
+    ] = 1.0
+    produce_ratio: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="Actor/learner balance: per weights version all workers send about this many batches' worth of unrolls (a worker sends one unroll every few versions when there are many workers), then wait for new weights; 0 runs free.",
+        ),
+    ] = 1.25
+    nice: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=19,
+            description="Scheduling priority the workers lower themselves by (Unix nice, 0-19), so that the learner keeps its share of the cores whatever the worker count. 10: at 8 x 4 on 2 cores the learner made 14.5 steps/s against 11.4 at 0 (the best split's 19.5).",
+        ),
+    ] = 10
+    max_weights_wait_s: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="The longest a throttled worker waits for new weights before it sends another unroll anyway.",
+        ),
+    ] = 2.0
+    max_restarts: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="A worker that dies (or hangs past run.heartbeat_timeout_s) is restarted; one that needs more than this many restarts within workers.restart_window_s stops the run, with its traceback. 0: never restart.",
+        ),
+    ] = 3
+    restart_window_s: Annotated[
+        float, Meta(gt=0, description="The window over which workers.max_restarts counts one worker's restarts.")
+    ] = 300.0
+    policy: Annotated[
+        str,
+        Meta(
+            description="How workers act: network (the learner's policy) or uniform (uniformly random actions without running the network; what zrl-bench sampling uses to measure the data path alone)."
+        ),
+    ] = "network"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    kind: Annotated[
+        str,
+        Meta(
+            description="Network: atari (the Nature DQN's three conv layers and a hidden_size layer), atari_small (the 2013 DQN's and A3C's two conv layers, 16 and 32 channels, a third of the cost), mlp, or auto (atari_small for 84x84 frames, mlp otherwise; a run stores the kind it resolved, and auto_nature is what a run folder written before atari_small stored: atari for 84x84 frames). On 2 CPU cores atari_small reached -10.8 on Pong at 10 minutes against the Nature net's -17.3 (10.6k against 7.6k frames/s; about the same return per frame)."
+        ),
+    ] = "auto"
+    hidden_size: Annotated[
+        int,
+        Meta(gt=0, description="Width of the conv nets' fully connected layer (A3C's 256; the Nature DQN had 512)."),
+    ] = 256
+    mlp_hidden: Annotated[
+        tuple[int, ...], Meta(description="Hidden layer widths of the MLP for vector observations.")
+    ] = (64, 64)
+    feature_size: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Length of the state feature vector the feature head emits; workers send it with every unroll when an elite or attentive replay needs it.",
+        ),
+    ] = 512
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    batch_size: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Unrolls per learner step. 8 x T=20: 12 steps/s on 2 CPU cores for Pong against 0.8 at 32 (per sample the step costs less in a small batch); the updates, not the frames, were what Pong lacked.",
+        ),
+    ] = 8
+    unroll_length: Annotated[int, Meta(gt=0, description="Steps per unroll (T).")] = 20
+    device: Annotated[str, Meta(description="cpu, cuda, cuda:N, or auto (cuda when available).")] = "auto"
+    precision: Annotated[str, Meta(description="fp32, or bf16 (autocast for the forward pass and loss).")] = "fp32"
+    torch_threads: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="PyTorch threads for the learner; 0: the cores the workers leave (cores - workers.count x workers.torch_threads, at least 1), so that learner and workers do not fight over the cores.",
+        ),
+    ] = 0
+    optimizer: Annotated[
+        str,
+        Meta(
+            description="rmsprop (PyTorch's: mean square from 0, eps outside the root), rmsprop_tf (TensorFlow 1's, which IMPALA used: mean square from 1, eps inside the root) or adam."
+        ),
+    ] = "rmsprop_tf"
+    learning_rate: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="Initial learning rate. With rmsprop_tf and eps 1e-5, Pong's 100-episode mean at 12 minutes was -12.7, against -19.5 with PyTorch's RMSprop at 4.8e-4 and eps 0.01 (2 cores, AMD EPYC, seed 1).",
+        ),
+    ] = 0.0006
+    lr_decay_steps: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Learner steps over which the learning rate decays polynomially to lr_end; 0 derives them from run.max_env_frames.",
+        ),
+    ] = 0
+    lr_end: Annotated[float, Meta(ge=0, description="Learning rate at the end of the decay.")] = 0.0
+    lr_decay_power: Annotated[float, Meta(ge=0, description="Power of the polynomial decay (1 is linear).")] = 1.0
+    rmsprop_alpha: Annotated[float, Meta(ge=0, le=1, description="RMSprop smoothing constant.")] = 0.99
+    rmsprop_eps: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="RMSprop epsilon: small, so that every parameter moves by about the learning rate (A2C's 1e-5; with sums over T x B the gradients are large). With optimizer = rmsprop (PyTorch's) a small eps makes the first steps move every weight by about 10 x lr.",
+        ),
+    ] = 1e-05
+    rmsprop_momentum: Annotated[float, Meta(ge=0, description="RMSprop momentum.")] = 0.0
+    adam_eps: Annotated[float, Meta(gt=0, description="Adam epsilon.")] = 1e-8
+    discount: Annotated[float, Meta(ge=0, le=1, description="Discount factor gamma.")] = 0.99
+    reward_scale: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="Rewards are multiplied by this before the loss (after any clipping); keeps value targets in a range nets fit well.",
+        ),
+    ] = 1.0
+    baseline_cost: Annotated[float, Meta(ge=0, description="Weight of the value (baseline) loss.")] = 0.5
+    entropy_cost: Annotated[
+        float,
+        Meta(ge=0, description="Weight of the entropy bonus (losses are sums over T x B, so this is per sample)."),
+    ] = 0.0006
+    grad_norm_clip: Annotated[float, Meta(ge=0, description="Global gradient norm clip; 0 disables it.")] = 40.0
+    publish_every: Annotated[int, Meta(gt=0, description="Learner steps between weight broadcasts.")] = 1
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    prefetch_batches: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Batches ready ahead of the learner: the learner grants this many credits, the broker sends a batch per credit.",
+        ),
+    ] = 2
+    torch_threads: Annotated[
+        int,
+        Meta(gt=0, description="PyTorch threads for the broker's feature recomputation (elite and attentive replay)."),
+    ] = 1
+    precision: Annotated[str, Meta(description="fp32, or bf16 (autocast) for the broker's feature recomputation.")] = (
+        "fp32"
+    )
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    type: Annotated[
+        str,
+        Meta(
+            description="queue: FIFO of fresh unrolls; uniform: ring sampled uniformly; elite: sampled by distance between stored behaviour-time and current features; attentive: by distance to the newest state's current feature."
+        ),
+    ] = "queue"
+    capacity: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Unrolls the replay holds; when full the oldest is replaced. A queue holds at least what one batch takes from it, so capacity 1 means as fresh as possible.",
+        ),
+    ] = 64
+    sample_ratio: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=1,
+            description="Share of every batch taken from this replay; the ratios sum to 1 and batch_size x sample_ratio must be whole.",
+        ),
+    ] = 1.0
+    fill_fraction: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=1,
+            description="uniform, elite, attentive: training starts once the replay holds fill_fraction x capacity unrolls (a queue: one batch's share).",
+        ),
+    ] = 0.1
+    dist_function: Annotated[
+        str,
+        Meta(
+            description="elite, attentive: ln_norm (p-norm of the [steps, F] difference), cos_dist (1 - cosine similarity, mean over steps) or kl_div (sum over steps of KL(softmax(stored) || softmax(current)))."
+        ),
+    ] = "ln_norm"
+    p: Annotated[float, Meta(ge=1, description="elite, attentive: the p of ln_norm.")] = 2.0
+    strategy: Annotated[
+        int,
+        Meta(
+            description="elite, attentive: 1 the n lowest distances; 2 the lowest of each of n distance strata; 3 like 1, least sampled first; 4 like 2, least sampled in each stratum."
+        ),
+    ] = 3
+    lambda_batch_multiplier: Annotated[
+        float,
+        Meta(
+            ge=1,
+            description="elite, attentive: the candidate pool holds lambda x n distinct units (n = batch_size x sample_ratio); lambda anneals to 1, where sampling is uniform.",
+        ),
+    ] = 6.0
+    alfa_annealing_factor: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="elite, attentive: lambda anneals linearly to 1 over alfa_annealing_factor x the learning-rate decay steps, counted in sample calls.",
+        ),
+    ] = 2.0
+    feature_steps: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="elite, attentive: time steps of each unit whose features are compared, evenly spaced over the unroll; 0 (or T or more) compares all T (exact, and the costliest).",
+        ),
+    ] = 5
+    elite_insertion: Annotated[
+        bool,
+        Meta(
+            description="elite, attentive: once full, a new unit replaces the unit with the largest distance among elite_batch_size random ones instead of the oldest."
+        ),
+    ] = False
+    elite_batch_size: Annotated[
+        int,
+        Meta(
+            ge=1,
+            description="elite, attentive: units drawn for each elite insertion (the units of one worker message share a draw).",
+        ),
+    ] = 20
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    kind: Annotated[str, Meta(description="ipc (unix sockets in the run's private folder) or tcp.")] = "ipc"
+    bind_host: Annotated[
+        str,
+        Meta(
+            description="Address tcp sockets bind to: 127.0.0.1, or any other address (0.0.0.0: every interface) when curve_keys is set."
+        ),
+    ] = "127.0.0.1"
+    curve_keys: Annotated[
+        str,
+        Meta(
+            description="Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback."
+        ),
+    ] = ""
+    hwm: Annotated[
+        int,
+        Meta(gt=0, description="ZeroMQ high-water mark (messages) on every socket that carries unrolls or batches."),
+    ] = 64
+    poll_timeout_ms: Annotated[
+        int, Meta(gt=0, description="Every blocking receive polls this long before it checks whether to stop.")
+    ] = 100
+
+
+@dataclass(frozen=True)
+class Config:
+    algo: Annotated[
+        str,
+        Meta(
+            description="The agent: vtrace (IMPALA with V-trace, CLEAR and LASER; the [vtrace] section) or apex_iqn "
+            "(Rainbow-IQN Ape-X with prioritized replay; the [apex] section)."
+        ),
+    ] = "vtrace"
+    run: RunConfig = field(default_factory=RunConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    vtrace: VtraceConfig = field(default_factory=VtraceConfig)
+    apex: ApexConfig = field(default_factory=ApexConfig)
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    replay: tuple[ReplayConfig, ...] = (ReplayConfig(),)
+    transport: TransportConfig = field(default_factory=TransportConfig)
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
+# The tables of a run file, in the order config.toml and defaults.toml write them ([[replay]] comes last).
+SECTIONS: dict[str, type] = {
+    "run": RunConfig,
+    "env": EnvConfig,
+    "workers": WorkersConfig,
+    "model": ModelConfig,
+    "learner": LearnerConfig,
+    "vtrace": VtraceConfig,
+    "apex": ApexConfig,
+    "broker": BrokerConfig,
+    "transport": TransportConfig,
+}
+TOP_KEYS: dict[str, type] = {"algo": str}  # keys outside any section

@@ -1,0 +1,111 @@
+"""Sizing: what the keys of a config imply together. A batch's share of each replay, the fill that starts
+training, the producers' budget per weights version, the queue's true capacity, the decay and annealing
+horizons, and the split of the machine's cores. Pure functions of a Config (and of the cores this process may
+use)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+from zrl.config.checks import FEATURE_REPLAYS
+from zrl.config.schema import Config, ReplayConfig
+
+
+def replay_share(cfg: Config, rep: ReplayConfig) -> int:
+    """Unrolls each batch takes from a replay: batch_size x sample_ratio."""
+    return round(cfg.learner.batch_size * rep.sample_ratio)
+
+
+def apex_anneal_steps(cfg: Config, frames_per_step: int) -> int:
+    """Learner steps over which Ape-X's importance exponent beta reaches 1: apex.beta_anneal_steps, or from the
+    budget, one step per apex.replay_ratio env steps after learn_start (4 when the ratio is off, Rainbow's)."""
+    if cfg.apex.beta_anneal_steps:
+        return cfg.apex.beta_anneal_steps
+    steps = cfg.run.max_env_frames // frames_per_step - cfg.apex.learn_start
+    return max(1, int(steps // (cfg.apex.replay_ratio or 4)))
+
+
+def fill_target(cfg: Config, rep: ReplayConfig) -> int:
+    """Units a replay must hold before training starts: one batch's share for a queue, apex.learn_start
+    transitions for a prioritized replay, else fill_fraction x capacity (and never less than the share)."""
+    if rep.type == "prioritized":
+        return cfg.apex.learn_start
+    share = replay_share(cfg, rep)
+    return share if rep.type == "queue" else max(share, math.ceil(rep.fill_fraction * rep.capacity - 1e-9))
+
+
+def fresh_share(cfg: Config) -> float:
+    """The share of a batch that is fresh (taken from queues); 1 when no queue is configured."""
+    return sum(r.sample_ratio for r in cfg.replay if r.type == "queue") or 1.0
+
+
+def needs_features(cfg: Config) -> bool:
+    """Whether workers must send behaviour-time features (an elite or attentive replay needs them)."""
+    return any(r.type in FEATURE_REPLAYS for r in cfg.replay)
+
+
+def unrolls_per_version(cfg: Config) -> float:
+    """How many unrolls each worker may send per new weights version, on average (0: no limit).
+
+    All workers together send ``produce_ratio`` times the fresh share of a batch per version (a version
+    covers ``publish_every`` learner steps), so the learner always has fresh data and little is produced
+    only to be dropped. Under 1 (many workers or envs for a small batch) a worker sends one unroll every
+    1 / rate versions: at 8 workers x 4 envs and batches of 8, a whole unroll per worker per version was four
+    batches' worth, three of them dropped. A deterministic run's single worker sends exactly what one version
+    trains on.
+    """
+    if cfg.run.deterministic:
+        return cfg.learner.batch_size * cfg.learner.publish_every // cfg.workers.envs_per_worker
+    if not cfg.workers.produce_ratio:
+        return 0
+    units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every * fresh_share(cfg)
+    return units / (cfg.workers.count * cfg.workers.envs_per_worker)
+
+
+def learner_threads(cfg: Config) -> int:
+    """learner.torch_threads, or where it is 0 the cores this process may use less the workers' inference
+    threads, at least 1 (the broker, mostly idle for a queue, is not counted). On 2 cores PyTorch's own choice (2) had the learner's threads wait on workers that
+    held a core (the learner of one 1 x 8 Pong run trained 12 steps/s with 1 thread)."""
+    if cfg.learner.torch_threads:
+        return cfg.learner.torch_threads
+    return max(1, usable_cores() - cfg.workers.count * cfg.workers.torch_threads)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), which the workers and the learner share."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def split_note(cfg: Config) -> str | None:
+    """What to tell a user whose split has more worker processes than cores, None otherwise. Each process costs
+    CPU time of its own and batches its inference over fewer envs: on 2 cores (AMD EPYC), 8 x 4 trained 14.5
+    learner steps/s with the workers at nice 10, against 19.5 at 2 x 8 (zrl-bench --suggest)."""
+    cores = usable_cores()
+    if cfg.workers.count <= cores:
+        return None
+    return (
+        f"{cfg.workers.count} worker processes share {cores} cores with the learner; they run at nice "
+        f"{cfg.workers.nice} so that the learner keeps its share, but fewer, larger workers train faster here "
+        f"(on 2 cores, 8 x 4 made 0.74 of the learner steps/s of 2 x 8). Try --workers {cores} "
+        f"--envs-per-worker 8; zrl-bench --suggest measures the splits on this machine."
+    )
+
+
+def queue_capacity(cfg: Config, rep: ReplayConfig) -> int:
+    """A queue holds at least what one batch takes from it and what the workers send per weights version,
+    so that throttled workers never wait on a learner that starves (the reference's capacity 1 queue)."""
+    per_version = math.ceil(unrolls_per_version(cfg) - 1e-9) * cfg.workers.count * cfg.workers.envs_per_worker
+    return max(rep.capacity, replay_share(cfg, rep), per_version)
+
+
+def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:
+    """Learner steps over which the learning rate decays (from the frame budget when not given); elite
+    lambda annealing is measured against it too."""
+    if cfg.learner.lr_decay_steps:
+        return cfg.learner.lr_decay_steps
+    fresh_per_step = cfg.learner.batch_size * fresh_share(cfg) * cfg.learner.unroll_length * frames_per_step
+    return max(1, int(cfg.run.max_env_frames // fresh_per_step))
