@@ -345,3 +345,28 @@ def test_a_split_with_more_workers_than_cores_gets_a_note_naming_a_better_one(mo
     assert note and "--workers 2 --envs-per-worker 8" in note and "nice 10" in note
     assert config.split_note(config.load(None, [], {"workers.count": 2, "workers.envs_per_worker": 8})) is None
     assert config.learner_threads(cfg) == 1  # the learner keeps a thread whatever the workers take
+
+
+def test_bounds_are_the_declarations_and_hold_for_a_config_built_in_code():
+    """A key's bounds live in its declaration alone; msgspec checks them on load and on every Config built in
+    code, so a dataclasses.replace cannot make an invalid run either."""
+    cfg = config.Config()
+    with pytest.raises(ConfigError, match=r"learner.batch_size: must be > 0, got 0"):
+        dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner, batch_size=0))
+    with pytest.raises(ConfigError, match=r"replay\[1\].sample_ratio: must be > 0 and <= 1, got 1.5"):
+        dataclasses.replace(cfg, replay=(cfg.replay[0], dataclasses.replace(cfg.replay[0], sample_ratio=1.5)))
+    with pytest.raises(ConfigError, match=r"--set learner.discount=1.5: learner.discount: must be between 0 and 1"):
+        config.load(None, ["learner.discount=1.5"])
+    with pytest.raises(ConfigError, match=r"--set apex.v_min=nan: apex.v_min = nan must be a finite number"):
+        config.load(None, ["apex.v_min=nan"])
+    with pytest.raises(ConfigError, match=r"model.mlp_hidden = \[64, 'a'\] must be a list of integers"):
+        config.load(None, ['model.mlp_hidden=[64, "a"]'])
+
+
+def test_every_key_is_declared_with_a_description():
+    from zrl.config.defaults import descriptions
+
+    for cls in [config.Config, *config.SECTIONS.values(), config.ReplayConfig]:
+        docs = descriptions(cls)
+        assert set(docs) >= {f.name for f in dataclasses.fields(cls) if f.name not in (*config.SECTIONS, "replay")}, cls
+        assert all(len(text) > 10 for text in docs.values()), cls
