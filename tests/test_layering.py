@@ -140,3 +140,17 @@ def test_roles_do_not_import_each_other():
     roles = [n for n in MODULES if _within(n, "zrl.roles") and n not in ("zrl.roles", "zrl.roles.common")]
     for role in roles:
         assert not [d for d in GRAPH[role] if d in roles], role
+
+
+def test_the_launchers_parts_do_not_import_the_launcher():
+    """zrl/launch/launcher.py puts the parts together; a part (run folder, wiring, supervision, tally, ...) imports
+    no other part but the console, so that zrl-bench can take the wiring, supervision's stop or the tally alone."""
+    parts = [n for n in MODULES if n.startswith("zrl.launch.") and n != "zrl.launch.launcher"]
+    assert {"zrl.launch.folder", "zrl.launch.wiring", "zrl.launch.supervise", "zrl.launch.tally"} <= set(parts)
+    for part in parts:
+        assert [d for d in GRAPH[part] if _within(d, "zrl.launch") and d != "zrl.launch.console"] == [], part
+
+
+def test_the_bench_reuses_the_launchers_wiring():
+    assert "zrl.launch.wiring" in GRAPH["zrl.bench.roles"]
+    assert "zrl.roles.worker" not in GRAPH["zrl.bench.roles"]  # the wiring makes the role processes

@@ -1,19 +1,17 @@
-"""A pipeline's rings, sockets and role processes, started as zrl-launch starts them but without a run
-folder, CSV files or supervision: what zrl-bench's sampling and learner modes measure.
+"""A pipeline's rings, sockets and role processes, wired as zrl-launch wires them (zrl.launch.wiring) but without
+a run folder, CSV files or supervision: what zrl-bench's sampling and learner modes measure.
 
 Without a learner the bench process itself serves the initial weights (a fixed policy). Workers have their
 own stop event, so the learner mode can stop them once the replay is full and time the learner alone on it.
-On exit every process is stopped (killed after a grace period), every ring unlinked and the socket folder
-removed, whatever happened.
+On exit every process is stopped in order (killed after a grace period), and the wiring torn down: every ring
+unlinked and the socket folder removed, whatever happened.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import shutil
 import signal
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,10 +20,10 @@ import zmq
 
 from zrl import agents, envs, protocol, transport
 from zrl.config import Config
-from zrl.launch import PRIVATE_PREFIX, create_rings, make_ring_spec, sweep_stale
+from zrl.launch.supervise import kill_all, stop_in_order
+from zrl.launch.tally import Tally
+from zrl.launch.wiring import Wiring, sweep_stale
 from zrl.models import flat_parameters
-from zrl.roles import broker, learner, worker
-from zrl.roles.common import RunWiring, StopFlag
 
 STOP_GRACE_S = 30.0
 
@@ -49,18 +47,29 @@ def _resume_orphans(parent: int, pids: list[int]) -> None:
 class Pipeline:
     def __init__(self, cfg: Config, spec: envs.EnvSpec, *, with_learner: bool, workdir: Path) -> None:
         self.cfg, self.spec, self.with_learner, self.workdir = cfg, spec, with_learner, workdir
-        self.workers: dict[int, protocol.WorkerStats] = {}
-        self.broker: protocol.BrokerStats | None = None
-        self.learner: protocol.LearnerStats | None = None
+        self.tally = Tally()  # the roles' latest stats
         self.procs: dict[str, mp.Process] = {}
         self._paused: set[str] = set()
         self._watchdog: mp.Process | None = None
-        self.rings: list = []
-        self._socks: list[zmq.Socket] = []
-        self._private: str | None = None
+        self.wiring = Wiring(cfg, spec)
         self._weights_rep = None
         self._initial = b""
-        self._zctx: zmq.Context | None = None
+
+    @property
+    def workers(self) -> dict[int, protocol.WorkerStats]:
+        return self.tally.workers
+
+    @property
+    def broker(self) -> protocol.BrokerStats | None:
+        return self.tally.broker
+
+    @property
+    def learner(self) -> protocol.LearnerStats | None:
+        return self.tally.learner
+
+    @property
+    def endpoints(self) -> transport.Endpoints:
+        return self.wiring.endpoints
 
     def __enter__(self) -> Pipeline:
         try:
@@ -71,61 +80,35 @@ class Pipeline:
         return self
 
     def _start(self) -> None:
-        cfg, spec = self.cfg, self.spec
+        cfg, spec, wiring = self.cfg, self.spec, self.wiring
         if cfg.transport.curve_keys:  # a ConfigError naming the file, before anything is made
             transport.load_curve_keys(cfg.transport.curve_keys)
         sweep_stale()
-        run_id = f"{int(time.time())}{os.urandom(2).hex()}"
-        self._private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{run_id}")
-        ring_spec = make_ring_spec(cfg, spec)
-        create_rings(cfg, ring_spec, run_id, self.rings)
-        self.endpoints = endpoints = transport.plan_endpoints(cfg.transport, self._private)
-        self._zctx = transport.context(cfg.transport)
-        self._stats = self._socket(zmq.PULL, hwm=10_000, bind=endpoints.stats)
+        wiring.open()
         if not self.with_learner:  # the bench serves a fixed policy: the initial weights
             torch.manual_seed(cfg.run.seed)
             model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
             self._initial = protocol.encode_weights(0, 0, flat_parameters(model))
-            self._weights_rep = self._socket(zmq.ROUTER, hwm=256, bind=endpoints.weights_req)
-            self._socket(zmq.PUB, hwm=2, bind=endpoints.weights)
-        wiring = RunWiring(
-            endpoints,
-            tuple(r.name for r in self.rings),
-            ring_spec,
-            spec.frame_shape,
-            spec.frame_dtype,
-            spec.num_actions,
-            spec.frames_per_step,
-            os.getpid(),
-        )
-        ctx = mp.get_context("spawn")
-        self._stop, self._workers_stop = StopFlag(ctx), StopFlag(ctx)
-        self.procs["zrl-broker"] = ctx.Process(target=broker.run, args=(cfg, wiring, self._stop), name="zrl-broker")
+            self._weights_rep = wiring.serve_weights()
+        self._stop, self._workers_stop = wiring.stop_flag(), wiring.stop_flag()
+        self.procs["zrl-broker"] = wiring.broker(self._stop)
         if self.with_learner:
-            self.procs["zrl-learner"] = ctx.Process(
-                target=learner.run, name="zrl-learner", args=(cfg, wiring, str(self.workdir), self._stop)
-            )
+            self.procs["zrl-learner"] = wiring.learner(self._stop, str(self.workdir))
         for i in range(cfg.workers.count):
-            self.procs[f"zrl-worker-{i}"] = ctx.Process(
-                target=worker.run, args=(i, cfg, wiring, self._workers_stop), name=f"zrl-worker-{i}"
-            )
+            self.procs[f"zrl-worker-{i}"] = wiring.worker(i, self._workers_stop)
         for proc in self.procs.values():
             proc.start()
-
-    def _socket(self, kind: int, **kwargs) -> zmq.Socket:
-        sock = transport.socket(self._zctx, kind, **kwargs)
-        self._socks.append(sock)
-        return sock
 
     def watch(self, seconds: float, until=None) -> None:
         """Take stats messages (and serve weights) for ``seconds``, or until ``until(self)`` is true; RoleDied
         if a role exits meanwhile."""
         deadline = time.monotonic() + seconds
+        stats = self.wiring.stats
         while time.monotonic() < deadline and not (until and until(self)):
-            data = transport.recv(self._stats, 50)
+            data = transport.recv(stats, 50)
             while data is not None:
                 self._take(data)
-                data = transport.recv(self._stats, 0)
+                data = transport.recv(stats, 0)
             while self._weights_rep is not None and self._weights_rep.poll(0, zmq.POLLIN):
                 frames = self._weights_rep.recv_multipart()
                 self._weights_rep.send_multipart([frames[0], self._initial])
@@ -136,15 +119,9 @@ class Pipeline:
 
     def _take(self, data: bytes) -> None:
         try:
-            msg = protocol.decode(data)
+            self.tally.take(protocol.decode(data))
         except protocol.ProtocolError:
             return
-        if isinstance(msg, protocol.WorkerStats):
-            self.workers[msg.worker_id] = msg
-        elif isinstance(msg, protocol.BrokerStats):
-            self.broker = msg
-        elif isinstance(msg, protocol.LearnerStats):
-            self.learner = msg
 
     def all_reported(self) -> bool:
         return (
@@ -189,24 +166,9 @@ class Pipeline:
         if self.procs:
             self._stop.set()
             self._workers_stop.set()
-            deadline = time.monotonic() + STOP_GRACE_S
-            for proc in self.procs.values():
-                if proc.pid is not None:
-                    proc.join(max(0.1, deadline - time.monotonic()))
-            for proc in self.procs.values():
-                if proc.is_alive():
-                    proc.kill()
-                    proc.join(5)
-        for sock in self._socks:
-            sock.close()
-        if self._zctx is not None:
-            transport.term(self._zctx)
-        for ring in self.rings:
-            ring.close()
-            ring.unlink()
-        self.rings.clear()
-        if self._private:
-            shutil.rmtree(self._private, ignore_errors=True)
+            stop_in_order(self.procs, STOP_GRACE_S)
+            kill_all(self.procs)
+        self.wiring.close()
 
 
 def frames_rate(start: dict[int, protocol.WorkerStats], end: dict[int, protocol.WorkerStats]) -> float:

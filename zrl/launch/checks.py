@@ -1,0 +1,117 @@
+"""Every check a launch makes before any process starts, each failing with a ConfigError that names the key and
+what would work: CurveZMQ keys, the environment, the network (its shape, and that its weights fit one message),
+the device, the results folder, a checkpoint to start from, and which keys a resume may change."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from zrl import agents, checkpoint, envs, protocol, transport
+from zrl.config import SAFE_ON_RESUME, TOP_KEYS, Config, ConfigError, to_dict
+
+# Keys safe on resume that a deterministic run still cannot change: the worker's env count (the replayed
+# actions are per env), and the thread counts and device (floating-point sums are split by them).
+FIXED_WHEN_DETERMINISTIC = (
+    "workers.envs_per_worker",
+    "workers.torch_threads",
+    "learner.torch_threads",
+    "learner.device",
+    "broker.torch_threads",
+)
+
+
+def preflight(cfg: Config) -> envs.EnvSpec:
+    """Every check that needs no process: CurveZMQ keys, environment, model shape, device, results folder."""
+    if cfg.transport.curve_keys:  # here, not in zrl.config, which transport imports
+        transport.load_curve_keys(cfg.transport.curve_keys)
+    spec = envs.probe(cfg.env)
+    from zrl.models import parameter_count
+
+    try:
+        model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    except ValueError as err:
+        raise ConfigError(f"model.kind: {err}") from None
+    check_weights_fit(parameter_count(model))
+    if cfg.learner.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(
+                f"learner.device: {cfg.learner.device!r} but no CUDA device is available; use auto or cpu"
+            )
+    results = Path(cfg.run.results_dir)
+    try:
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(
+            f"run.results_dir: cannot create {results} ({err.strerror}); give a folder you can write "
+            "with --set run.results_dir=PATH"
+        ) from None
+    if not os.access(results, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"run.results_dir: {results} is not writable; give a folder you can write with --set run.results_dir=PATH"
+        )
+    return spec
+
+
+def check_weights_fit(parameters: int) -> None:
+    """ConfigError when the network's weights, which travel to the workers as one float32 message, would be
+    larger than a zrl socket takes (MAX_MESSAGE_BYTES): zmq would drop them and the workers would wait for
+    weights for ever."""
+    most = (protocol.MAX_MESSAGE_BYTES - protocol.WEIGHTS_HEADER_BYTES) // 4
+    if parameters > most:
+        raise ConfigError(
+            f"model: the network has {parameters:,} parameters ({parameters * 4 / 2**20:.0f} MiB as "
+            f"float32), more than the {most:,} that fit in one weights message of "
+            f"{protocol.MAX_MESSAGE_BYTES // 2**20} MiB; make it smaller (model.hidden_size, model.mlp_hidden, "
+            "apex.embedding_dim)"
+        )
+
+
+def resolve_model_kind(cfg: Config, spec: envs.EnvSpec) -> Config:
+    """The config with model.kind as this run builds it (auto resolved by the frames), so that the run folder's
+    config.toml and the checkpoints name the network whatever a later zrl means by auto."""
+    from zrl.models import model_kind
+
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kind=model_kind(cfg.model, spec.frame_shape)))
+
+
+def usable_checkpoint(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
+    """A checkpoint that loads, verifies and fits this config's game and network, or ConfigError."""
+
+    try:
+        state = checkpoint.load(path)
+        model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+        checkpoint.check_compatible(state, path, cfg.env.id, model)
+    except checkpoint.CheckpointError as err:
+        raise ConfigError(str(err)) from None
+    return state
+
+
+def check_resume_changes(run_dir: Path, old_cfg: Config, new_cfg: Config) -> None:
+    """ConfigError unless ``new_cfg`` differs from the run's stored ``old_cfg`` only in SAFE_ON_RESUME keys (and,
+    for a deterministic run, not in FIXED_WHEN_DETERMINISTIC ones); its top-level keys (algo, ...) never."""
+    old, new = to_dict(old_cfg), to_dict(new_cfg)
+    for section, values in new.items():
+        if section in TOP_KEYS:
+            if values != old[section]:
+                raise ConfigError(f"{section}: cannot change when resuming {run_dir} (it would not be the same run)")
+            continue
+        if section == "replay":
+            if values != old["replay"]:
+                raise ConfigError("replay: the replays cannot change on resume; start a new run (--init-from) instead")
+            continue
+        for key, value in values.items():
+            dotted = f"{section}.{key}"
+            if value != old[section][key] and dotted not in SAFE_ON_RESUME:
+                raise ConfigError(
+                    f"{dotted}: cannot change when resuming {run_dir} (it would not be the same run); "
+                    f"keys that may change: {', '.join(SAFE_ON_RESUME)}"
+                )
+            if value != old[section][key] and new_cfg.run.deterministic and dotted in FIXED_WHEN_DETERMINISTIC:
+                raise ConfigError(
+                    f"{dotted}: cannot change when resuming the deterministic run {run_dir}; it would "
+                    f"change the results (keys fixed: {', '.join(FIXED_WHEN_DETERMINISTIC)})"
+                )

@@ -1,0 +1,178 @@
+"""A run folder, ``results/<env>_<unix_ts>/``: made new or found again (``--resume``), locked for one launcher
+at a time, checked for disk room, and while the launcher runs in it: ``config.toml`` (the resolved config),
+``zrl.log`` (the launcher's log), ``episodes.csv`` and ``metrics.csv`` open for writing, ``checkpoints/``
+(written by the learner; best.pt and best.json kept here), and no partial checkpoint left at the end."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+from zrl import agents, checkpoint, envs
+from zrl.config import Config, ConfigError, dumps
+from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
+
+LOCK_NAME = ".zrl-launch.lock"
+
+log = logging.getLogger("zrl")
+
+
+class RunLock:
+    """One launcher's exclusive hold on a run folder: an flock on ``<run>/.zrl-launch.lock``, which holds the
+    pid. The kernel drops the hold when the process dies, however it dies, so a stale file never blocks."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / LOCK_NAME
+        while True:
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as err:
+                raise ConfigError(
+                    f"{run_dir}: cannot write its lock file {LOCK_NAME} ({err.strerror}); a run folder "
+                    "must be writable to train in it"
+                ) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise ConfigError(
+                    f"{run_dir}: in use by another zrl-launch (pid {holder}); stop that one first, "
+                    "or resume another run"
+                ) from None
+            try:  # the holder before us may have unlinked the file between our open and our lock
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+
+def make_run_dir(cfg: Config) -> Path:
+    name = cfg.env.id.replace("/", "-")
+    stamp = int(time.time())
+    base = Path(cfg.run.results_dir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for suffix in [""] + [f"-{i}" for i in range(1, 100)]:
+            path = base / f"{name}_{stamp}{suffix}"
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            (path / "checkpoints").mkdir()
+            return path
+    except OSError as err:
+        raise ConfigError(
+            f"run.results_dir: cannot make a run folder in {base} ({err.strerror or err}); give a "
+            "folder you can write with --set run.results_dir=PATH"
+        ) from None
+    raise ConfigError(f"run.results_dir: could not make a new run folder under {base}")
+
+
+def find_run(ref: str, cfg: Config) -> Path:
+    """The run folder ``ref`` names, or with ``auto`` the newest run of cfg's environment under its results_dir."""
+    if ref != "auto":
+        path = Path(ref)
+        if not (path / "config.toml").is_file():
+            raise ConfigError(f"--resume {ref}: not a zrl run folder (no config.toml in it)")
+        return path
+    base = Path(cfg.run.results_dir)
+    runs = []
+    for folder in base.glob(f"{cfg.env.id.replace('/', '-')}_*"):
+        stamp = folder.name.rsplit("_", 1)[-1].split("-")[0]
+        if (folder / "config.toml").is_file() and stamp.isdigit() and checkpoint.periodic(folder / "checkpoints"):
+            runs.append((int(stamp), folder.stat().st_mtime, folder))
+    if not runs:
+        raise ConfigError(f"--resume auto: no run of {cfg.env.id} with a checkpoint under {base}/ to resume")
+    return max(runs)[2]
+
+
+def checkpoint_bytes(cfg: Config, spec: envs.EnvSpec) -> int:
+    """About what one checkpoint takes: the weights and two optimiser moments of each, plus a margin."""
+
+    model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    return int(sum(p.numel() for p in model.parameters()) * 4 * 3 * 1.1) + 1_000_000
+
+
+def check_room(folder: Path, need: int) -> None:
+    """ConfigError when ``folder``'s disk has less than ``need`` bytes free (checked at start, so that a run does
+    not train for hours toward a checkpoint that cannot be written)."""
+    existing = next(p for p in (folder.resolve(), *folder.resolve().parents) if p.exists())
+    free = shutil.disk_usage(existing).free
+    if free < need:
+        raise ConfigError(
+            f"run.results_dir: {folder} has {free / 1e6:.0f} MB free, and this run's checkpoints need "
+            f"about {need / 1e6:.0f} MB; free some space or give another folder with "
+            "--set run.results_dir=PATH"
+        )
+
+
+def remove_partials(checkpoints: Path) -> None:
+    """Remove checkpoint writes cut short (a learner killed mid-write, a crash): never a checkpoint."""
+    for partial in checkpoints.glob(".*.tmp-*"):
+        partial.unlink(missing_ok=True)
+
+
+class RunFolder:
+    """The folder while a launcher runs in it: the resolved config written to ``config.toml`` and the "zrl"
+    logger writing to ``zrl.log`` from the start; ``open_csvs()`` opens ``episodes.csv`` and ``metrics.csv``
+    (appended to on resume); ``close_files()`` closes them and removes partial checkpoints; ``close_log()``
+    detaches the log, last."""
+
+    def __init__(self, path: Path, cfg: Config) -> None:
+        self.path = path
+        (path / "config.toml").write_text(dumps(cfg))
+        self._handler = logging.FileHandler(path / "zrl.log")
+        self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(self._handler)
+        log.setLevel(logging.INFO)
+        self.episodes: CsvLog | None = None
+        self.metrics: CsvLog | None = None
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def open_csvs(self) -> None:
+        self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS)
+        self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS)
+
+    def latest_checkpoint(self) -> Path | None:
+        return checkpoint.latest(self.checkpoints)
+
+    def keep_best(self, path: Path, record: dict) -> bool:
+        """Make checkpoint ``path`` best.pt, and ``record`` best.json; False (and a warning) if the copy
+        failed, when the periodic checkpoints stand."""
+        folder = path.parent  # the learner's checkpoints/
+        try:
+            checkpoint.copy(path, folder / checkpoint.BEST)
+        except OSError as err:  # pruned meanwhile, or the disk is full
+            log.warning("could not update %s: %s", folder / checkpoint.BEST, err)
+            return False
+        checkpoint.write_atomic(folder / "best.json", (json.dumps(record, indent=2) + "\n").encode())
+        return True
+
+    def close_files(self) -> None:
+        remove_partials(self.checkpoints)  # a learner killed mid-write
+        for csv_log in (self.episodes, self.metrics):
+            if csv_log is not None:
+                csv_log.close()
+
+    def close_log(self) -> None:
+        log.removeHandler(self._handler)
+        self._handler.close()

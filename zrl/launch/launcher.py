@@ -1,0 +1,344 @@
+"""The launcher: a run from start to end, put together from the launch package's parts. ``launch`` starts a new
+run (from a checkpoint's weights with --init-from), ``resume`` continues one in its folder; both check
+everything they can first (checks), then a Launcher takes the run folder (folder), creates the wiring (rings,
+sockets, role processes: wiring), starts and watches the roles (supervise), counts what they report, prints the
+live line and writes the CSV files (tally), and stops in order: a final checkpoint, nothing left behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from pathlib import Path
+
+from zrl import __version__, checkpoint, envs, protocol, transport
+from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
+from zrl.launch.checks import check_resume_changes, preflight, resolve_model_kind, usable_checkpoint
+from zrl.launch.console import Console
+from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir, remove_partials
+from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
+from zrl.launch.tally import Tally, progress_line
+from zrl.launch.wiring import Wiring, sweep_stale
+from zrl.roles.common import StartFrom, WorkerStart
+
+log = logging.getLogger("zrl")
+
+
+class Launcher:
+    """One launch of a run: ``run()`` returns its exit code. ``run_dir``, ``env_frames_start``, ``sample_calls``
+    and ``lock``: a resumed run's folder, counts and lock; ``start``: the checkpoint the learner starts from."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        spec: envs.EnvSpec,
+        quiet: bool = False,
+        run_dir: Path | None = None,
+        start: StartFrom | None = None,
+        env_frames_start: int = 0,
+        sample_calls: tuple[int, ...] = (),
+        lock: RunLock | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.spec = spec
+        self.console = Console(quiet)
+        self.tally = Tally(frames_start=env_frames_start)
+        self.resume_dir = run_dir
+        self.start = start
+        self.notes = [n for n in (split_note(cfg),) if n]  # said and logged once the run's log is open
+        self.sample_calls = sample_calls
+        self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
+        self.stop_reason = "budget reached"
+        self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
+
+    def run(self) -> int:
+        cfg = self.cfg
+        swept = sweep_stale()
+        # the periodic checkpoints kept, best.pt and one being written
+        need = checkpoint_bytes(cfg, self.spec) * (cfg.run.keep_checkpoints + 2)
+        check_room(self.resume_dir or Path(cfg.run.results_dir), need)
+        run_dir = self.resume_dir or make_run_dir(cfg)
+        lock = self.lock or RunLock(run_dir)
+        try:
+            self.folder = RunFolder(run_dir, cfg)
+            try:
+                self._introduce(*swept)
+                return self._run()
+            finally:
+                self.folder.close_log()
+        finally:
+            lock.release()
+
+    def _introduce(self, segments: list[str], folders: list[str]) -> None:
+        """The run's first lines: notes, where it starts from, what the sweep removed, its folder."""
+        run_dir, say = self.folder.path, self.console.say
+        log.info("zrl %s run %s, pid %d, config %s", __version__, run_dir, os.getpid(), run_dir / "config.toml")
+        for note in self.notes:
+            log.warning(note)
+            say(note)
+        if self.resume_dir is not None:
+            self.tally.seed(run_dir)
+            text = (
+                f"resuming {run_dir} from {self.start.path}: {self.tally.env_frames:,} env frames, "
+                f"{self.tally.episodes} episodes so far; frames in the replay are not kept across a restart, "
+                "so the replays refill before learning resumes"
+            )
+            log.info(text)
+            say(text)
+        elif self.start is not None:
+            text = (
+                f"starting from the weights{' and optimiser state' if self.start.optimizer else ''} of "
+                f"{self.start.path}"
+            )
+            log.info(text)
+            say(text)
+        for name in segments + folders:
+            log.info("removed %s left by a launcher that is no longer running", name)
+        if segments or folders:
+            say(f"removed {len(segments)} stale shared-memory segments and {len(folders)} socket folders")
+        say(f"run folder {run_dir}")
+
+    def _run(self) -> int:
+        cfg, folder = self.cfg, self.folder
+        folder.open_csvs()
+        wiring = self.wiring = Wiring(
+            cfg,
+            self.spec,
+            env_frames_start=self.tally.frames_start,
+            sample_calls=self.sample_calls,
+            replay_from=self.start.path if self.resume_dir and cfg.run.deterministic else "",
+        )
+        stop = wiring.stop_flag()
+        sup = self.supervisor = Supervisor(cfg, self.console, lambda i, start: wiring.worker(i, stop, start))
+        sup.catch_signals()
+        code = EXIT_OK
+        try:
+            try:
+                wiring.open()
+            except OSError as err:  # no room in /dev/shm for the rings
+                self.console.error(str(err))
+                code = EXIT_USAGE
+                return code
+            log.info(
+                "%d rings of %d slots, %.1f MB each",
+                len(wiring.rings),
+                wiring.ring_spec.capacity,
+                wiring.ring_spec.nbytes / 1e6,
+            )
+            log.info(
+                "replays: %s; training starts once they hold %s units",
+                ", ".join(
+                    f"{r.type} of {queue_capacity(cfg, r) if r.type == 'queue' else r.capacity} x {r.sample_ratio:g}"
+                    for r in cfg.replay
+                ),
+                " + ".join(str(fill_target(cfg, r)) for r in cfg.replay),
+            )
+            procs = {
+                "zrl-broker": wiring.broker(stop),
+                "zrl-learner": wiring.learner(stop, str(folder.path), self.start),
+                **{f"zrl-worker-{i}": wiring.worker(i, stop, WorkerStart()) for i in range(cfg.workers.count)},
+            }
+            start = time.monotonic()
+            for name, proc in procs.items():
+                sup.start(name, proc, start)
+            code = self._watch(start)
+            self.console.line("")
+            reason = (
+                self.stop_reason
+                if code == EXIT_OK
+                else "interrupted"
+                if code in (EXIT_SIGINT, EXIT_SIGTERM)
+                else "error"
+            )
+            self.console.say(f"stopping ({reason}); waiting for the final checkpoint")
+            stop.set()
+            sup.stop(self._drain)
+        except KeyboardInterrupt:
+            code = EXIT_SIGINT if signal.SIGINT in sup.signals else EXIT_SIGTERM
+            log.warning("second signal: stopping at once")
+        finally:
+            sup.ignore_signals()  # cleanup below must not be cut short by more signals
+            stop.set()
+            sup.kill()
+            wiring.close()
+            folder.close_files()
+            self._final_report(code)
+            sup.restore_signals()
+        return code
+
+    def _watch(self, start: float) -> int:
+        """Take the roles' reports, keep them alive, write metrics.csv and the live line every
+        run.log_interval_s, until the budget or the time limit is reached, a signal comes or a role is lost."""
+        cfg, sup, t = self.cfg, self.supervisor, self.tally
+        next_report = start + cfg.run.log_interval_s
+        fill = [fill_target(cfg, r) for r in cfg.replay]
+        t.rates(start)
+        while True:
+            self._drain(cfg.transport.poll_timeout_ms)
+            code = sup.signal_code()  # after the drain: a process-group SIGTERM may already have stopped children
+            if code is not None:
+                return code
+            now = time.monotonic()
+            lost = sup.check(now, self._drain, lambda wid: t.workers[wid].env_frames if wid in t.workers else 0)
+            t.worker_restarts = sup.worker_restarts
+            if lost is not None:
+                self._died(*lost)
+                return EXIT_FAILED
+            if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
+                self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
+                self.folder.metrics.write(t.metrics_row(now - start, 0.0, 0.0))
+                return EXIT_OK
+            if now >= next_report:
+                fps, sps = t.rates(now)
+                self.folder.metrics.write(t.metrics_row(now - start, fps, sps))
+                line = progress_line(t, now - start, fps, fill)
+                log.info(line)
+                self.console.line(line)
+                next_report = now + cfg.run.log_interval_s
+
+    def _budget_reached(self) -> bool:
+        """Frames played reach run.max_env_frames; in a deterministic run, frames trained do."""
+        if not self.cfg.run.deterministic:
+            return self.tally.env_frames >= self.cfg.run.max_env_frames
+        return self.tally.learner is not None and self.tally.learner.env_frames_trained >= self.cfg.run.max_env_frames
+
+    def _died(self, name: str, what: str) -> None:
+        """Say what died, why, its traceback when it sent one, and how to go on."""
+        latest = self.folder.latest_checkpoint()
+        hint = (
+            f"the last checkpoint is {latest}; continue with: zrl-launch --resume {self.folder.path}"
+            if latest
+            else "no checkpoint was written yet"
+        )
+        self.console.error(f"{what}; the run stopped ({hint})" + self.supervisor.traceback_of(name))
+
+    # -- the stats channel -------------------------------------------------------------------------------------
+    def _drain(self, timeout_ms: int) -> None:
+        """Take every message waiting on the stats channel, waiting up to ``timeout_ms`` for the first."""
+        data = transport.recv(self.wiring.stats, timeout_ms)
+        while data is not None:
+            self._take(data)
+            data = transport.recv(self.wiring.stats, 0)
+
+    def _take(self, data: bytes) -> None:
+        t = self.tally
+        try:
+            msg = protocol.decode(data)
+            current = self.supervisor.heard(msg, time.monotonic())
+        except protocol.ProtocolError as err:
+            t.stats_errors += 1
+            if t.stats_errors <= 10:  # counted in metrics.csv; logged only at first
+                log.warning("dropped a malformed stats message: %s", err)
+            return
+        if not current:  # late news from a worker that has been replaced
+            return
+        row = t.take(msg)
+        if row is not None:
+            self.folder.episodes.write(row)
+        if (
+            isinstance(msg, protocol.LearnerStats)
+            and msg.checkpoint_path
+            and msg.checkpoint_path != self.last_checkpoint
+        ):
+            self.last_checkpoint = msg.checkpoint_path
+            self._maybe_best(Path(msg.checkpoint_path))
+
+    def _maybe_best(self, path: Path) -> None:
+        """Keep best.pt: the checkpoint written when the 100-episode mean raw score was at its best."""
+        record = self.tally.best_record(path.name)
+        if record is not None and self.folder.keep_best(path, record):
+            self.tally.best_return = record["mean_return_100"]
+            log.info(
+                "best.pt: %s, mean return(100) %.2f over %d episodes",
+                path.name,
+                record["mean_return_100"],
+                len(self.tally.returns),
+            )
+
+    def _final_report(self, code: int) -> None:
+        latest = self.folder.latest_checkpoint()  # the disk knows even if the last message was lost
+        ckpt = str(latest) if latest else ""
+        summary = self.tally.summary(code)
+        log.info(summary)
+        log.info("last checkpoint: %s", ckpt or "none")
+        self.console.say(summary)
+        self.console.say(f"last checkpoint: {ckpt or 'none'}")
+        if ckpt and code != EXIT_OK:
+            self.console.say(f"continue this run with: zrl-launch --resume {self.folder.path}")
+
+
+def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_optimizer: bool = False) -> int:
+    """Check, then run; ConfigError before anything is created if the config cannot work.
+    ``init_from``: a new run that starts from a checkpoint's weights (and optimiser state if asked)."""
+    spec = preflight(cfg)
+    cfg = resolve_model_kind(cfg, spec)
+    start = None
+    if init_from is not None:
+        state = usable_checkpoint(Path(init_from), cfg, spec)
+        theirs = state.get("config", {}).get("learner", {}).get("optimizer")
+        if init_optimizer and theirs != cfg.learner.optimizer:
+            raise ConfigError(
+                f"--init-optimizer: {init_from} holds {theirs} state and this run uses "
+                f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}"
+            )
+        start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
+        del state
+    return Launcher(cfg, spec, quiet, start=start).run()
+
+
+def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: bool = False) -> int:
+    """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change.
+    The folder is locked first: a second launcher into it is refused, naming the one that holds it."""
+    run_dir = find_run(ref, probe_cfg)
+    lock = RunLock(run_dir)
+    try:
+        return _resume(run_dir, sets, options, quiet, lock)
+    finally:
+        lock.release()
+
+
+def _resume(run_dir: Path, sets: list[str], options: dict, quiet: bool, lock: RunLock) -> int:
+    from zrl import config as config_mod
+
+    stored = run_dir / "config.toml"
+    base = config_mod.load(stored, stored=True)
+    cfg = config_mod.load(stored, sets, options, stored=True)
+    check_resume_changes(run_dir, base, cfg)
+    spec = preflight(cfg)
+    folder = run_dir / "checkpoints"
+    remove_partials(folder)  # a write cut short by a crash: never a checkpoint
+    skipped = []
+    for path, state, err in checkpoint.newest_good(folder):
+        reason = str(err) if err is not None else None
+        if reason is None:
+            try:
+                usable_checkpoint(path, cfg, spec)
+            except ConfigError as bad:
+                reason = str(bad)
+        if reason is not None and err is not None and checkpoint.is_corrupt(err):
+            # damaged: set aside, kept for a look, so that it is never picked again
+            skipped.append(reason + f" (set aside as {path.name}.bad)")
+            path.rename(path.with_name(path.name + ".bad"))
+            if checkpoint.hash_path(path).exists():
+                checkpoint.hash_path(path).rename(path.with_name(path.name + ".bad" + checkpoint.HASH_SUFFIX))
+            continue
+        if reason is not None:
+            skipped.append(reason)
+            continue
+        index = state.get("replay_index") or {}
+        calls = tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
+        launcher = Launcher(
+            cfg,
+            spec,
+            quiet,
+            run_dir=run_dir,
+            start=StartFrom(str(path)),
+            env_frames_start=int(state["env_frames"]),
+            sample_calls=calls,
+            lock=lock,
+        )
+        launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
+        return launcher.run()
+    reasons = "; ".join(skipped) if skipped else "there is none"
+    raise ConfigError(f"{run_dir / 'checkpoints'}: no usable checkpoint to resume from ({reasons})")

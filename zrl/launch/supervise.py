@@ -1,0 +1,238 @@
+"""Supervision of the role processes: start them (Ctrl-C left to the launcher), know which process is which role,
+watch their heartbeats (any stats message counts), replace a dead or hung worker within its restart budget,
+say what died and why, turn SIGINT/SIGTERM into a stop request (a second one into an immediate stop), and stop
+them in order: the stop flag, a grace period for the learner's final checkpoint, then SIGKILL."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+
+from zrl import protocol
+from zrl.config import Config
+from zrl.launch.console import Console
+from zrl.roles.common import WorkerStart
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
+STOP_GRACE_S = 60.0  # how long an orderly stop waits for the learner's final checkpoint
+STARTUP_GRACE_S = 60.0  # the least time a role has for its first report (imports, env creation, first weights)
+
+log = logging.getLogger("zrl")
+
+
+def stop_in_order(procs: dict[str, mp.Process], grace: float, drain: Callable[[int], None] | None = None) -> list[str]:
+    """Wait up to ``grace`` seconds for ``procs`` to exit after their stop flag was set, taking their messages
+    meanwhile with ``drain(timeout_ms)`` when given; the names of those still running."""
+    deadline = time.monotonic() + grace
+    if drain is None:
+        for proc in procs.values():
+            if proc.pid is not None:
+                proc.join(max(0.1, deadline - time.monotonic()))
+    else:
+        while time.monotonic() < deadline and any(p.is_alive() for p in procs.values()):
+            drain(50)
+        drain(0)
+    return [name for name, proc in procs.items() if proc.is_alive()]
+
+
+def kill_all(procs: dict[str, mp.Process]) -> list[str]:
+    """SIGKILL every process still running and reap them all; the names of those killed."""
+    killed = [name for name, proc in procs.items() if proc.is_alive()]
+    for name in killed:
+        procs[name].kill()
+    for proc in procs.values():
+        if proc.pid is not None:
+            proc.join(5)
+    return killed
+
+
+def _sender(msg) -> str | None:
+    """The role a stats-channel message says it is from; None for a message that has no business there."""
+    if isinstance(msg, (protocol.Episode, protocol.WorkerStats)):
+        return f"zrl-worker-{msg.worker_id}"
+    if isinstance(msg, protocol.BrokerStats):
+        return "zrl-broker"
+    if isinstance(msg, protocol.LearnerStats):
+        return "zrl-learner"
+    if isinstance(msg, protocol.RoleError):
+        return msg.role
+    return None
+
+
+class Supervisor:
+    """The role processes of one launch and what the launcher knows of each: ``procs`` by name, their pids (and
+    those of replaced workers), when each was last heard from, its restarts and its last traceback.
+    ``new_worker(i, start)`` makes worker i's process (not started)."""
+
+    def __init__(self, cfg: Config, console: Console, new_worker: Callable[[int, WorkerStart], mp.Process]) -> None:
+        self.cfg = cfg
+        self.console = console
+        self.new_worker = new_worker
+        self.procs: dict[str, mp.Process] = {}
+        self.signals: list[int] = []
+        self.restarts: dict[int, deque] = {}  # each worker's restart times within the window
+        self.generations: dict[int, int] = {}
+        self.reported: set[str] = set()  # roles that have sent something since they (re)started
+        self.tracebacks: dict[str, str] = {}  # the last traceback each role sent as it died
+        self.pids: dict[str, int] = {}  # each role's current process
+        self.retired: set[int] = set()  # the processes of replaced workers
+        self.last_seen: dict[str, float] = {}  # when each role last sent something
+        self.worker_restarts = 0
+        self._old_handlers: dict = {}
+
+    # -- signals ---------------------------------------------------------------------------------------------
+    def _on_signal(self, signum, _frame) -> None:
+        self.signals.append(signum)
+        if len(self.signals) == 2:
+            # A second signal: no more waiting. Children are killed; the launcher's finally block cleans up.
+            raise KeyboardInterrupt
+
+    def catch_signals(self) -> None:
+        """SIGINT and SIGTERM from now on ask for an orderly stop (a second one: at once)."""
+        self._old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def ignore_signals(self) -> None:
+        """For the clean-up: no more signals may cut it short."""
+        for s in self._old_handlers:
+            signal.signal(s, signal.SIG_IGN)
+
+    def restore_signals(self) -> None:
+        for s, h in self._old_handlers.items():
+            signal.signal(s, h)
+
+    def signal_code(self) -> int | None:
+        """The exit code a caught signal asks for (the first one's), None while none came."""
+        if not self.signals:
+            return None
+        return EXIT_SIGINT if self.signals[0] == signal.SIGINT else EXIT_SIGTERM
+
+    # -- starting and hearing from roles -----------------------------------------------------------------------
+    def start(self, name: str, proc: mp.Process, now: float) -> None:
+        self.procs[name] = proc
+        # Children start with SIGINT ignored, so a Ctrl-C while they import is the launcher's alone.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            proc.start()
+        finally:
+            signal.signal(signal.SIGINT, self._on_signal)
+        self.last_seen[name] = now
+        self.reported.discard(name)
+        if name in self.pids:
+            self.retired.add(self.pids[name])
+        self.pids[name] = proc.pid
+        log.info("started %s, pid %d", name, proc.pid)
+
+    def heard(self, msg, now: float) -> bool:
+        """Whether ``msg`` is news from a role of this launch (its heartbeat is noted, and a RoleError's
+        traceback kept and logged); False for late news from a worker that has been replaced (a traceback is
+        still kept); ProtocolError for a message that has no business on the stats channel or that comes from a
+        process this launcher did not start."""
+        role = _sender(msg)
+        if role is None:
+            raise protocol.ProtocolError(f"{type(msg).__name__}: not a stats message")
+        current = self.pids.get(role) == msg.pid  # only the processes this launcher started report
+        if not current and msg.pid not in self.retired:
+            raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not {role} of this run")
+        if isinstance(msg, protocol.RoleError):
+            self.tracebacks[msg.role] = msg.traceback
+            log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, msg.traceback.rstrip())
+        elif current:
+            self.last_seen[role] = now
+            self.reported.add(role)
+        return current
+
+    # -- heartbeats and restarts -------------------------------------------------------------------------------
+    def check(
+        self, now: float, drain: Callable[[int], None], worker_frames: Callable[[int], int]
+    ) -> tuple[str, str] | None:
+        """Look at every role: a worker that died or went silent is replaced within its restart budget; a role
+        gone for good gives its name and what happened to it, None while all are well. ``drain(timeout_ms)`` takes the stats channel's messages; ``worker_frames(i)`` is worker i's
+        last count of env frames."""
+        cfg = self.cfg
+        for name, proc in list(self.procs.items()):
+            silent = now - self.last_seen[name]
+            timeout = (
+                cfg.run.heartbeat_timeout_s
+                if name in self.reported
+                else max(cfg.run.heartbeat_timeout_s, STARTUP_GRACE_S)
+            )
+            if proc.exitcode is None and silent <= timeout:
+                continue
+            drain(200)  # its last words (a RoleError) may still be on the way
+            if proc.exitcode is None:  # hung: where it is stuck goes to stderr before it is killed
+                with contextlib.suppress(OSError):
+                    os.kill(proc.pid, signal.SIGUSR1)  # faulthandler, registered by start_role
+                time.sleep(0.5)
+            why = (
+                f"exited with code {proc.exitcode}"
+                if proc.exitcode is not None
+                else f"sent nothing for {silent:.0f} s (hung)"
+            )
+            if name.startswith("zrl-worker") and self._restart(name, why, now, worker_frames):
+                continue
+            return name, self._why_dead(name, why)
+        return None
+
+    def _restart(self, name: str, why: str, now: float, worker_frames: Callable[[int], int]) -> bool:
+        """Replace a dead or hung worker with a new one on the same ring, unless it has needed too many restarts
+        lately (or the run is deterministic, which a restart would break); False then."""
+        cfg = self.cfg
+        wid = int(name.rsplit("-", 1)[1])
+        times = self.restarts.setdefault(wid, deque())
+        times.append(now)
+        while times and now - times[0] > cfg.workers.restart_window_s:
+            times.popleft()
+        if cfg.run.deterministic or len(times) > cfg.workers.max_restarts:
+            return False
+        old = self.procs[name]
+        if old.exitcode is None:  # hung: it goes first
+            old.kill()
+            old.join(10)
+        generation = self.generations[wid] = self.generations.get(wid, 0) + 1
+        self.start(name, self.new_worker(wid, WorkerStart(generation, worker_frames(wid))), now)
+        self.worker_restarts += 1
+        text = (
+            f"{name} {why}; restarted it with the current weights (restart {len(times)} of "
+            f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)"
+        )
+        log.warning(text)
+        if name in self.tracebacks:
+            log.warning("%s's traceback:\n%s", name, self.tracebacks.pop(name))
+        self.console.line("")
+        self.console.say(text)
+        return True
+
+    def _why_dead(self, name: str, why: str) -> str:
+        """What died and why, with the restart rule a worker ran out of."""
+        cfg = self.cfg
+        if name.startswith("zrl-worker"):
+            if cfg.run.deterministic:
+                why += "; a deterministic run does not restart workers"
+            else:
+                why += (
+                    f"; that is more than workers.max_restarts = {cfg.workers.max_restarts} restarts within "
+                    f"workers.restart_window_s = {cfg.workers.restart_window_s:g} s"
+                )
+        return f"{name} {why}"
+
+    def traceback_of(self, name: str) -> str:
+        """``name``'s traceback as the launcher reports it, or "" if it sent none."""
+        tb = self.tracebacks.get(name)
+        return f"\n{name}'s traceback:\n{tb.rstrip()}" if tb else ""
+
+    # -- stopping ----------------------------------------------------------------------------------------------
+    def stop(self, drain: Callable[[int], None], grace: float = STOP_GRACE_S) -> None:
+        """After the stop flag is set: wait for every role to exit, taking their last messages."""
+        for name in stop_in_order(self.procs, grace, drain):
+            log.warning("%s did not stop within %.0f s", name, grace)
+
+    def kill(self) -> None:
+        """Kill whatever still runs (an interrupted stop, a role that ignored it) and reap every process."""
+        for name in kill_all(self.procs):
+            log.warning("killed %s", name)

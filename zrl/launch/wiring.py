@@ -1,0 +1,173 @@
+"""The wiring of a pipeline, created and torn down in one place: the shared-memory rings (sized here, created and
+unlinked only by the process that holds a Wiring), the private socket folder, the plan of who binds what
+(``transport.plan_endpoints``), the ZeroMQ context and the sockets this process binds (the stats channel, and
+for zrl-bench the weights a fixed policy serves), the RunWiring every role is given, and the role processes
+(which function each runs, with which arguments). zrl-launch and zrl-bench's pipelines both use it.
+
+Segment and folder names carry this process's pid, so that a later launch sweeps what a dead one left.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import zmq
+
+import shm
+from shm.ring import Ring, RingSpec
+from zrl import agents, envs, transport
+from zrl.config import Config
+from zrl.roles import broker, learner, worker
+from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart
+
+SHM_PREFIX = "zrl"
+PRIVATE_PREFIX = "zrl-"
+
+
+def ring_slots(cfg: Config) -> int:
+    """Ring slots per worker: workers.ring_slots, or (0, auto) as many as the agent's replay may still need."""
+    return cfg.workers.ring_slots or agents.get(cfg.algo).ring_slots(cfg)
+
+
+def make_ring_spec(cfg: Config, spec: envs.EnvSpec) -> RingSpec:
+    """A worker's ring: per slot one frame of each of its envs and each env's step within its episode."""
+    m = cfg.workers.envs_per_worker
+    return RingSpec(
+        ring_slots(cfg), {"frame": ((m, *spec.frame_shape), spec.frame_dtype), "episode_step": ((m,), "int32")}
+    )
+
+
+def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring]) -> None:
+    """Create every worker's ring into ``rings`` (named for this process, so that a later launch can sweep them
+    if it dies); an OSError that says what they need when /dev/shm has no room. The caller unlinks them."""
+    for i in range(cfg.workers.count):
+        name = shm.segment_name(SHM_PREFIX, run_id, os.getpid(), f"ring{i}")
+        try:
+            rings.append(Ring.create(name, ring_spec))
+        except OSError as err:
+            raise OSError(
+                f"cannot create shared memory for ring {i}: {err.strerror or err}; the rings need "
+                f"{cfg.workers.count * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
+                "workers.ring_slots or workers.count, or give /dev/shm more room)"
+            ) from None
+
+
+def sweep_stale() -> tuple[list[str], list[str]]:
+    """Remove segments and private socket folders whose launcher is dead."""
+    segments = shm.sweep(SHM_PREFIX)
+    folders = []
+    tmp = Path(tempfile.gettempdir())
+    for path in tmp.glob(f"{PRIVATE_PREFIX}*"):
+        pid = path.name[len(PRIVATE_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or not path.is_dir():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+            folders.append(str(path))
+        except PermissionError:
+            pass
+    return segments, folders
+
+
+class Wiring:
+    """One pipeline's rings, sockets and role processes. ``open()`` makes the private socket folder, the ZeroMQ
+    context, the rings (an OSError naming what they need when /dev/shm has no room), the endpoints and the
+    stats socket; ``close()``, once the role processes are down, closes and unlinks all of it, whatever
+    ``open()`` got to. ``env_frames_start``, ``sample_calls`` and ``replay_from`` carry a resumed run's place
+    to the roles (RunWiring)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        spec: envs.EnvSpec,
+        *,
+        env_frames_start: int = 0,
+        sample_calls: tuple[int, ...] = (),
+        replay_from: str = "",
+    ) -> None:
+        self.cfg, self.spec = cfg, spec
+        self._resumed = (env_frames_start, sample_calls, replay_from)
+        self.run_id = f"{int(time.time())}{os.urandom(2).hex()}"
+        self.ring_spec: RingSpec | None = None
+        self.rings: list[Ring] = []
+        self.mp_ctx = mp.get_context("spawn")
+        self.private: str | None = None
+        self.zctx: zmq.Context | None = None
+        self.sockets: list[zmq.Socket] = []
+        self.stats: zmq.Socket | None = None  # every role's stats, episodes and last words, to this process
+        self.roles: RunWiring | None = None  # what each role is given to find its peers
+
+    def open(self) -> Wiring:
+        cfg, spec = self.cfg, self.spec
+        self.private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{self.run_id}")
+        self.zctx = transport.context(cfg.transport)
+        self.ring_spec = make_ring_spec(cfg, spec)
+        create_rings(cfg, self.ring_spec, self.run_id, self.rings)
+        self.endpoints = transport.plan_endpoints(cfg.transport, self.private)
+        self.stats = self.socket(zmq.PULL, hwm=10_000, bind=self.endpoints.stats)
+        self.roles = RunWiring(
+            self.endpoints,
+            tuple(r.name for r in self.rings),
+            self.ring_spec,
+            spec.frame_shape,
+            spec.frame_dtype,
+            spec.num_actions,
+            spec.frames_per_step,
+            os.getpid(),
+            *self._resumed,
+        )
+        return self
+
+    def socket(self, kind: int, **kwargs) -> zmq.Socket:
+        """A socket of this process (transport.socket's options), closed by close()."""
+        sock = transport.socket(self.zctx, kind, **kwargs)
+        self.sockets.append(sock)
+        return sock
+
+    def serve_weights(self) -> zmq.Socket:
+        """Bind the learner's weight endpoints in this process, for a pipeline without a learner: the ROUTER that
+        answers the workers' requests for weights (returned) and a PUB that never publishes."""
+        rep = self.socket(zmq.ROUTER, hwm=256, bind=self.endpoints.weights_req)
+        self.socket(zmq.PUB, hwm=2, bind=self.endpoints.weights)
+        return rep
+
+    def stop_flag(self) -> StopFlag:
+        return StopFlag(self.mp_ctx)
+
+    # -- the role processes (spawned, not started) -----------------------------------------------------------
+    def broker(self, stop: StopFlag) -> mp.Process:
+        return self.mp_ctx.Process(target=broker.run, name="zrl-broker", args=(self.cfg, self.roles, stop))
+
+    def learner(self, stop: StopFlag, run_dir: str, start: StartFrom | None = None) -> mp.Process:
+        return self.mp_ctx.Process(
+            target=learner.run, name="zrl-learner", args=(self.cfg, self.roles, run_dir, stop, start)
+        )
+
+    def worker(self, worker_id: int, stop: StopFlag, start: WorkerStart = WorkerStart()) -> mp.Process:
+        return self.mp_ctx.Process(
+            target=worker.run, name=f"zrl-worker-{worker_id}", args=(worker_id, self.cfg, self.roles, stop, start)
+        )
+
+    def close(self) -> None:
+        """Close the sockets and the context, unlink the rings and remove the socket folder (the role processes
+        must be down: a ring is never unlinked under a live writer's feet)."""
+        for sock in self.sockets:
+            sock.close()
+        self.sockets.clear()
+        if self.zctx is not None:
+            transport.term(self.zctx)
+            self.zctx = None
+        for ring in self.rings:
+            ring.close()
+            ring.unlink()
+        self.rings.clear()
+        if self.private:
+            shutil.rmtree(self.private, ignore_errors=True)
+            self.private = None
