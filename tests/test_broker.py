@@ -11,7 +11,6 @@ from shm.ring import Ring
 from zrl import protocol
 from zrl.agents.vtrace.broker import Broker, make_batch
 from zrl.config import Config, LearnerConfig, ReplayConfig, WorkersConfig, unrolls_per_version
-from zrl.roles.common import SeqGaps
 
 pytestmark = pytest.mark.integration
 
@@ -66,15 +65,6 @@ def test_batches_are_sorted_by_worker_and_take_the_oldest_first(rings):
     assert batch.worker_ids.tolist() == [0, 0, 1, 1]
     assert sorted(zip(batch.worker_ids.tolist(), batch.env_index.tolist())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert len(broker.replays[0]) == 2 and _next_batch(broker) is None
-
-
-def test_sequence_gaps_are_counted_per_worker_and_a_restart_is_no_gap():
-    """The broker loop's count of worker messages lost in flight, for every agent (tests/test_apex.py checks it
-    in a running Ape-X broker)."""
-    gaps = SeqGaps()
-    for worker, seq in ((0, 0), (0, 1), (1, 0), (0, 4), (0, 5), (1, 3), (1, 0), (1, 1)):
-        gaps.see(worker, seq)
-    assert gaps.count == 2 + 2  # worker 0 skipped 2 and 3, worker 1 skipped 1 and 2; its restart at 0 is none
 
 
 def test_units_whose_frames_were_overwritten_are_dropped_and_counted(rings):

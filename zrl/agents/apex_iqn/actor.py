@@ -109,22 +109,23 @@ class ApexActor:
     def weights_taken(self, versions: int) -> None:
         pass
 
+    def _allowed(self, learner_step: int) -> float:
+        """The env steps this worker may have taken while the learner is at ``learner_step``: its share of the
+        transitions the replay waits for and of those the learner's weights and one version more account for,
+        plus a block awaiting its priorities."""
+        apex, cfg = self.apex, self.cfg
+        share = (apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio) / cfg.workers.count
+        return share + apex.priority_batch
+
     def pace(self, worker) -> bool:
         """After every step: take new weights; ahead of the learner (this worker's share of the env steps the
         learner's latest weights, and one version more, account for, past the transitions the replay waits for
         to start), wait for them, at most ``workers.max_weights_wait_s``. False if the run stops meanwhile."""
         worker.use(worker.weights.newer(worker.policy_version, 0))
-        if not self.per_version:
-            return True
-        apex, cfg = self.apex, self.cfg
-
-        def allowed() -> float:
-            return (apex.learn_start + (worker.learner_step + cfg.learner.publish_every) * apex.replay_ratio) / (
-                cfg.workers.count
-            )
-
+        if not self.per_version or worker.env_steps <= self._allowed(worker.learner_step):
+            return True  # the common case: not ahead, and no clock read
         deadline = time.perf_counter() + worker.max_weights_wait_s
-        while worker.env_steps > allowed() + apex.priority_batch and time.perf_counter() < deadline:
+        while worker.env_steps > self._allowed(worker.learner_step) and time.perf_counter() < deadline:
             if worker.stopping():
                 return False
             wait_ms = min(worker.poll_ms, int((deadline - time.perf_counter()) * 1000) + 1)
