@@ -143,7 +143,8 @@ class Worker:
                 t5 = time.perf_counter()
                 timing["send"] += t5 - t4 - out.inference_s
             if out is not None or paces_every_step:
-                t5 = time.perf_counter()
+                if out is None:
+                    t5 = time.perf_counter()
                 if not actor.pace(self):
                     return
                 timing["weights_wait"] += time.perf_counter() - t5
