@@ -1,25 +1,31 @@
 """Wire protocol: every message that crosses a zrl socket.
 
-Layer 0: imports only numpy, msgpack and the standard library.  No pickle.
+Layer 0: imports only numpy, msgspec and the standard library.  No pickle.
 
 Msgpack messages
 ----------------
-Each message type is a frozen, slotted dataclass declared once below.  Every
-field carries a declarative wire spec (``_int()``, ``_float()``, ``_str()`` or
-``_array(dtype, shape)``) in its dataclass metadata; a shape is a tuple of
-symbols such as ``("M", "T")``.  Per message type a ``dims`` mapping binds some
-symbols to int fields (``{"M": "num_envs", "T": "length"}``); unbound symbols
-(e.g. ``"A"``) are bound by their first occurrence and must agree everywhere
-else.  One generic validator (``_Message.__post_init__``) enforces all of it,
-both when a message is built locally and when one is decoded.
+Each message type is a frozen ``msgspec.Struct`` declared once below, a member of one tagged union
+(``tag_field="t"``, tags ``"unroll"``, ``"batch"``, ...) that ``msgspec.msgpack`` encodes and decodes.  A
+field's annotation is its whole wire spec:
 
-Wire form: a msgpack map ``{"v": FORMAT_VERSION, "t": <tag>, <field>: ...}``.
-Arrays travel as ``{"dtype": "<f4", "shape": [..], "data": <bin>}`` with raw
-little-endian C-order bytes.
+- ``int``, ``float``, ``Text`` (a str of at most 64 KiB), ``Count`` (an int >= 0);
+- ``Annotated[Count, Length("M")]``: a count that is also the length of every array axis named ``"M"``;
+- ``Annotated[np.ndarray, Array("float32", "M", "T")]``: a numpy array of that dtype whose axes are named by
+  symbols.  A symbol that no ``Length`` binds (e.g. ``"A"``) is bound by the first array that has it and must
+  agree everywhere else.  ``Array(..., empty_ok=True)`` also takes an all-zero shape, meaning "not sent".
 
-``decode`` is strict and raises only :class:`ProtocolError` for bad input.
-Decoded arrays are zero-copy, read-only ``np.frombuffer`` views of the bin
-payloads returned by msgpack.
+msgspec checks what it can natively: the tag, the format version, every key (none missing, none unknown),
+scalar types and bounds, and each array map's structure.  The rest is written once, in
+``_Message.__post_init__``, which runs on decoding and on construction alike: an array's dtype, byte count,
+rank and axes; and for a message built in this process its scalars too (numpy scalars are taken, and ints for
+floats).
+
+Wire form: a msgpack map ``{"t": <tag>, "v": FORMAT_VERSION, <field>: ...}``, fields in declaration order (the
+dataclass encoder before msgspec wrote ``v`` before ``t``; both orders decode, so the format is still 1).
+Arrays travel as ``{"dtype": "<f4", "shape": [..], "data": <bin>}`` with raw little-endian C-order bytes.
+
+``decode`` is strict and raises only :class:`ProtocolError` for bad input, naming ``Type.field`` and what is
+wrong.  Decoded arrays are zero-copy, read-only numpy views of the message's bytes.
 
 Weights
 -------
@@ -28,24 +34,23 @@ Weights are one binary frame, not msgpack: a 32-byte little-endian header
 learner_step i64, count u64) followed by ``count`` float32 values.
 """
 
-from __future__ import annotations
-
-import dataclasses
-import functools
 import math
 import numbers
+import re
 import struct
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+import typing
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar, Literal
 
-import msgpack
+import msgspec
 import numpy as np
+from msgspec import Meta
 
 __all__ = [
     "FORMAT_VERSION",
     "MAX_MESSAGE_BYTES",
     "MESSAGE_TYPES",
+    "TRACEBACK_CHARS",
     "Message",
     "ProtocolError",
     "Unroll",
@@ -55,7 +60,13 @@ __all__ = [
     "BrokerStats",
     "LearnerStats",
     "WeightsRequest",
+    "Credit",
+    "IndexRequest",
+    "ReplayIndex",
     "RoleError",
+    "Transitions",
+    "TransitionBatch",
+    "PriorityUpdate",
     "decode",
     "encode_weights",
     "decode_weights",
@@ -65,12 +76,11 @@ __all__ = [
 
 FORMAT_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # 64 MiB
+TRACEBACK_CHARS = 16_000
 
-# msgpack unpack limits: nothing a hostile header declares can make the
-# unpacker allocate more than these.
+# Limits on what a hostile header can declare (the input itself is at most MAX_MESSAGE_BYTES).
 _MAX_STR_LEN = 64 * 1024
-_MAX_ARRAY_LEN = 32  # only shapes are msgpack arrays
-_MAX_MAP_LEN = 64  # the largest message has ~25 keys
+_MAX_NDIM = 32
 
 _INT_MIN = -(2**63)
 _INT_MAX = 2**64 - 1  # msgpack's unsigned range
@@ -82,136 +92,163 @@ class ProtocolError(ValueError):
 
 
 # --------------------------------------------------------------------------
-# Declarative field specs
+# Field declarations
 # --------------------------------------------------------------------------
 
-_SPEC_KEY = "zrl_wire"
+Count = Annotated[int, Meta(ge=0)]
+Text = Annotated[str, Meta(max_length=_MAX_STR_LEN)]
 
 
 @dataclass(frozen=True)
-class _ScalarSpec:
-    kind: type  # int, float or str
-    minimum: int | None = None
+class Length:
+    """``Annotated[Count, Length("M")]``: the count is also the length of every array axis named ``"M"``."""
+
+    symbol: str
 
 
-@dataclass(frozen=True)
-class _ArraySpec:
-    dtype: np.dtype
-    shape: tuple[str, ...]
-    allow_empty: bool = False  # an all-zero shape means "not sent"
+class _WireArray(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """An array as it travels."""
 
-    @functools.cached_property
-    def wire_dtype(self) -> str:
-        return self.dtype.str
-
-    @functools.cached_property
-    def ndim(self) -> int:
-        return len(self.shape)
+    dtype: Annotated[str, Meta(max_length=16)]
+    shape: Annotated[tuple[Annotated[int, Meta(ge=0, le=MAX_MESSAGE_BYTES)], ...], Meta(max_length=_MAX_NDIM)]
+    data: memoryview  # zero-copy: a view of the message's bytes
 
 
-def _int(*, minimum: int | None = None) -> Any:
-    return field(metadata={_SPEC_KEY: _ScalarSpec(int, minimum)})
+class Array:
+    """``Annotated[np.ndarray, Array("float32", "M", "T")]``: an array field of that dtype (little-endian on the
+    wire) whose axes are named by symbols; ``empty_ok``: an all-zero shape is also taken, meaning "not sent"."""
+
+    __slots__ = ("dtype", "wire", "itemsize", "axes", "empty_ok")
+
+    def __init__(self, dtype: str, *axes: str, empty_ok: bool = False) -> None:
+        self.dtype = np.dtype(dtype).newbyteorder("<")
+        self.wire = self.dtype.str  # as the wire spells it, "<f4" (np.dtype computes .str anew each time)
+        self.itemsize = self.dtype.itemsize
+        self.axes = axes
+        self.empty_ok = empty_ok
 
 
-def _float() -> Any:
-    return field(metadata={_SPEC_KEY: _ScalarSpec(float)})
-
-
-def _str() -> Any:
-    return field(metadata={_SPEC_KEY: _ScalarSpec(str)})
-
-
-def _array(dtype: str, shape: tuple[str, ...], *, allow_empty: bool = False) -> Any:
-    dt = np.dtype(dtype).newbyteorder("<")
-    return field(metadata={_SPEC_KEY: _ArraySpec(dt, tuple(shape), allow_empty)})
+def _encode_array(value: Any) -> _WireArray:
+    """msgspec's hook for the one type it does not know: an array field's numpy array, checked on construction."""
+    if isinstance(value, np.ndarray):
+        arr = np.ascontiguousarray(value)
+        return _WireArray(arr.dtype.str, arr.shape, memoryview(arr) if arr.size else memoryview(b""))
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
 # --------------------------------------------------------------------------
 # Message base class and registry
 # --------------------------------------------------------------------------
 
-_REGISTRY: dict[str, type[_Message]] = {}
+_REGISTRY: dict[str, type["_Message"]] = {}
 
 
-class _Message:
-    """Shared behaviour for every msgpack message dataclass."""
+class _MessageMeta(msgspec.StructMeta):
+    """Reads each message's declaration once: into the plans ``__post_init__`` follows, and, for an array field,
+    the wire map msgspec decodes.  Builds a message with this build's format version (a decoded one must carry
+    it)."""
 
-    __slots__ = ()
+    def __new__(mcls, name: str, bases: tuple, namespace: dict[str, Any], **config: Any):
+        tag = config.get("tag")
+        if tag is None:
+            return super().__new__(mcls, name, bases, namespace, **config)
+        if tag in _REGISTRY:
+            raise TypeError(f"duplicate message tag {tag!r}")
+        hints = namespace.get("__annotations__", {})
+        scalars, arrays, lengths = [], [], []
+        for field, hint in hints.items():
+            kind, *extras = typing.get_args(hint) if typing.get_origin(hint) is Annotated else (hint,)
+            if kind is np.ndarray:
+                arrays.append((field, next(e for e in extras if isinstance(e, Array))))
+                hints[field] = Annotated[_WireArray, *extras]  # how it travels; __post_init__ makes the array
+            elif kind in (int, float, str):
+                minimum = max([_INT_MIN] + [e.ge for e in extras if isinstance(e, Meta) and e.ge is not None])
+                scalars.append((field, kind, minimum))
+                lengths += [(e.symbol, field) for e in extras if isinstance(e, Length)]
+            elif typing.get_origin(kind) is not ClassVar:
+                raise TypeError(f"{name}.{field}: {kind!r} is not a wire type")
+        cls = super().__new__(mcls, name, bases, namespace, **config)
+        cls.TAG = tag
+        cls.FIELDS = cls.__struct_fields__[1:]  # after v
+        cls._SCALARS = tuple(scalars)
+        cls._ARRAYS = tuple(arrays)
+        cls._LENGTHS = tuple(lengths)
+        _REGISTRY[tag] = cls
+        return cls
+
+    def __call__(cls, **fields: Any):
+        return super().__call__(v=FORMAT_VERSION, **fields)
+
+
+class _Message(
+    msgspec.Struct, metaclass=_MessageMeta, frozen=True, tag_field="t", forbid_unknown_fields=True, gc=False
+):
+    """Shared behaviour for every message."""
 
     TAG: ClassVar[str]
-    _SPECS: ClassVar[tuple[tuple[str, Any], ...]]
-    _DIMS: ClassVar[Mapping[str, str]]
-    _SCALARS: ClassVar[tuple[tuple[str, Any], ...]]
-    _ARRAYS: ClassVar[tuple[tuple[str, Any], ...]]
-    _KEYS: ClassVar[frozenset[str]]
-    _FAST_SCALARS: ClassVar[tuple]
-    _FAST_ARRAYS: ClassVar[tuple]
+    FIELDS: ClassVar[tuple[str, ...]]  # the message's own fields, in wire order (v is every message's)
+    _SCALARS: ClassVar[tuple[tuple[str, type, int], ...]]
+    _ARRAYS: ClassVar[tuple[tuple[str, Array], ...]]
+    _LENGTHS: ClassVar[tuple[tuple[str, str], ...]]
 
-    # -- validation (runs on construction, hence also on decode) ----------
+    v: Literal[FORMAT_VERSION]
+
     def __post_init__(self) -> None:
+        """Every check of the declaration that msgspec does not make: all of them for a message built here, the
+        arrays' for a decoded one (whose arrays arrive as their wire maps)."""
         cls = type(self)
-        tname = cls.__name__
-        for name, spec in cls._SCALARS:
-            value = getattr(self, name)
-            kind = spec.kind
-            if type(value) is kind and (  # the fast path, always taken for decoded input
-                kind is not int or (_INT_MIN <= value <= _INT_MAX and (spec.minimum is None or value >= spec.minimum))
-            ):
-                continue
-            checked = _check_scalar(tname, name, spec, value)
-            if checked is not value:
-                object.__setattr__(self, name, checked)
-
-        bound: dict[str, tuple[int, str]] = {}
-        for sym, int_field in cls._DIMS.items():
-            bound[sym] = (getattr(self, int_field), int_field)
-
-        for name, spec in cls._ARRAYS:
+        arrays = cls._ARRAYS
+        if not (arrays and type(getattr(self, arrays[0][0])) is _WireArray):  # built here
+            for name, kind, minimum in cls._SCALARS:
+                value = getattr(self, name)
+                if type(value) is not kind or (kind is int and not minimum <= value <= _INT_MAX):
+                    _force_setattr(self, name, _scalar(f"{cls.__name__}.{name}", kind, minimum, value))
+        bound = {symbol: getattr(self, field) for symbol, field in cls._LENGTHS}
+        for name, spec in arrays:
             arr = getattr(self, name)
-            if isinstance(arr, np.ndarray) and arr.dtype == spec.dtype and arr.ndim == spec.ndim:  # the fast path
-                shape = arr.shape
-                if spec.allow_empty and not any(shape):
-                    continue  # explicitly "not sent"
-                for sym, dim in zip(spec.shape, shape):
-                    seen = bound.get(sym)
-                    if seen is None:
-                        bound[sym] = (dim, name)
-                    elif seen[0] != dim:
-                        break
-                else:
-                    continue
-            where = f"{tname}.{name}"
-            if not isinstance(arr, np.ndarray):
-                raise ProtocolError(f"{where}: expected numpy array, got {type(arr).__name__}")
-            if arr.dtype != spec.dtype:
-                raise ProtocolError(f"{where}: dtype {arr.dtype.str} not allowed, expected {spec.wire_dtype}")
-            if arr.ndim != len(spec.shape):
-                raise ProtocolError(f"{where}: ndim {arr.ndim} != {len(spec.shape)} {spec.shape}")
-            if spec.allow_empty and all(d == 0 for d in arr.shape):
-                continue  # explicitly "not sent"
-            for axis, (sym, dim) in enumerate(zip(spec.shape, arr.shape)):
-                if sym in bound:
-                    want, source = bound[sym]
-                    if dim != want:
-                        raise ProtocolError(f"{where}: dim {axis} ({sym!r}) is {dim}, expected {want} (from {source})")
-                else:
-                    bound[sym] = (dim, name)
+            if type(arr) is _WireArray:  # decoded: msgspec has checked its map's structure
+                if arr.dtype != spec.wire:
+                    raise ProtocolError(
+                        f"{cls.__name__}.{name}: dtype {arr.dtype!r} not allowed, expected {spec.wire!r}"
+                    )
+                need = math.prod(arr.shape) * spec.itemsize
+                if len(arr.data) != need:
+                    raise ProtocolError(
+                        f"{cls.__name__}.{name}: data has {len(arr.data)} bytes, shape {list(arr.shape)} x "
+                        f"{arr.dtype} needs {need}"
+                    )
+                arr = np.ndarray(arr.shape, spec.dtype, arr.data)  # read-only, as the message's bytes are
+                _force_setattr(self, name, arr)
+            elif not isinstance(arr, np.ndarray):
+                raise ProtocolError(f"{cls.__name__}.{name}: expected numpy array, got {type(arr).__name__}")
+            elif arr.dtype != spec.dtype:
+                raise ProtocolError(f"{cls.__name__}.{name}: dtype {arr.dtype.str} not allowed, expected {spec.wire}")
+            shape = arr.shape
+            if len(shape) != len(spec.axes):
+                raise ProtocolError(f"{cls.__name__}.{name}: ndim {len(shape)} != {len(spec.axes)} {spec.axes}")
+            if spec.empty_ok and not any(shape):
+                continue  # "not sent"
+            for symbol, dim in zip(spec.axes, shape):
+                if bound.setdefault(symbol, dim) != dim:
+                    raise ProtocolError(
+                        f"{cls.__name__}.{name}: dim {spec.axes.index(symbol)} ({symbol!r}) is {dim}, expected "
+                        f"{bound[symbol]} (from {self._bound_by(symbol)})"
+                    )
 
-    # -- encoding ----------------------------------------------------------
+    def _bound_by(self, symbol: str) -> str:
+        """The field that set ``symbol``'s length: its ``Length``, or else the first array (checked so far) that
+        has the axis."""
+        cls = type(self)
+        for s, field in cls._LENGTHS:
+            if s == symbol:
+                return field
+        for name, spec in cls._ARRAYS:
+            if symbol in spec.axes and not (spec.empty_ok and not any(getattr(self, name).shape)):
+                return name
+        raise AssertionError(f"no field binds {symbol!r}")  # pragma: no cover - one did, or nothing disagreed
+
     def encode(self) -> bytes:
-        wire: dict[str, Any] = {"v": FORMAT_VERSION, "t": self.TAG}
-        for name, spec in self._SPECS:
-            value = getattr(self, name)
-            if isinstance(spec, _ArraySpec):
-                arr = np.ascontiguousarray(value)
-                wire[name] = {
-                    "dtype": spec.wire_dtype,
-                    "shape": list(arr.shape),
-                    "data": memoryview(arr) if arr.size else b"",
-                }
-            else:
-                wire[name] = value
-        out = msgpack.packb(wire, use_bin_type=True)
+        out = _ENCODER.encode(self)
         if len(out) > MAX_MESSAGE_BYTES:
             raise ProtocolError(
                 f"{type(self).__name__}: encoded size {len(out)} exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}"
@@ -219,71 +256,30 @@ class _Message:
         return out
 
 
-def _check_scalar(tname: str, name: str, spec: _ScalarSpec, value: Any) -> Any:
-    kind = spec.kind
-    if type(value) is kind:  # fast path (always taken for decoded input)
-        if kind is not int or (_INT_MIN <= value <= _INT_MAX and (spec.minimum is None or value >= spec.minimum)):
-            return value
-    where = f"{tname}.{name}"
+def _scalar(where: str, kind: type, minimum: int, value: Any) -> Any:
+    """``value`` as the ``kind`` its field declares (numpy scalars and ints for floats are taken), or the
+    ProtocolError that says why not."""
     if kind is int:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
             raise ProtocolError(f"{where}: expected int, got {type(value).__name__}")
         value = int(value)
         if not _INT_MIN <= value <= _INT_MAX:
             raise ProtocolError(f"{where}: int {value} out of 64-bit range")
-        if spec.minimum is not None and value < spec.minimum:
-            raise ProtocolError(f"{where}: {value} < minimum {spec.minimum}")
+        if value < minimum:
+            raise ProtocolError(f"{where}: {value} < minimum {minimum}")
         return value
     if kind is float:
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
             raise ProtocolError(f"{where}: expected float, got {type(value).__name__}")
-        if type(value) is not float:
-            try:
-                value = float(value)
-            except OverflowError:
-                raise ProtocolError(f"{where}: {value!r} does not fit a float") from None
-        return value
-    if kind is str:
-        if not isinstance(value, str):
-            raise ProtocolError(f"{where}: expected str, got {type(value).__name__}")
-        return value
-    raise AssertionError(f"unknown scalar kind {kind!r}")  # pragma: no cover
+        try:
+            return float(value)
+        except OverflowError:
+            raise ProtocolError(f"{where}: {value!r} does not fit a float") from None
+    raise ProtocolError(f"{where}: expected str, got {type(value).__name__}")
 
 
-def _message(tag: str, *, dims: Mapping[str, str] | None = None):
-    """Class decorator: register a message dataclass under ``tag``."""
-
-    def wrap(cls: type[_Message]) -> type[_Message]:
-        specs = []
-        for f in dataclasses.fields(cls):
-            spec = f.metadata.get(_SPEC_KEY)
-            if spec is None:
-                raise TypeError(f"{cls.__name__}.{f.name}: missing wire spec")
-            specs.append((f.name, spec))
-        names = {n for n, _ in specs}
-        if names & {"v", "t"}:
-            raise TypeError(f"{cls.__name__}: field names 'v'/'t' are reserved")
-        dim_map = dict(dims or {})
-        for sym, int_field in dim_map.items():
-            spec = dict(specs).get(int_field)
-            if not (isinstance(spec, _ScalarSpec) and spec.kind is int):
-                raise TypeError(f"{cls.__name__}: dim {sym!r} bound to non-int {int_field!r}")
-        if tag in _REGISTRY:
-            raise TypeError(f"duplicate message tag {tag!r}")
-        cls.TAG = tag
-        cls._SPECS = tuple(specs)
-        cls._SCALARS = tuple((n, sp) for n, sp in specs if isinstance(sp, _ScalarSpec))
-        cls._ARRAYS = tuple((n, sp) for n, sp in specs if isinstance(sp, _ArraySpec))
-        cls._KEYS = frozenset(names | {"v", "t"})
-        cls._FAST_SCALARS = tuple((n, sp.kind, sp.minimum) for n, sp in cls._SCALARS)
-        cls._FAST_ARRAYS = tuple(
-            (n, sp.wire_dtype, sp.dtype, sp.ndim, sp.shape, sp.allow_empty) for n, sp in cls._ARRAYS
-        )
-        cls._DIMS = dim_map
-        _REGISTRY[tag] = cls
-        return cls
-
-    return wrap
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=_encode_array)
+_force_setattr = msgspec.structs.force_setattr
 
 
 # --------------------------------------------------------------------------
@@ -291,254 +287,225 @@ def _message(tag: str, *, dims: Mapping[str, str] | None = None):
 # --------------------------------------------------------------------------
 
 
-@_message("unroll", dims={"M": "num_envs", "T": "length"})
-@dataclass(frozen=True, slots=True, eq=False)
-class Unroll(_Message):
+class Unroll(_Message, tag="unroll", eq=False):
     """worker -> broker: M envs' unrolls of length T sharing ring slots.
 
     The observation at time t (t = 0..T) is ring frame ``first_frame + t``.
     ``features`` may be an empty ``[0, 0, 0]`` array meaning "not sent".
     """
 
-    worker_id: int = _int()
-    seq: int = _int()
-    policy_version: int = _int()
-    first_frame: int = _int()
-    num_envs: int = _int(minimum=0)
-    length: int = _int(minimum=0)
-    env_frames: int = _int()
-    actions: np.ndarray = _array("int32", ("M", "T"))
-    rewards: np.ndarray = _array("float32", ("M", "T"))
-    discounts: np.ndarray = _array("float32", ("M", "T"))
-    behaviour_logits: np.ndarray = _array("float32", ("M", "T", "A"))
-    behaviour_values: np.ndarray = _array("float32", ("M", "T"))
-    features: np.ndarray = _array("float32", ("M", "T", "F"), allow_empty=True)
+    worker_id: int
+    seq: int
+    policy_version: int
+    first_frame: int
+    num_envs: Annotated[Count, Length("M")]
+    length: Annotated[Count, Length("T")]
+    env_frames: int
+    actions: Annotated[np.ndarray, Array("int32", "M", "T")]
+    rewards: Annotated[np.ndarray, Array("float32", "M", "T")]
+    discounts: Annotated[np.ndarray, Array("float32", "M", "T")]
+    behaviour_logits: Annotated[np.ndarray, Array("float32", "M", "T", "A")]
+    behaviour_values: Annotated[np.ndarray, Array("float32", "M", "T")]
+    features: Annotated[np.ndarray, Array("float32", "M", "T", "F", empty_ok=True)]
 
 
-@_message("batch", dims={"T": "length"})
-@dataclass(frozen=True, slots=True, eq=False)
-class Batch(_Message):
+class Batch(_Message, tag="batch", eq=False):
     """broker -> learner: B units of length T."""
 
-    batch_id: int = _int()
-    length: int = _int(minimum=0)
-    env_frames: int = _int()  # env frames the workers had produced when the batch was made (the run's, since its start)
-    worker_ids: np.ndarray = _array("int32", ("B",))
-    env_index: np.ndarray = _array("int32", ("B",))
-    first_frame: np.ndarray = _array("int64", ("B",))
-    policy_versions: np.ndarray = _array("int64", ("B",))
-    actions: np.ndarray = _array("int32", ("B", "T"))
-    rewards: np.ndarray = _array("float32", ("B", "T"))
-    discounts: np.ndarray = _array("float32", ("B", "T"))
-    behaviour_logits: np.ndarray = _array("float32", ("B", "T", "A"))
-    behaviour_values: np.ndarray = _array("float32", ("B", "T"))
-    replay_index: np.ndarray = _array("int32", ("B",))  # which [[replay]] table each unit came from
+    batch_id: int
+    length: Annotated[Count, Length("T")]
+    env_frames: int  # env frames the workers had produced when the batch was made (the run's, since its start)
+    worker_ids: Annotated[np.ndarray, Array("int32", "B")]
+    env_index: Annotated[np.ndarray, Array("int32", "B")]
+    first_frame: Annotated[np.ndarray, Array("int64", "B")]
+    policy_versions: Annotated[np.ndarray, Array("int64", "B")]
+    actions: Annotated[np.ndarray, Array("int32", "B", "T")]
+    rewards: Annotated[np.ndarray, Array("float32", "B", "T")]
+    discounts: Annotated[np.ndarray, Array("float32", "B", "T")]
+    behaviour_logits: Annotated[np.ndarray, Array("float32", "B", "T", "A")]
+    behaviour_values: Annotated[np.ndarray, Array("float32", "B", "T")]
+    replay_index: Annotated[np.ndarray, Array("int32", "B")]  # which [[replay]] table each unit came from
 
 
-@_message("episode")
-@dataclass(frozen=True, slots=True)
-class Episode(_Message):
+class Episode(_Message, tag="episode"):
     """worker -> launcher: one finished episode."""
 
-    worker_id: int = _int()
-    pid: int = _int()  # the sender's, which the launcher checks against the worker it started
-    env_index: int = _int()
-    raw_return: float = _float()  # the whole episode's raw score (SABER's uncapped score)
-    length_frames: int = _int()
-    length_env_steps: int = _int()
-    env_frames: int = _int()
-    wall_time: float = _float()
-    score_5min: float = _float()  # the raw score after 5 minutes of play (18,000 frames), SABER-style
-    score_30min: float = _float()  # after 30 minutes (108,000 frames); the whole score for shorter episodes
+    worker_id: int
+    pid: int  # the sender's, which the launcher checks against the worker it started
+    env_index: int
+    raw_return: float  # the whole episode's raw score (SABER's uncapped score)
+    length_frames: int
+    length_env_steps: int
+    env_frames: int
+    wall_time: float
+    score_5min: float  # the raw score after 5 minutes of play (18,000 frames), SABER-style
+    score_30min: float  # after 30 minutes (108,000 frames); the whole score for shorter episodes
 
 
-@_message("worker_stats")
-@dataclass(frozen=True, slots=True)
-class WorkerStats(_Message):
+class WorkerStats(_Message, tag="worker_stats"):
     """worker -> launcher, about once a second; doubles as heartbeat."""
 
-    worker_id: int = _int()
-    pid: int = _int()
-    time: float = _float()
-    env_frames: int = _int()
-    env_steps: int = _int()
-    unrolls_sent: int = _int()
-    policy_version: int = _int()
-    weight_updates: int = _int()
-    step_time_s: float = _float()
-    inference_time_s: float = _float()
-    ring_write_time_s: float = _float()
-    send_time_s: float = _float()
-    weights_wait_time_s: float = _float()
+    worker_id: int
+    pid: int
+    time: float
+    env_frames: int
+    env_steps: int
+    unrolls_sent: int
+    policy_version: int
+    weight_updates: int
+    step_time_s: float
+    inference_time_s: float
+    ring_write_time_s: float
+    send_time_s: float
+    weights_wait_time_s: float
 
 
-@_message("broker_stats")
-@dataclass(frozen=True, slots=True)
-class BrokerStats(_Message):
-    pid: int = _int()
-    time: float = _float()
-    unrolls_received: int = _int()
-    unrolls_dropped_stale: int = _int()
-    unrolls_dropped_full: int = _int()
-    seq_gaps: int = _int()
-    decode_errors: int = _int()
-    batches_sent: int = _int()
-    replay_size: int = _int()
-    ready_batches: int = _int()
-    replay_sizes: np.ndarray = _array("int64", ("R",))  # units held by each [[replay]] table
-    prepare_time_s: float = _float()  # cumulative time spent making batches, feature recomputation included
-    feature_time_s: float = _float()  # cumulative time in the feature forward passes
-    insert_time_s: float = _float()  # cumulative time decoding unroll messages and inserting their units
-    elite_lambda: float = _float()  # the first elite/attentive replay's current batch multiplier (0: none)
-    elite_distance_pool: float = _float()  # mean distance over its last candidate pool
-    elite_distance_chosen: float = _float()  # mean distance of the units it chose from that pool
-    elite_distance_min: float = _float()
-    elite_distance_max: float = _float()
+class BrokerStats(_Message, tag="broker_stats", eq=False):
+    pid: int
+    time: float
+    unrolls_received: int
+    unrolls_dropped_stale: int
+    unrolls_dropped_full: int
+    seq_gaps: int
+    decode_errors: int
+    batches_sent: int
+    replay_size: int
+    ready_batches: int
+    replay_sizes: Annotated[np.ndarray, Array("int64", "R")]  # units held by each [[replay]] table
+    prepare_time_s: float  # cumulative time spent making batches, feature recomputation included
+    feature_time_s: float  # cumulative time in the feature forward passes
+    insert_time_s: float  # cumulative time decoding unroll messages and inserting their units
+    elite_lambda: float  # the first elite/attentive replay's current batch multiplier (0: none)
+    elite_distance_pool: float  # mean distance over its last candidate pool
+    elite_distance_chosen: float  # mean distance of the units it chose from that pool
+    elite_distance_min: float
+    elite_distance_max: float
 
 
-@_message("learner_stats")
-@dataclass(frozen=True, slots=True)
-class LearnerStats(_Message):
-    pid: int = _int()
-    time: float = _float()
-    learner_step: int = _int()
-    policy_version: int = _int()
-    samples: int = _int()
-    env_frames_trained: int = _int()
-    units_dropped_torn: int = _int()
-    total_loss: float = _float()
-    pg_loss: float = _float()
-    baseline_loss: float = _float()
-    entropy_loss: float = _float()
-    learning_rate: float = _float()
-    grad_norm: float = _float()
-    mean_rho: float = _float()
-    policy_cloning_loss: float = _float()
-    value_cloning_loss: float = _float()
-    laser_masked_fraction: float = _float()
+class LearnerStats(_Message, tag="learner_stats"):
+    pid: int
+    time: float
+    learner_step: int
+    policy_version: int
+    samples: int
+    env_frames_trained: int
+    units_dropped_torn: int
+    total_loss: float
+    pg_loss: float
+    baseline_loss: float
+    entropy_loss: float
+    learning_rate: float
+    grad_norm: float
+    mean_rho: float
+    policy_cloning_loss: float
+    value_cloning_loss: float
+    laser_masked_fraction: float
     # Mean age in policy versions of the fresh (queue) units of the last batch; Ape-X: its newest transition's.
-    policy_lag: float = _float()
-    sample_age_mean: float = _float()  # mean age in policy versions of every unit of the last batch
-    sample_age_max: float = _float()
-    step_time_s: float = _float()
-    gather_time_s: float = _float()
-    wait_time_s: float = _float()
-    publish_time_s: float = _float()  # cumulative time flattening, encoding and sending new weights
-    decode_errors: int = _int()  # batches and weights requests that failed the schema or did not fit the run
-    checkpoint_path: str = _str()  # "" when no checkpoint was written
+    policy_lag: float
+    sample_age_mean: float  # mean age in policy versions of every unit of the last batch
+    sample_age_max: float
+    step_time_s: float
+    gather_time_s: float
+    wait_time_s: float
+    publish_time_s: float  # cumulative time flattening, encoding and sending new weights
+    decode_errors: int  # batches and weights requests that failed the schema or did not fit the run
+    checkpoint_path: Text  # "" when no checkpoint was written
 
 
-@_message("weights_request")
-@dataclass(frozen=True, slots=True)
-class WeightsRequest(_Message):
+class WeightsRequest(_Message, tag="weights_request"):
     """worker -> learner: please send the latest weights."""
 
-    worker_id: int = _int()
+    worker_id: int
 
 
-@_message("credit")
-@dataclass(frozen=True, slots=True)
-class Credit(_Message):
+class Credit(_Message, tag="credit"):
     """learner -> broker: room for this many more batches (credit-based flow control, so that batches
     never wait in socket buffers, where high-water marks do not reach)."""
 
-    batches: int = _int()
+    batches: int
 
 
-@_message("index_request")
-@dataclass(frozen=True, slots=True)
-class IndexRequest(_Message):
+class IndexRequest(_Message, tag="index_request"):
     """learner -> broker (on the credits channel): send me your replay index, for the next checkpoint."""
 
-    learner_step: int = _int()
+    learner_step: int
 
 
-@_message("replay_index")
-@dataclass(frozen=True, slots=True, eq=False)
-class ReplayIndex(_Message):
+class ReplayIndex(_Message, tag="replay_index", eq=False):
     """broker -> learner (on the batches channel): which units every replay holds, how often each was
     sampled, and the stored behaviour features of the units of elite and attentive replays."""
 
-    replay: np.ndarray = _array("int32", ("N",))  # the [[replay]] table each unit belongs to
-    worker_ids: np.ndarray = _array("int32", ("N",))
-    env_index: np.ndarray = _array("int32", ("N",))
-    first_frame: np.ndarray = _array("int64", ("N",))
-    policy_versions: np.ndarray = _array("int64", ("N",))
-    counts: np.ndarray = _array("int64", ("N",))
-    sample_calls: np.ndarray = _array("int64", ("R",))  # each replay's sample calls so far (elite lambda annealing)
-    feature_rows: np.ndarray = _array("int32", ("G",))  # the units (rows of the arrays above) with features
-    features: np.ndarray = _array("float32", ("G", "K", "F"), allow_empty=True)  # at the compared steps
+    replay: Annotated[np.ndarray, Array("int32", "N")]  # the [[replay]] table each unit belongs to
+    worker_ids: Annotated[np.ndarray, Array("int32", "N")]
+    env_index: Annotated[np.ndarray, Array("int32", "N")]
+    first_frame: Annotated[np.ndarray, Array("int64", "N")]
+    policy_versions: Annotated[np.ndarray, Array("int64", "N")]
+    counts: Annotated[np.ndarray, Array("int64", "N")]
+    sample_calls: Annotated[
+        np.ndarray, Array("int64", "R")
+    ]  # each replay's sample calls so far (elite lambda annealing)
+    feature_rows: Annotated[np.ndarray, Array("int32", "G")]  # the units (rows of the arrays above) with features
+    features: Annotated[np.ndarray, Array("float32", "G", "K", "F", empty_ok=True)]  # at the compared steps
 
 
-@_message("role_error")
-@dataclass(frozen=True, slots=True)
-class RoleError(_Message):
+class RoleError(_Message, tag="role_error"):
     """role -> launcher (on the stats channel), as the role dies of an exception: its traceback, which the
     launcher logs, and shows when the failure stops the run."""
 
-    role: str = _str()
-    pid: int = _int()
-    traceback: str = _str()  # at most the last TRACEBACK_CHARS characters
-
-
-TRACEBACK_CHARS = 16_000
+    role: Text
+    pid: int
+    traceback: Text  # at most the last TRACEBACK_CHARS characters
 
 
 # Ape-X (algo apex_iqn): n-step transitions as frame numbers, sampled by priority.
 
 
-@_message("transitions", dims={"N": "count"})
-@dataclass(frozen=True, slots=True, eq=False)
-class Transitions(_Message):
+class Transitions(_Message, tag="transitions", eq=False):
     """worker -> broker: ``count`` n-step transitions whose frames are in the worker's ring (s_t at ``frame``,
     s_{t+n} at ``next_frame``), with their initial priorities (loss ** omega; negative: not known)."""
 
-    worker_id: int = _int(minimum=0)
-    seq: int = _int(minimum=0)
-    policy_version: int = _int(minimum=0)
-    env_frames: int = _int(minimum=0)
-    count: int = _int(minimum=0)
-    env_index: np.ndarray = _array("int32", ("N",))
-    frame: np.ndarray = _array("int64", ("N",))
-    action: np.ndarray = _array("int32", ("N",))
-    nstep_return: np.ndarray = _array("float32", ("N",))
-    bootstrap_discount: np.ndarray = _array("float32", ("N",))
-    next_frame: np.ndarray = _array("int64", ("N",))
-    priority: np.ndarray = _array("float32", ("N",))
+    worker_id: Count
+    seq: Count
+    policy_version: Count
+    env_frames: Count
+    count: Annotated[Count, Length("N")]
+    env_index: Annotated[np.ndarray, Array("int32", "N")]
+    frame: Annotated[np.ndarray, Array("int64", "N")]
+    action: Annotated[np.ndarray, Array("int32", "N")]
+    nstep_return: Annotated[np.ndarray, Array("float32", "N")]
+    bootstrap_discount: Annotated[np.ndarray, Array("float32", "N")]
+    next_frame: Annotated[np.ndarray, Array("int64", "N")]
+    priority: Annotated[np.ndarray, Array("float32", "N")]
 
 
-@_message("transition_batch", dims={"B": "size"})
-@dataclass(frozen=True, slots=True, eq=False)
-class TransitionBatch(_Message):
+class TransitionBatch(_Message, tag="transition_batch", eq=False):
     """broker -> learner: ``size`` transitions drawn by priority, with their importance weights, and the
     slots and stamps the learner's new priorities must name."""
 
-    batch_id: int = _int(minimum=0)
-    env_frames: int = _int(minimum=0)
-    size: int = _int(minimum=0)
-    worker_ids: np.ndarray = _array("int32", ("B",))
-    env_index: np.ndarray = _array("int32", ("B",))
-    frame: np.ndarray = _array("int64", ("B",))
-    action: np.ndarray = _array("int32", ("B",))
-    nstep_return: np.ndarray = _array("float32", ("B",))
-    bootstrap_discount: np.ndarray = _array("float32", ("B",))
-    next_frame: np.ndarray = _array("int64", ("B",))
-    slots: np.ndarray = _array("int64", ("B",))
-    stamps: np.ndarray = _array("int64", ("B",))
-    weights: np.ndarray = _array("float32", ("B",))
-    policy_version: np.ndarray = _array("int64", ("B",))  # the weights version each transition was played with
+    batch_id: Count
+    env_frames: Count
+    size: Annotated[Count, Length("B")]
+    worker_ids: Annotated[np.ndarray, Array("int32", "B")]
+    env_index: Annotated[np.ndarray, Array("int32", "B")]
+    frame: Annotated[np.ndarray, Array("int64", "B")]
+    action: Annotated[np.ndarray, Array("int32", "B")]
+    nstep_return: Annotated[np.ndarray, Array("float32", "B")]
+    bootstrap_discount: Annotated[np.ndarray, Array("float32", "B")]
+    next_frame: Annotated[np.ndarray, Array("int64", "B")]
+    slots: Annotated[np.ndarray, Array("int64", "B")]
+    stamps: Annotated[np.ndarray, Array("int64", "B")]
+    weights: Annotated[np.ndarray, Array("float32", "B")]
+    policy_version: Annotated[np.ndarray, Array("int64", "B")]  # the weights version each transition was played with
 
 
-@_message("priority_update", dims={"B": "size"})
-@dataclass(frozen=True, slots=True, eq=False)
-class PriorityUpdate(_Message):
+class PriorityUpdate(_Message, tag="priority_update", eq=False):
     """learner -> broker (on its own channel): the new priorities of a batch's transitions."""
 
-    batch_id: int = _int(minimum=0)
-    size: int = _int(minimum=0)
-    slots: np.ndarray = _array("int64", ("B",))
-    stamps: np.ndarray = _array("int64", ("B",))
-    priorities: np.ndarray = _array("float32", ("B",))
+    batch_id: Count
+    size: Annotated[Count, Length("B")]
+    slots: Annotated[np.ndarray, Array("int64", "B")]
+    stamps: Annotated[np.ndarray, Array("int64", "B")]
+    priorities: Annotated[np.ndarray, Array("float32", "B")]
 
 
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
@@ -581,173 +548,73 @@ Message = (
 # Decoding
 # --------------------------------------------------------------------------
 
+_DECODER = msgspec.msgpack.Decoder(Message)
 
-def _byte_len(data: Any) -> int:
-    if isinstance(data, (bytes, bytearray)):
-        return len(data)
+
+class _Envelope(msgspec.Struct):
+    """The tag of a message that failed, to name its type in the error."""
+
+    t: str | int | float | bool | None = None
+
+
+_AT = re.compile(r"(.*) - at `\$(.*)`$", re.S)
+_KEY = re.compile(r"(.*) - at `key` in `\$(.*)`$", re.S)
+_NAMED = re.compile(r"Object (?:(missing) required|contains (unknown)) field `(.*)`$", re.S)
+
+
+def _explain(data: bytes, exc: msgspec.ValidationError) -> ProtocolError:
+    """msgspec's account of what is wrong, as ``Type.field: what``."""
     try:
-        with memoryview(data) as mv:
-            return mv.nbytes
+        tag = msgspec.msgpack.decode(data, type=_Envelope).t
+    except msgspec.DecodeError:  # not a map, or a tag that is not even a scalar
+        where = "<message>"
+    else:
+        cls = _REGISTRY.get(tag) if type(tag) is str else None
+        where = cls.__name__ if cls is not None else f"<message t={tag!r}>"
+    text, path = str(exc), ""
+    if m := _KEY.match(text):
+        text, path = f"map key: {m[1][0].lower()}{m[1][1:]}", m[2]
+    elif m := _AT.match(text):
+        text, path = m[1], m[2]
+    if m := _NAMED.match(text):
+        text, path = f"{m[1] or m[2]} field", f"{path}.{m[3]}"
+    text = (text[0].lower() + text[1:]).replace("`object`", "`map`")
+    if path == ".t":
+        text = "missing type tag" if text == "missing field" else f"unknown type tag ({text})"
+    elif path == ".v":
+        text = f"format version: {text} (this build speaks {FORMAT_VERSION})"
+    return ProtocolError(f"{where}{path}: {text}")
+
+
+def _too_big(n: int) -> ProtocolError:
+    return ProtocolError(f"<message>: {n} bytes exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}")
+
+
+def _own_bytes(data: Any) -> bytes:
+    """A bytes-like object's bytes, copied: decoded arrays are views, never of a buffer its owner may change."""
+    try:
+        mv = memoryview(data)
     except TypeError:
         raise ProtocolError(f"<message>: expected a bytes-like object, got {type(data).__name__}") from None
-
-
-_ARRAY_KEYS = frozenset({"dtype", "shape", "data"})
-
-
-def _array_from_wire(tname: str, name: str, spec: _ArraySpec, value: Any) -> np.ndarray:
-    if type(value) is dict and value.keys() == _ARRAY_KEYS:  # the fast path: a well-formed array
-        shape, data = value["shape"], value["data"]
-        if (
-            value["dtype"] == spec.wire_dtype
-            and type(shape) is list
-            and len(shape) == spec.ndim
-            and type(data) is bytes
-        ):
-            size = spec.dtype.itemsize
-            for dim in shape:
-                if type(dim) is not int or not 0 <= dim <= MAX_MESSAGE_BYTES:
-                    break
-                size *= dim
-            else:
-                if len(data) == size:
-                    return np.frombuffer(data, dtype=spec.dtype).reshape(shape)
-    _bad_array(tname, name, spec, value)
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _bad_array(tname: str, name: str, spec: _ArraySpec, value: Any) -> None:
-    """Raise the ProtocolError that says what is wrong with an array map the fast path refused."""
-    where = f"{tname}.{name}"
-    if type(value) is not dict:
-        raise ProtocolError(f"{where}: expected array map, got {type(value).__name__}")
-    if value.keys() != _ARRAY_KEYS:
-        keys = sorted(map(repr, value.keys()))
-        raise ProtocolError(f"{where}: array map keys {keys} != ['data', 'dtype', 'shape']")
-    dtype, shape, data = value["dtype"], value["shape"], value["data"]
-    if type(dtype) is not str or dtype != spec.wire_dtype:
-        raise ProtocolError(f"{where}: dtype {dtype!r} not allowed, expected {spec.wire_dtype!r}")
-    if type(shape) is not list:
-        raise ProtocolError(f"{where}: shape must be a list, got {type(shape).__name__}")
-    if len(shape) != len(spec.shape):
-        raise ProtocolError(f"{where}: ndim {len(shape)} != {len(spec.shape)} {spec.shape}")
-    for axis, dim in enumerate(shape):
-        if type(dim) is int and 0 <= dim <= MAX_MESSAGE_BYTES:
-            continue
-        if type(dim) is not int:
-            raise ProtocolError(f"{where}: shape[{axis}] must be int, got {type(dim).__name__}")
-        if dim < 0:
-            raise ProtocolError(f"{where}: shape[{axis}] is negative ({dim})")
-        if dim > MAX_MESSAGE_BYTES:
-            raise ProtocolError(f"{where}: shape[{axis}]={dim} is implausibly large")
-    if type(data) is not bytes:
-        raise ProtocolError(f"{where}: data must be bin, got {type(data).__name__}")
-    expected = math.prod(shape) * spec.dtype.itemsize
-    if len(data) != expected:
-        raise ProtocolError(f"{where}: data has {len(data)} bytes, shape {shape} x {dtype} needs {expected}")
-    raise ProtocolError(f"{where}: malformed array map")  # pragma: no cover - the checks above cover every case
-
-
-def _well_formed(cls: type[_Message], obj: dict) -> _Message | None:
-    """The message, when every field is exactly as the schema wants it (what a zrl sender always sends), built
-    in one pass; None at the first thing that is not, and the general path then says what is wrong. It accepts
-    nothing that the general path (``_array_from_wire`` and ``__post_init__``) would refuse."""
-    if obj.keys() != cls._KEYS:
-        return None
-    message = object.__new__(cls)
-    put = object.__setattr__
-    for name, kind, minimum in cls._FAST_SCALARS:
-        value = obj[name]
-        if type(value) is not kind:
-            return None
-        if kind is int and not (_INT_MIN <= value <= _INT_MAX and (minimum is None or value >= minimum)):
-            return None
-        put(message, name, value)
-    bound = {sym: obj[int_field] for sym, int_field in cls._DIMS.items()}
-    for name, wire, dtype, ndim, syms, allow_empty in cls._FAST_ARRAYS:
-        value = obj[name]
-        if type(value) is not dict or len(value) != 3:
-            return None
-        try:
-            shape, data = value["shape"], value["data"]
-            if value["dtype"] != wire:
-                return None
-        except KeyError:
-            return None
-        if type(shape) is not list or len(shape) != ndim or type(data) is not bytes:
-            return None
-        size = dtype.itemsize
-        for dim in shape:
-            if type(dim) is not int or not 0 <= dim <= MAX_MESSAGE_BYTES:
-                return None
-            size *= dim
-        if len(data) != size:
-            return None
-        if not (allow_empty and not any(shape)):
-            for sym, dim in zip(syms, shape):
-                if bound.setdefault(sym, dim) != dim:
-                    return None
-        put(message, name, np.ndarray(shape, dtype, data))
-    return message
+    with mv:
+        if mv.nbytes > MAX_MESSAGE_BYTES:
+            raise _too_big(mv.nbytes)
+        return mv.tobytes()
 
 
 def _decode(data: Any) -> Message:
-    n = _byte_len(data)
-    if n > MAX_MESSAGE_BYTES:
-        raise ProtocolError(f"<message>: {n} bytes exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}")
+    if type(data) is not bytes:
+        data = _own_bytes(data)
+    elif len(data) > MAX_MESSAGE_BYTES:
+        raise _too_big(len(data))
     try:
-        obj = msgpack.unpackb(
-            data,
-            raw=False,
-            strict_map_key=True,
-            use_list=True,
-            max_bin_len=MAX_MESSAGE_BYTES,
-            max_str_len=_MAX_STR_LEN,
-            max_array_len=_MAX_ARRAY_LEN,
-            max_map_len=_MAX_MAP_LEN,
-            max_ext_len=0,
-        )
-    except Exception as exc:  # msgpack raises a zoo of exception types
-        raise ProtocolError(f"<message>: malformed msgpack ({type(exc).__name__}: {exc})") from None
-
-    if type(obj) is not dict:
-        raise ProtocolError(f"<message>: top level must be a map, got {type(obj).__name__}")
-    tag = obj.get("t")
-    cls = _REGISTRY.get(tag) if type(tag) is str else None
-    tname = cls.__name__ if cls is not None else f"<message t={tag!r}>"
-
-    version = obj.get("v", None)
-    if "v" not in obj:
-        raise ProtocolError(f"{tname}.v: missing format version")
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise ProtocolError(f"{tname}.v: format version {version!r} != {FORMAT_VERSION}")
-    if "t" not in obj:
-        raise ProtocolError(f"{tname}.t: missing type tag")
-    if cls is None:
-        raise ProtocolError(f"{tname}.t: unknown type tag {tag!r}")
-
-    fast = _well_formed(cls, obj)
-    if fast is not None:
-        return fast
-    specs = cls._SPECS
-    if obj.keys() != cls._KEYS:
-        known = {name for name, _ in specs} | {"v", "t"}
-        missing = [name for name, _ in specs if name not in obj]
-        if missing:
-            raise ProtocolError(f"{tname}.{missing[0]}: missing field(s) {missing}")
-        extra = sorted(k if type(k) is str else repr(k) for k in obj if k not in known)
-        raise ProtocolError(f"{tname}.{extra[0]}: unknown extra field(s) {extra}")
-
-    kwargs: dict[str, Any] = {}
-    for name, spec in specs:
-        value = obj[name]
-        if isinstance(spec, _ArraySpec):
-            value = _array_from_wire(tname, name, spec, value)
-        elif type(value) not in (int, float, str):
-            # bools, bytes, None, lists, maps, ext: never a valid scalar
-            raise ProtocolError(f"{tname}.{name}: expected {spec.kind.__name__}, got {type(value).__name__}")
-        kwargs[name] = value
-    return cls(**kwargs)  # __post_init__ does the remaining type/dim checks
+        return _DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        if isinstance(exc.__cause__, ProtocolError):  # raised by __post_init__
+            raise exc.__cause__ from None
+        raise _explain(data, exc) from None
+    except msgspec.DecodeError as exc:
+        raise ProtocolError(f"<message>: malformed msgpack ({exc})") from None
 
 
 def decode(data: bytes | bytearray | memoryview) -> Message:

@@ -14,6 +14,7 @@ import os
 import time
 from types import SimpleNamespace
 
+import msgspec
 import numpy as np
 import torch
 
@@ -97,13 +98,11 @@ def behaviour_outputs(model, ring, cfg, spec, msg: protocol.Unroll) -> protocol.
     obs = stack_observations(frames, steps, s)[:, :t_len]
     with torch.no_grad():
         out = model(obs.reshape(-1, *obs.shape[2:]), with_features=True)
-    return protocol.Unroll(
-        **{
-            **{f: getattr(msg, f) for f in msg.__dataclass_fields__},
-            "behaviour_logits": out.logits.view(M, t_len, -1).numpy(),
-            "behaviour_values": out.values.view(M, t_len).numpy(),
-            "features": out.features.view(M, t_len, -1).numpy(),
-        }
+    return msgspec.structs.replace(
+        msg,
+        behaviour_logits=out.logits.view(M, t_len, -1).numpy(),
+        behaviour_values=out.values.view(M, t_len).numpy(),
+        features=out.features.view(M, t_len, -1).numpy(),
     )
 
 

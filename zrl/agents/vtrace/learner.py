@@ -202,7 +202,7 @@ def index_tensors(index: protocol.ReplayIndex | None) -> dict[str, torch.Tensor]
     """The replay index as tensors, which a weights_only checkpoint can hold."""
     if index is None:
         return None
-    return {name: torch.from_numpy(np.array(getattr(index, name))) for name in index.__dataclass_fields__}
+    return {name: torch.from_numpy(np.array(getattr(index, name))) for name in index.FIELDS}
 
 
 class Ages(NamedTuple):
