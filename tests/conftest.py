@@ -118,6 +118,74 @@ def transitions_message(frames=(0, 1, 2, 3), n_step: int = 3, **fields) -> proto
     return protocol.Transitions(**{**message, **fields})
 
 
+def worker_stats_message(**fields) -> protocol.WorkerStats:
+    """A WorkerStats of worker 7, 10^9 env frames into its run; ``fields`` change any of them."""
+    message = dict(
+        worker_id=7,
+        pid=4242,
+        time=1.0,
+        env_frames=10**9,
+        env_steps=2 * 10**8,
+        unrolls_sent=5000,
+        policy_version=17,
+        weight_updates=16,
+        step_time_s=0.5,
+        inference_time_s=0.25,
+        ring_write_time_s=0.125,
+        send_time_s=0.0625,
+        weights_wait_time_s=0.5,
+    )
+    return protocol.WorkerStats(**{**message, **fields})
+
+
+def broker_stats_message(**fields) -> protocol.BrokerStats:
+    """A BrokerStats with two replays (16 units and none) and every count and time set; ``fields`` change any."""
+    message = dict(
+        pid=1,
+        time=1.0,
+        unrolls_received=100,
+        unrolls_dropped_stale=3,
+        unrolls_dropped_full=5,
+        seq_gaps=2,
+        decode_errors=4,
+        batches_sent=10,
+        replay_size=16,
+        ready_batches=2,
+        replay_sizes=np.array([16, 0], np.int64),
+        prepare_time_s=1.5,
+        feature_time_s=1.0,
+        insert_time_s=0.25,
+        elite_lambda=5.5,
+        elite_distance_pool=3.0,
+        elite_distance_chosen=2.0,
+        elite_distance_min=0.5,
+        elite_distance_max=9.0,
+    )
+    return protocol.BrokerStats(**{**message, **fields})
+
+
+def learner_stats_message(**fields) -> protocol.LearnerStats:
+    """A LearnerStats at learner step 100 whose step figures (the agent's) are all 0.5; ``fields`` change any."""
+    message = dict(
+        pid=99,
+        time=1.0,
+        learner_step=100,
+        policy_version=100,
+        samples=3200,
+        env_frames_trained=10**7,
+        units_dropped_torn=1,
+        learning_rate=6e-4,
+        step_time_s=5.0,
+        gather_time_s=1.0,
+        wait_time_s=2.0,
+        publish_time_s=0.5,
+        decode_errors=3,
+        checkpoint_path="/tmp/ckpt/step_100.npz",
+        **{name: 0.5 for name, stat in protocol.LearnerStats.STATS if stat.step},
+    )
+    return protocol.LearnerStats(**{**message, **fields})
+
+
 @pytest.fixture
 def make_rings():
     """Make real worker rings (``make_rings(count, slots, frame_shape, frame_dtype, envs)``: per slot one frame of

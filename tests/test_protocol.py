@@ -10,6 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 import zmq
+from conftest import broker_stats_message, learner_stats_message, worker_stats_message
 
 from zrl import protocol as P
 from zrl.protocol import (
@@ -96,76 +97,17 @@ def make_episode(rng) -> Episode:
 
 
 def make_worker_stats(rng) -> WorkerStats:
-    return WorkerStats(
-        worker_id=7,
-        pid=4242,
-        time=time.time(),
-        env_frames=10**9,
-        env_steps=2 * 10**8,
-        unrolls_sent=5000,
-        policy_version=17,
-        weight_updates=16,
-        step_time_s=float(rng.random()),
-        inference_time_s=float(rng.random()),
-        ring_write_time_s=float(rng.random()),
-        send_time_s=float(rng.random()),
-        weights_wait_time_s=float(rng.random()),
-    )
+    return worker_stats_message(time=time.time(), step_time_s=float(rng.random()), send_time_s=float(rng.random()))
 
 
 def make_broker_stats(rng) -> BrokerStats:
-    return BrokerStats(
-        pid=1,
-        time=time.time(),
-        unrolls_received=100,
-        unrolls_dropped_stale=3,
-        unrolls_dropped_full=5,
-        seq_gaps=2,
-        decode_errors=0,
-        batches_sent=10,
-        replay_size=0,
-        ready_batches=4,
-        replay_sizes=np.array([16, 0], np.int64),
-        prepare_time_s=1.5,
-        insert_time_s=0.25,
-        feature_time_s=1.0,
-        elite_lambda=5.5,
-        elite_distance_pool=3.0,
-        elite_distance_chosen=2.0,
-        elite_distance_min=0.5,
-        elite_distance_max=9.0,
-    )
+    return broker_stats_message(time=time.time(), prepare_time_s=float(rng.random()))
 
 
 def make_learner_stats(rng, path="/tmp/ckpt/step_100.npz") -> LearnerStats:
     f = lambda: float(rng.standard_normal())  # noqa: E731
-    return LearnerStats(
-        pid=99,
-        time=time.time(),
-        learner_step=100,
-        policy_version=100,
-        samples=32 * 100,
-        env_frames_trained=10**7,
-        units_dropped_torn=1,
-        total_loss=f(),
-        pg_loss=f(),
-        baseline_loss=f(),
-        entropy_loss=f(),
-        learning_rate=6e-4,
-        grad_norm=abs(f()),
-        mean_rho=0.97,
-        policy_cloning_loss=abs(f()),
-        value_cloning_loss=abs(f()),
-        laser_masked_fraction=0.1,
-        policy_lag=1.5,
-        sample_age_mean=3.0,
-        sample_age_max=40.0,
-        step_time_s=0.05,
-        gather_time_s=0.01,
-        wait_time_s=0.002,
-        publish_time_s=0.004,
-        decode_errors=3,
-        checkpoint_path=path,
+    return learner_stats_message(
+        time=time.time(), total_loss=f(), pg_loss=f(), grad_norm=abs(f()), mean_rho=0.97, checkpoint_path=path
     )
 
 

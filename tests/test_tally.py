@@ -6,10 +6,14 @@ from __future__ import annotations
 import csv
 import json
 
+import msgspec
 import pytest
+from conftest import broker_stats_message, learner_stats_message
 
 from zrl import protocol
 from zrl.launch.tally import Tally, progress_line
+from zrl.metrics import METRIC_COLUMNS, METRIC_DOCS
+from zrl.roles.learner import STEP_METRICS
 
 pytestmark = pytest.mark.unit
 
@@ -100,3 +104,27 @@ def test_the_live_line_shows_the_replays_filling_before_the_first_step():
     assert t.summary(0) == (
         "exit 0: 4,000 env frames, 0 learner steps, 0 episodes, mean return(100) nan, worker weights version 3"
     )
+
+
+def test_every_role_figure_is_one_declaration_the_tally_writes():
+    """A role's figure is declared once, as a protocol.Stat on its stats message's field: that gives its
+    metrics.csv column, how the workers' reports combine, what it means, and whether the agent's learner step
+    reports it. Once every role has reported, a row fills every column."""
+    t = Tally()
+    t.take(worker_stats(0, 500))
+    t.take(msgspec.structs.replace(worker_stats(1, 300), policy_version=7))
+    t.take(broker_stats_message())
+    t.take(learner_stats_message())
+    row = t.metrics_row(10.0, 1.0, 2.0)
+    assert set(row) == set(METRIC_COLUMNS)
+    assert (row["worker_policy_version_min"], row["worker_policy_version_max"]) == (3, 7)
+    assert row["time_weights_wait_s"] == row["worker_weights_wait_s"] == 0.5 and row["time_env_step_s"] == 2.0
+    assert (row["learner_decode_errors"], row["decode_errors"]) == (3, 4)
+    assert row["replay_sizes"] == "16 0" and row["time_broker_sample_s"] == 1.5 and row["time_learner_wait_s"] == 2.0
+    assert row["total_loss"] == 0.5 and row["learner_wait_fraction"] == 2.0 / 8.5
+    for message in (protocol.WorkerStats, protocol.BrokerStats, protocol.LearnerStats):
+        for _, stat in message.STATS:
+            assert stat.column in METRIC_COLUMNS and METRIC_DOCS[stat.column] == stat.doc != ""
+    assert STEP_METRICS == tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)
+    assert {"total_loss", "grad_norm", "policy_lag", "sample_age_max"} <= set(STEP_METRICS)
+    assert "learning_rate" not in STEP_METRICS

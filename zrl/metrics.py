@@ -6,6 +6,8 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from zrl import protocol
+
 EPISODE_COLUMNS = (
     "episode",
     "raw_return",
@@ -19,74 +21,31 @@ EPISODE_COLUMNS = (
     "env_index",
 )
 
+STATS_MESSAGES = (protocol.LearnerStats, protocol.WorkerStats, protocol.BrokerStats)
+"""The roles' reports whose fields marked ``protocol.Stat`` are columns of metrics.csv: the declaration gives each
+column's name, how the launcher combines the workers' reports, and what it means (``METRIC_DOCS``)."""
+
+METRIC_DOCS = {stat.column: stat.doc for message in STATS_MESSAGES for _, stat in message.STATS}
+
 METRIC_COLUMNS = (
     "wall_time",
     "elapsed_s",
     "env_frames",
     "frames_per_s",
-    "learner_step",
-    "policy_version",
-    "policy_lag",
-    "sample_age_mean",
-    "sample_age_max",
-    "worker_policy_version_min",
-    "worker_policy_version_max",
-    "worker_weights_wait_s",
     "samples_per_s",
-    "total_loss",
-    "pg_loss",
-    "baseline_loss",
-    "entropy_loss",
-    "policy_cloning_loss",
-    "value_cloning_loss",
-    "laser_masked_fraction",
-    "learning_rate",
-    "grad_norm",
-    "mean_rho",
-    "units_dropped_torn",
+    *(column for column in METRIC_DOCS if not column.startswith("time_")),
     "learner_wait_fraction",
     "learner_step_s",
     "broker_prepare_s",
     "broker_feature_s",
-    "elite_lambda",
-    "elite_distance_pool",
-    "elite_distance_chosen",
-    "elite_distance_min",
-    "elite_distance_max",
-    "unrolls_received",
-    "unrolls_dropped_stale",
-    "unrolls_dropped_full",
-    "seq_gaps",
-    "decode_errors",
-    "replay_size",
-    "replay_sizes",
-    "ready_batches",
     "episodes",
     "mean_return_100",
     "worker_restarts",
     "stats_decode_errors",
-    "learner_decode_errors",
-) + tuple(
-    f"time_{section}_s"
-    for section in (
-        "env_step",
-        "inference",
-        "ring_write",
-        "send",
-        "weights_wait",
-        "broker_insert",
-        "broker_sample",
-        "broker_features",
-        "learner_wait",
-        "learner_gather",
-        "learner_step",
-        "learner_publish",
-    )
+    *(column for column in METRIC_DOCS if column.startswith("time_")),
 )
-"""The time_* columns: seconds each named section has taken since this launch began, summed over the
-workers (env step, policy inference, ring write, unroll send, waiting for weights), the broker (decoding
-and inserting unrolls, making batches; its feature passes, which sampling and insertion include) and the
-learner (waiting for a batch, gathering frames, forward/backward/optimiser, publishing weights)."""
+"""The launcher's own figures, the roles' (their Stat fields; the time_* columns last: seconds each named section
+has taken since this launch began, summed over the workers) and the interval's time shares."""
 
 
 class CsvLog:

@@ -14,6 +14,10 @@ field's annotation is its whole wire spec:
   symbols.  A symbol that no ``Length`` binds (e.g. ``"A"``) is bound by the first array that has it and must
   agree everywhere else.  ``Array(..., empty_ok=True)`` also takes an all-zero shape, meaning "not sent".
 
+A stats message's field that is a column of metrics.csv says so once, in its annotation:
+``Annotated[float, Stat("what it is, with its unit", column=..., combine="sum")]``; the launcher's tally and the
+CSV header are made from these declarations, and the learner fills its ``step=True`` figures from its agent's step.
+
 msgspec checks what it can natively: the tag, the format version, every key (none missing, none unknown),
 scalar types and bounds, and each array map's structure.  The rest is written once, in
 ``_Message.__post_init__``, which runs on decoding and on construction alike: an array's dtype, byte count,
@@ -39,7 +43,7 @@ import numbers
 import re
 import struct
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, ClassVar, Literal
 
 import msgspec
@@ -106,6 +110,20 @@ class Length:
     symbol: str
 
 
+@dataclass(frozen=True)
+class Stat:
+    """``Annotated[float, Stat("what it is, with its unit")]`` on a stats message's field: the field is a column
+    of metrics.csv.  ``column``: its name there (the field's name unless given; a field may feed two columns);
+    ``combine``: how the launcher makes one figure of the latest report of every sender (``"sum"``, ``"min"``
+    or ``"max"`` over the workers; ``"value"`` for the broker's and the learner's, of which there is one);
+    ``step``: a LearnerStats figure that the agent's learner step reports (0 where it reports none)."""
+
+    doc: str
+    column: str = ""
+    combine: Literal["value", "sum", "min", "max"] = "value"
+    step: bool = False
+
+
 class _WireArray(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """An array as it travels."""
 
@@ -155,9 +173,10 @@ class _MessageMeta(msgspec.StructMeta):
         if tag in _REGISTRY:
             raise TypeError(f"duplicate message tag {tag!r}")
         hints = namespace.get("__annotations__", {})
-        scalars, arrays, lengths = [], [], []
+        scalars, arrays, lengths, stats = [], [], [], []
         for field, hint in hints.items():
             kind, *extras = typing.get_args(hint) if typing.get_origin(hint) is Annotated else (hint,)
+            stats += [(field, replace(e, column=e.column or field)) for e in extras if isinstance(e, Stat)]
             if kind is np.ndarray:
                 arrays.append((field, next(e for e in extras if isinstance(e, Array))))
                 hints[field] = Annotated[_WireArray, *extras]  # how it travels; __post_init__ makes the array
@@ -173,6 +192,7 @@ class _MessageMeta(msgspec.StructMeta):
         cls._SCALARS = tuple(scalars)
         cls._ARRAYS = tuple(arrays)
         cls._LENGTHS = tuple(lengths)
+        cls.STATS = tuple(stats)
         _REGISTRY[tag] = cls
         return cls
 
@@ -187,6 +207,7 @@ class _Message(
 
     TAG: ClassVar[str]
     FIELDS: ClassVar[tuple[str, ...]]  # the message's own fields, in wire order (v is every message's)
+    STATS: ClassVar[tuple[tuple[str, Stat], ...]]  # (field, its column of metrics.csv), in declaration order
     _SCALARS: ClassVar[tuple[tuple[str, type, int], ...]]
     _ARRAYS: ClassVar[tuple[tuple[str, Array], ...]]
     _LENGTHS: ClassVar[tuple[tuple[str, str], ...]]
@@ -343,7 +364,8 @@ class Episode(_Message, tag="episode"):
 
 
 class WorkerStats(_Message, tag="worker_stats"):
-    """worker -> launcher, about once a second; doubles as heartbeat."""
+    """worker -> launcher, about once a second; doubles as heartbeat. Its figures are cumulative since the
+    worker started; metrics.csv sums or bounds them over the workers (their latest reports)."""
 
     worker_id: int
     pid: int
@@ -351,64 +373,101 @@ class WorkerStats(_Message, tag="worker_stats"):
     env_frames: int
     env_steps: int
     unrolls_sent: int
-    policy_version: int
+    policy_version: Annotated[
+        int,
+        Stat("the oldest weights version a worker acts with", column="worker_policy_version_min", combine="min"),
+        Stat("the newest weights version a worker acts with", column="worker_policy_version_max", combine="max"),
+    ]
     weight_updates: int
-    step_time_s: float
-    inference_time_s: float
-    ring_write_time_s: float
-    send_time_s: float
-    weights_wait_time_s: float
+    step_time_s: Annotated[float, Stat("seconds stepping the envs", column="time_env_step_s", combine="sum")]
+    inference_time_s: Annotated[float, Stat("seconds of policy inference", column="time_inference_s", combine="sum")]
+    ring_write_time_s: Annotated[
+        float, Stat("seconds writing frames into the rings", column="time_ring_write_s", combine="sum")
+    ]
+    send_time_s: Annotated[float, Stat("seconds sending unroll messages", column="time_send_s", combine="sum")]
+    weights_wait_time_s: Annotated[
+        float,
+        Stat("seconds waiting for weights", column="worker_weights_wait_s", combine="sum"),
+        Stat("seconds waiting for weights", column="time_weights_wait_s", combine="sum"),
+    ]
 
 
 class BrokerStats(_Message, tag="broker_stats", eq=False):
+    """broker -> launcher, about once a second: its counts (cumulative) and its replays' state."""
+
     pid: int
     time: float
-    unrolls_received: int
-    unrolls_dropped_stale: int
-    unrolls_dropped_full: int
-    seq_gaps: int
-    decode_errors: int
+    unrolls_received: Annotated[int, Stat("units (Ape-X: transitions) received from the workers and inserted")]
+    unrolls_dropped_stale: Annotated[
+        int, Stat("units (Ape-X: transitions) dropped because their ring had overwritten their frames")
+    ]
+    unrolls_dropped_full: Annotated[int, Stat("fresh units dropped, oldest first, from a full queue")]
+    seq_gaps: Annotated[int, Stat("worker messages that never arrived (gaps in their numbering)")]
+    decode_errors: Annotated[
+        int, Stat("messages the broker refused: malformed, of the wrong kind, or not fitting this run")
+    ]
     batches_sent: int
-    replay_size: int
-    ready_batches: int
-    replay_sizes: Annotated[np.ndarray, Array("int64", "R")]  # units held by each [[replay]] table
-    prepare_time_s: float  # cumulative time spent making batches, feature recomputation included
-    feature_time_s: float  # cumulative time in the feature forward passes
-    insert_time_s: float  # cumulative time decoding unroll messages and inserting their units
-    elite_lambda: float  # the first elite/attentive replay's current batch multiplier (0: none)
-    elite_distance_pool: float  # mean distance over its last candidate pool
-    elite_distance_chosen: float  # mean distance of the units it chose from that pool
-    elite_distance_min: float
-    elite_distance_max: float
+    replay_size: Annotated[int, Stat("units held by the fullest replay")]
+    ready_batches: Annotated[int, Stat("batches sent that the learner has not taken yet")]
+    replay_sizes: Annotated[
+        np.ndarray, Array("int64", "R"), Stat("units held by each [[replay]] table, space-separated")
+    ]
+    prepare_time_s: Annotated[
+        float, Stat("seconds making batches, feature passes included", column="time_broker_sample_s")
+    ]
+    feature_time_s: Annotated[float, Stat("seconds in the feature forward passes", column="time_broker_features_s")]
+    insert_time_s: Annotated[
+        float, Stat("seconds decoding unroll messages and inserting their units", column="time_broker_insert_s")
+    ]
+    elite_lambda: Annotated[float, Stat("the first elite/attentive replay's batch multiplier (0: none)")]
+    elite_distance_pool: Annotated[float, Stat("mean feature distance over its last candidate pool")]
+    elite_distance_chosen: Annotated[float, Stat("mean distance of the units it chose from that pool")]
+    elite_distance_min: Annotated[float, Stat("least distance in that pool")]
+    elite_distance_max: Annotated[float, Stat("greatest distance in that pool")]
 
 
 class LearnerStats(_Message, tag="learner_stats"):
+    """learner -> launcher, every log interval and at the end: its counts (cumulative) and its last step's
+    figures (``step=True``: what the agent's learner step reports, 0 where it reports nothing)."""
+
     pid: int
     time: float
-    learner_step: int
-    policy_version: int
+    learner_step: Annotated[int, Stat("optimiser steps taken")]
+    policy_version: Annotated[int, Stat("the version of the weights the learner last published")]
     samples: int
     env_frames_trained: int
-    units_dropped_torn: int
-    total_loss: float
-    pg_loss: float
-    baseline_loss: float
-    entropy_loss: float
-    learning_rate: float
-    grad_norm: float
-    mean_rho: float
-    policy_cloning_loss: float
-    value_cloning_loss: float
-    laser_masked_fraction: float
-    # Mean age in policy versions of the fresh (queue) units of the last batch; Ape-X: its newest transition's.
-    policy_lag: float
-    sample_age_mean: float  # mean age in policy versions of every unit of the last batch
-    sample_age_max: float
-    step_time_s: float
-    gather_time_s: float
-    wait_time_s: float
-    publish_time_s: float  # cumulative time flattening, encoding and sending new weights
-    decode_errors: int  # batches and weights requests that failed the schema or did not fit the run
+    units_dropped_torn: Annotated[int, Stat("units dropped because their frames were overwritten as they were read")]
+    total_loss: Annotated[float, Stat("the last step's loss", step=True)]
+    pg_loss: Annotated[float, Stat("its policy-gradient term", step=True)]
+    baseline_loss: Annotated[float, Stat("its value term", step=True)]
+    entropy_loss: Annotated[float, Stat("its entropy term", step=True)]
+    learning_rate: Annotated[float, Stat("the optimiser's learning rate")]
+    grad_norm: Annotated[float, Stat("the gradient norm before clipping", step=True)]
+    mean_rho: Annotated[float, Stat("the mean importance ratio pi/mu", step=True)]
+    policy_cloning_loss: Annotated[float, Stat("CLEAR's policy-cloning term", step=True)]
+    value_cloning_loss: Annotated[float, Stat("CLEAR's value-cloning term", step=True)]
+    laser_masked_fraction: Annotated[float, Stat("the share of steps LASER masked", step=True)]
+    policy_lag: Annotated[
+        float,
+        Stat(
+            "mean age in policy versions of the last batch's fresh (queue) units; Ape-X: its newest transition's",
+            step=True,
+        ),
+    ]
+    sample_age_mean: Annotated[float, Stat("mean age in policy versions of every unit of the last batch", step=True)]
+    sample_age_max: Annotated[float, Stat("the oldest unit's age in that batch", step=True)]
+    step_time_s: Annotated[float, Stat("seconds of forward, backward and optimiser", column="time_learner_step_s")]
+    gather_time_s: Annotated[float, Stat("seconds gathering frames", column="time_learner_gather_s")]
+    wait_time_s: Annotated[float, Stat("seconds waiting for a batch", column="time_learner_wait_s")]
+    publish_time_s: Annotated[
+        float, Stat("seconds flattening, encoding and sending new weights", column="time_learner_publish_s")
+    ]
+    decode_errors: Annotated[
+        int,
+        Stat(
+            "batches and weights requests refused: malformed, or not fitting this run", column="learner_decode_errors"
+        ),
+    ]
     checkpoint_path: Text  # "" when no checkpoint was written
 
 

@@ -20,6 +20,20 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
+_COMBINE = {"value": lambda values: values[-1], "sum": sum, "min": min, "max": max}
+
+
+def stat_columns(reports: list) -> dict:
+    """The metrics.csv columns of the latest reports of one kind of role (every worker's, or the broker's, or
+    the learner's), as their message's ``protocol.Stat`` fields declare them; an array is written as its
+    numbers, space-separated."""
+    out: dict = {}
+    for name, stat in type(reports[0]).STATS if reports else ():
+        value = _COMBINE[stat.combine]([getattr(r, name) for r in reports])
+        out[stat.column] = " ".join(str(int(n)) for n in value) if isinstance(value, np.ndarray) else value
+    return out
+
+
 @dataclass
 class Tally:
     """What the launcher knows of the run, from the stats messages."""
@@ -112,36 +126,6 @@ class Tally:
             out["broker_feature_s"] = d["features"] / d["batches"]
         return out
 
-    def section_times(self) -> dict[str, float]:
-        """Cumulative seconds of every named section of every role (the time_* columns of metrics.csv)."""
-        out: dict[str, float] = {}
-        if self.workers:
-            w = list(self.workers.values())
-            for section, name in (
-                ("env_step", "step_time_s"),
-                ("inference", "inference_time_s"),
-                ("ring_write", "ring_write_time_s"),
-                ("send", "send_time_s"),
-                ("weights_wait", "weights_wait_time_s"),
-            ):
-                out[f"time_{section}_s"] = sum(getattr(x, name) for x in w)
-        if self.broker:
-            b = self.broker
-            out.update(
-                time_broker_insert_s=b.insert_time_s,
-                time_broker_sample_s=b.prepare_time_s,
-                time_broker_features_s=b.feature_time_s,
-            )
-        if self.learner:
-            ls = self.learner
-            out.update(
-                time_learner_wait_s=ls.wait_time_s,
-                time_learner_gather_s=ls.gather_time_s,
-                time_learner_step_s=ls.step_time_s,
-                time_learner_publish_s=ls.publish_time_s,
-            )
-        return out
-
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
 
@@ -158,63 +142,9 @@ class Tally:
             "worker_restarts": self.worker_restarts,
             "stats_decode_errors": self.stats_errors,
         }
-        if self.workers:
-            versions = [w.policy_version for w in self.workers.values()]
-            row.update(
-                worker_policy_version_min=min(versions),
-                worker_policy_version_max=max(versions),
-                worker_weights_wait_s=sum(w.weights_wait_time_s for w in self.workers.values()),
-            )
-        if self.learner:
-            ls = self.learner
-            row.update(
-                {
-                    k: getattr(ls, k)
-                    for k in (
-                        "learner_step",
-                        "policy_version",
-                        "policy_lag",
-                        "total_loss",
-                        "pg_loss",
-                        "baseline_loss",
-                        "entropy_loss",
-                        "policy_cloning_loss",
-                        "value_cloning_loss",
-                        "laser_masked_fraction",
-                        "sample_age_mean",
-                        "sample_age_max",
-                        "learning_rate",
-                        "grad_norm",
-                        "mean_rho",
-                        "units_dropped_torn",
-                    )
-                }
-            )
-            row["learner_decode_errors"] = ls.decode_errors
-        if self.broker:
-            b = self.broker
-            row.update(
-                {
-                    k: getattr(b, k)
-                    for k in (
-                        "unrolls_received",
-                        "unrolls_dropped_stale",
-                        "unrolls_dropped_full",
-                        "seq_gaps",
-                        "decode_errors",
-                        "replay_size",
-                        "ready_batches",
-                        "elite_lambda",
-                        "elite_distance_pool",
-                        "elite_distance_chosen",
-                        "elite_distance_min",
-                        "elite_distance_max",
-                    )
-                }
-            )
-            row["replay_sizes"] = " ".join(str(int(n)) for n in b.replay_sizes)
+        for reports in (list(self.workers.values()), [self.broker], [self.learner]):
+            row.update(stat_columns([r for r in reports if r is not None]))
         row.update(self.interval_figures())
-        row.update(self.section_times())
         return row
 
     def best_record(self, checkpoint_name: str) -> dict | None:

@@ -33,21 +33,8 @@ from zrl.roles.common import (
 
 INDEX_EVERY_S = 10.0  # how often the learner asks the broker for its replay index (for checkpoints)
 
-# An agent's step figures, by their LearnerStats names; those an agent does not report stay 0
-STEP_METRICS = (
-    "total_loss",
-    "pg_loss",
-    "baseline_loss",
-    "entropy_loss",
-    "grad_norm",
-    "mean_rho",
-    "policy_cloning_loss",
-    "value_cloning_loss",
-    "laser_masked_fraction",
-    "policy_lag",
-    "sample_age_mean",
-    "sample_age_max",
-)
+# An agent's step figures, by their LearnerStats names (declared there); those an agent does not report stay 0
+STEP_METRICS = tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)
 
 
 def resolve_device(name: str) -> torch.device:
