@@ -116,6 +116,10 @@ def test_resolved_config_round_trips(tmp_path):
         ("[learner]\nclip_rho_threshold = 2.0\n", ["learner.clip_rho_threshold is no longer a key", "vtrace.clip_rho"]),
         ("[vtrace]\nclear_policy_kl = 'forward'\n", ["vtrace.clear_policy_kl", "mu_pi, pi_mu"]),
         ("[vtrace]\nlaser_kl_threshold = 0\n", ["vtrace.laser_kl_threshold", "must be > 0"]),
+        (  # a section's own names hold whatever the algo
+            "algo = 'apex_iqn'\n[vtrace]\nclear_value_loss = 'l1'\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
+            ["vtrace.clear_value_loss", "squared, l2_norm"],
+        ),
         ("[algo]\nlaser = true\n", ["[algo] is now [vtrace]", 'algo = "vtrace" or "apex_iqn"']),
         ("algo = 'dqn'\n", ["algo", "vtrace, apex_iqn"]),
         ("[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n", ["replay[0].type", 'needs algo = "apex_iqn"']),
@@ -339,7 +343,7 @@ def test_a_stored_auto_kind_from_before_the_small_torso_still_means_the_nature_n
 
 
 def test_a_split_with_more_workers_than_cores_gets_a_note_naming_a_better_one(monkeypatch):
-    monkeypatch.setattr(config, "usable_cores", lambda: 2)
+    monkeypatch.setattr(config.sizing, "usable_cores", lambda: 2)  # where split_note and learner_threads look
     cfg = config.load(None, [], {"workers.count": 8, "workers.envs_per_worker": 4})
     note = config.split_note(cfg)
     assert note and "--workers 2 --envs-per-worker 8" in note and "nice 10" in note
@@ -361,6 +365,8 @@ def test_bounds_are_the_declarations_and_hold_for_a_config_built_in_code():
         config.load(None, ["apex.v_min=nan"])
     with pytest.raises(ConfigError, match=r"model.mlp_hidden = \[64, 'a'\] must be a list of integers"):
         config.load(None, ['model.mlp_hidden=[64, "a"]'])
+    with pytest.raises(ConfigError, match=r"^run: Expected `object`, got `array`"):  # not about one key
+        config.declared(config.RunConfig, [1], "run")
 
 
 def test_every_key_is_declared_with_a_description():

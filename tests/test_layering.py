@@ -154,3 +154,24 @@ def test_the_launchers_parts_do_not_import_the_launcher():
 def test_the_bench_reuses_the_launchers_wiring():
     assert "zrl.launch.wiring" in GRAPH["zrl.bench.roles"]
     assert "zrl.roles.worker" not in GRAPH["zrl.bench.roles"]  # the wiring makes the role processes
+
+
+def test_importing_the_config_loads_only_the_agents_leaves():
+    """Importing an agent's section runs its package's __init__ first, so what zrl.config loads at import time is
+    that __init__'s module-level imports too: only the registry, the error type and its own section (its parts
+    and the models are imported inside functions, when a role asks for them)."""
+    for section in AGENT_SECTIONS:
+        package = section.rpartition(".")[0]
+        body = ast.parse(MODULES[package].read_text()).body
+        found = {
+            node.module
+            for node in body
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ("zrl", "shm")
+        } | {
+            alias.name
+            for node in body
+            if isinstance(node, ast.Import)
+            for alias in node.names
+            if alias.name.split(".")[0] in ("zrl", "shm")
+        }
+        assert found <= {"zrl.agents", "zrl.errors", section}, (package, found)

@@ -6,8 +6,10 @@ evaluation, and its actor, broker part and learner part, which the one worker, b
 and zrl-bench call ``get(cfg.algo)`` and use what it declares.
 
 A new agent is one package and one line in ``REGISTRY`` (``zrl.config`` takes its valid ``algo`` names from
-it). This module imports nothing of zrl, and an agent's package is imported when first asked for, so that the
-config reads the table without importing any agent and a role imports only its own.
+it). This module imports nothing of zrl. An agent's parts (actor, broker part, learner part) and its network are
+imported when first asked for, so that a role imports only its own; what ``zrl.config`` loads of an agent is its
+package's ``__init__`` and its config section, which import nothing of zrl but this registry and ``zrl.errors``
+(``tests/test_layering.py`` holds both).
 
 The worker, the broker and the learner are one loop each (``zrl/roles/``) that takes the agent's part. An
 agent's config section, with its rules, is its ``config.py``: a leaf module that ``zrl.config`` composes into

@@ -54,8 +54,11 @@ def declared(cls: type, values: dict[str, Any], where: str) -> Any:
     try:
         section = msgspec.convert(values, cls)
     except msgspec.ValidationError as err:
-        name = str(err).rpartition("at `$.")[2].rstrip("`").partition("[")[0]
-        _refuse(cls, name, values.get(name), where, str(err).startswith("Expected") and ", got `" in str(err))
+        text = str(err)
+        name = text.rpartition("at `$.")[2].rstrip("`").partition("[")[0] if "at `$." in text else ""
+        if name not in {f.name for f in dataclasses.fields(cls)}:  # not about one key: msgspec's own account
+            raise ConfigError(f"{where}: {text}", where) from None
+        _refuse(cls, name, values.get(name), where, text.startswith("Expected") and ", got `" in text)
     for name, value in values.items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where}.{name} = {value!r} must be a finite number", f"{where}.{name}")
@@ -66,7 +69,7 @@ def _refuse(cls: type, name: str, value: Any, where: str, wrong_type: bool) -> t
     hint = typing.get_type_hints(cls, include_extras=True)[name]
     base, meta = typing.get_args(hint)[:2] if typing.get_origin(hint) is typing.Annotated else (hint, None)
     key = f"{where}.{name}"
-    if wrong_type or meta is None:
+    if wrong_type or meta is None or not any(b is not None for b in (meta.gt, meta.ge, meta.lt, meta.le)):
         raise ConfigError(f"{key} = {value!r} must be {_TYPE_NAMES.get(base, 'a list of integers')}", key)
     low = f"> {meta.gt}" if meta.gt is not None else f">= {meta.ge}" if meta.ge is not None else None
     high = f"< {meta.lt}" if meta.lt is not None else f"<= {meta.le}" if meta.le is not None else None
@@ -83,6 +86,8 @@ def check(cfg) -> None:
         section = getattr(cfg, part.name)
         if dataclasses.is_dataclass(section):
             declared(type(section), msgspec.to_builtins(section), part.name)
+            if hasattr(section, "check"):  # a section's own rules (an agent's: its names), for every run
+                section.check()
     for i, rep in enumerate(cfg.replay):
         declared(type(rep), msgspec.to_builtins(rep), f"replay[{i}]")
     if cfg.learner.lr_end > cfg.learner.learning_rate:

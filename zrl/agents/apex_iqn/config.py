@@ -111,19 +111,26 @@ class ApexConfig:
         ),
     ] = 0.0
 
+    def check(self) -> None:
+        """The section's own rules, for every run whatever its algo: a known head, and C51's atoms."""
+        choice("apex.head", self.head, APEX_HEADS)
+        if self.head == "c51" and (self.atoms < 2 or not self.v_min < self.v_max):
+            fail(
+                "apex.atoms",
+                f"C51 needs at least 2 atoms and v_min < v_max, got {self.atoms}, {self.v_min}, {self.v_max}",
+            )
+
 
 def check(cfg) -> None:
     """Ape-X's rules on a whole config (bounds are the fields' own): one prioritized replay that holds what the
-    learner starts on and a worker's block, a valid head, and no deterministic run."""
+    learner starts on and a worker's block, and no deterministic run. (Its section's bounds, head and atoms hold
+    for every run: the fields' own, and ApexConfig.check.)"""
     prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
     if len(cfg.replay) != 1 or not prioritized:
         fail(
             "replay", 'algo = "apex_iqn" takes exactly one [[replay]], of type "prioritized" (capacity in transitions)'
         )
     a = cfg.apex
-    choice("apex.head", a.head, APEX_HEADS)
-    if a.head == "c51" and (a.atoms < 2 or not a.v_min < a.v_max):
-        fail("apex.atoms", f"C51 needs at least 2 atoms and v_min < v_max, got {a.atoms}, {a.v_min}, {a.v_max}")
     if cfg.run.deterministic:
         fail(
             "run.deterministic",

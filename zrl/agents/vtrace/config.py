@@ -75,12 +75,15 @@ class VtraceConfig:
         ),
     ] = "squared"
 
+    def check(self) -> None:
+        """The section's own rules, for every run whatever its algo: the names its string keys take."""
+        choice("vtrace.clear_policy_kl", self.clear_policy_kl, CLONING_KL)
+        choice("vtrace.clear_value_loss", self.clear_value_loss, CLONING_VALUE)
+
 
 def check(cfg) -> None:
-    """V-trace's rules on a whole config (bounds are the fields' own): its choices, and no prioritized replay,
-    which holds Ape-X transitions."""
-    choice("vtrace.clear_policy_kl", cfg.vtrace.clear_policy_kl, CLONING_KL)
-    choice("vtrace.clear_value_loss", cfg.vtrace.clear_value_loss, CLONING_VALUE)
+    """V-trace's rules on a whole config whose algo is vtrace: no prioritized replay, which holds Ape-X
+    transitions. (Its section's bounds and choices hold for every run: the fields' own, and VtraceConfig.check.)"""
     prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
     if prioritized:
         fail(
