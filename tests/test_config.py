@@ -106,8 +106,13 @@ def test_resolved_config_round_trips(tmp_path):
         ),
         (
             "[[replay]]\ntype = 'attentive'\ncapacity = 64\nsample_ratio = 1.0\nlambda_batch_multiplier = 0.5\n",
-            ["replay[0].lambda_batch_multiplier", "must be >= 1"],
+            ["replay[0].lambda_batch_multiplier", "must be >= 1 (1 samples uniformly), got 0.5"],
         ),
+        (
+            "[workers]\nnice = 20\n",
+            ["workers.nice", "must be between 0 and 19 (the workers only lower their priority)"],
+        ),
+        ("[run]\nmax_seconds = -5\n", ["run.max_seconds", "must be >= 0 (0: no limit), got -5"]),
         (
             "[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.25\n[[replay]]\ntype = 'uniform'\n"
             "capacity = 64\nsample_ratio = 0.75\n[learner]\nbatch_size = 6\n",

@@ -73,11 +73,12 @@ def _refuse(cls: type, name: str, value: Any, where: str, wrong_type: bool) -> t
         raise ConfigError(f"{key} = {value!r} must be {_TYPE_NAMES.get(base, 'a list of integers')}", key)
     low = f"> {meta.gt}" if meta.gt is not None else f">= {meta.ge}" if meta.ge is not None else None
     high = f"< {meta.lt}" if meta.lt is not None else f"<= {meta.le}" if meta.le is not None else None
+    hint = f" ({meta.extra['hint']})" if meta.extra and "hint" in meta.extra else ""  # what the bound means
     if meta.ge is not None and meta.le is not None:
-        fail(key, f"must be between {meta.ge} and {meta.le}, got {value!r}")
+        fail(key, f"must be between {meta.ge} and {meta.le}{hint}, got {value!r}")
     if low and high:
-        fail(key, f"must be {low} and {high}, got {value!r}")
-    fail(key, f"must be {low or high}, got {value!r}")
+        fail(key, f"must be {low} and {high}{hint}, got {value!r}")
+    fail(key, f"must be {low or high}{hint}, got {value!r}")
 
 
 def check(cfg) -> None:

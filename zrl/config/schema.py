@@ -65,6 +65,7 @@ class RunConfig:
         float,
         Meta(
             ge=0,
+            extra={"hint": "0: no limit"},
             description="Wall-clock budget: the run stops in order (exit code 0) after this many seconds; 0: no limit.",
         ),
     ] = 0.0
@@ -180,6 +181,7 @@ class WorkersConfig:
         Meta(
             ge=0,
             le=19,
+            extra={"hint": "the workers only lower their priority"},
             description="Scheduling priority the workers lower themselves by (Unix nice, 0-19), so that the learner keeps its share of the cores whatever the worker count. 10: at 8 x 4 on 2 cores the learner made 14.5 steps/s against 11.4 at 0 (the best split's 19.5).",
         ),
     ] = 10
@@ -194,6 +196,7 @@ class WorkersConfig:
         int,
         Meta(
             ge=0,
+            extra={"hint": "0: a worker that dies stops the run"},
             description="A worker that dies (or hangs past run.heartbeat_timeout_s) is restarted; one that needs more than this many restarts within workers.restart_window_s stops the run, with its traceback. 0: never restart.",
         ),
     ] = 3
@@ -355,7 +358,9 @@ class ReplayConfig:
             description="elite, attentive: ln_norm (p-norm of the [steps, F] difference), cos_dist (1 - cosine similarity, mean over steps) or kl_div (sum over steps of KL(softmax(stored) || softmax(current)))."
         ),
     ] = "ln_norm"
-    p: Annotated[float, Meta(ge=1, description="elite, attentive: the p of ln_norm.")] = 2.0
+    p: Annotated[
+        float, Meta(ge=1, extra={"hint": "the p of a p-norm"}, description="elite, attentive: the p of ln_norm.")
+    ] = 2.0
     strategy: Annotated[
         int,
         Meta(
@@ -366,6 +371,7 @@ class ReplayConfig:
         float,
         Meta(
             ge=1,
+            extra={"hint": "1 samples uniformly"},
             description="elite, attentive: the candidate pool holds lambda x n distinct units (n = batch_size x sample_ratio); lambda anneals to 1, where sampling is uniform.",
         ),
     ] = 6.0
@@ -380,6 +386,7 @@ class ReplayConfig:
         int,
         Meta(
             ge=0,
+            extra={"hint": "0 compares all steps"},
             description="elite, attentive: time steps of each unit whose features are compared, evenly spaced over the unroll; 0 (or T or more) compares all T (exact, and the costliest).",
         ),
     ] = 5
@@ -393,6 +400,7 @@ class ReplayConfig:
         int,
         Meta(
             ge=1,
+            extra={"hint": "at most the capacity is drawn"},
             description="elite, attentive: units drawn for each elite insertion (the units of one worker message share a draw).",
         ),
     ] = 20
