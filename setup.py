@@ -15,7 +15,8 @@ setup(
         # matplotlib draws zrl-bench learning's curves (tests check the PNG)
         # and ruff lints and formats (pyproject.toml; .ci/run enforces both): one fast tool for what flake8,
         # isort, pyupgrade and black did apart
-        "test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "matplotlib==3.11.2", "ruff==0.17.6"],
+        # msgpack: tests/test_protocol.py reads and forges the wire form with an implementation other than zrl's
+        "test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "matplotlib==3.11.2", "ruff==0.17.6", "msgpack==1.2.4"],
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py
         "peers": ["envpool==1.2.5", "opencv-python-headless==5.0.0.93", "matplotlib==3.11.2"],

@@ -30,7 +30,7 @@ def machine() -> dict:
     import torch
 
     versions = {"python": platform.python_version()}
-    for dist in ("zrl", "torch", "numpy", "pyzmq", "msgspec", "msgpack", "ale-py", "gymnasium", "envpool"):
+    for dist in ("zrl", "torch", "numpy", "pyzmq", "msgspec", "ale-py", "gymnasium", "envpool"):
         try:
             versions[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
