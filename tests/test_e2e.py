@@ -406,12 +406,12 @@ def _wait_for_step(run_dir_glob: Path, above: int, timeout: float = 120) -> None
     pytest.fail("the learner never stepped")
 
 
-KILLS = 4
+KILLS = 3
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint(tmp_path, no_leaks, signum):
-    """A checkpoint after every learner step, so a kill lands during or next to a write; 4 kills of the
+    """A checkpoint after every learner step, so a kill lands during or next to a write; 3 kills of the
     launcher, each followed by --resume: a loadable checkpoint always exists and no temp file is taken.
     (tests/test_checkpoint.py kills a checkpoint writer at random moments too, at the file level.)"""
     import random

@@ -75,12 +75,12 @@ def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
     )
 
 
-PONG_BUDGET_FRAMES = 3_000_000
+PONG_BUDGET_FRAMES = 2_500_000
 WINDOW_ROWS = 10  # rows of metrics.csv, one per 2 s: about 20 s of training
 
 
 def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, no_leaks):
-    """The plain zrl-launch (the README's first command: V-trace, Pong, every default) for 3M env frames,
+    """The plain zrl-launch (the README's first command: V-trace, Pong, every default) for 2.5M env frames,
     seed 0, about 5 minutes on two cores. Pong's return barely moves this early (the 100-episode mean leaves
     -20 after 3M to 5M frames, by seed), but learning shows in two places:
 
@@ -94,7 +94,12 @@ def test_the_default_agent_starts_learning_pong_within_a_frame_budget(tmp_path, 
     entropy 0.83-0.96 (seed 4). The entropy's level at the end is no criterion: it wanders as learning
     starts (the last third's mean at 2.5M frames was 0.909 in one seed-0 run and 0.970 in another; seed 4's
     was 0.985 at 3M), while a policy that does not learn stays at 1.00. The old defaults (batches of 32 at
-    0.8 steps/s) stayed at uniform over this budget (issue "1 of 7")."""
+    0.8 steps/s) stayed at uniform over this budget (issue "1 of 7").
+
+    The budget was 3M frames until 2026-11-26, when it was cut to 2.5M for CI time. Recalibrated on the first
+    2.5M frames of two CI runs of this test at 3M (seed 0, Intel Xeon, rows every 2 s): value loss ratio 0.46
+    and 0.51, lowest 10-row entropy 0.941 and 0.942, reached after 2.1M frames (at 2M it was 0.962-0.963: the
+    initial policy sits at 0.98-0.99, which is why the budget did not go lower); about 300 s against 360."""
     import math
 
     result = run_command(

@@ -143,8 +143,11 @@ def _stopped_in_order(tmp_path: Path, role: str, err: str) -> dict:
     return next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
 
 
+KILLS = 4  # about 50k frames of budget per kill, so that the kills end well before the budget
+
+
 def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path, no_leaks):
-    """SIGKILL a random worker 6 times during a Pong run: 6 restarts are counted, the learner step never goes
+    """SIGKILL a random worker 4 times during a Pong run: 4 restarts are counted, the learner step never goes
     back, and the run still reaches its frame budget."""
     rng = random.Random(7)
     killed = []
@@ -153,7 +156,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
         "--config",
         SMOKE,
         "--set",
-        "run.max_env_frames=300000",
+        "run.max_env_frames=200000",
         "--set",
         "workers.max_restarts=20",
         "--set",
@@ -161,7 +164,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
         "--quiet",
     ) as proc:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
-        for _ in range(6):
+        for _ in range(KILLS):
             victim = None
 
             def pick() -> bool:
@@ -177,14 +180,14 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
         code, out, err = _finish(proc, 300)
     assert code == 0, err[-3000:]
     rows = metrics_rows(tmp_path)
-    assert int(rows[-1]["worker_restarts"]) == 6, rows[-1]
+    assert int(rows[-1]["worker_restarts"]) == KILLS, rows[-1]
     steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
     assert steps == sorted(steps) and steps[-1] > 2
     frames = [int(r["env_frames"]) for r in rows]
-    assert frames == sorted(frames) and frames[-1] >= 300_000  # a restarted worker's counts go on
+    assert frames == sorted(frames) and frames[-1] >= 200_000  # a restarted worker's counts go on
     (run_dir,) = (tmp_path / "results").iterdir()
     log = (run_dir / "zrl.log").read_text()
-    assert log.count("exited with code -9; restarted it with the current weights") == 6
+    assert log.count("exited with code -9; restarted it with the current weights") == KILLS
 
 
 def test_restarted_workers_never_mix_their_frames_into_old_descriptors(tmp_path, no_leaks):
