@@ -11,7 +11,9 @@ steps=${2:-150}
 shift $(( $# >= 2 ? 2 : 1 ))
 here=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python}
-batch=$(cd "$here" && $python -c "from zrl import config; c = config.load(None, [a for a in '''$*'''.split() if '=' in a]); print(c.learner.batch_size * c.learner.unroll_length * c.env.frame_skip)")
+# env frames per learner step, from the config these --set items make: one step's budget
+batch=$(cd "$here" && $python -c "import sys; from zrl import config; c = config.load(None, sys.argv[2::2]); \
+print(c.learner.batch_size * c.learner.unroll_length * c.env.frame_skip)" "$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for side in other here; do

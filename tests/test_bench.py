@@ -283,3 +283,16 @@ def test_the_pong_reference_curve_is_kept_with_its_source():
     assert ref["points"][-1] == {"env_frames": 5_200_000, "minutes": 62, "mean_return": 12.1}
     assert _reference_at(ref, 62) == pytest.approx(12.1) and _reference_at(ref, 10) is None
     assert _reference_at(ref, 40.5) == pytest.approx((-6.8 + -1.0) / 2)
+
+
+@pytest.mark.unit
+def test_a_learning_json_reads_back_to_the_points_it_was_written_from():
+    from zrl.bench.learning import for_json, from_json
+
+    points = [
+        {"episode": i, "env_frames": 1000 * i, "minutes": 0.5 * i, "mean_return_100": -21.0 + i} for i in (1, 2, 3)
+    ]
+    result = {"env": "ALE/Pong-v5", "curves": [{"label": "seed 1", "episodes": 3, "points": points}]}
+    written = json.loads(json.dumps(for_json(result)))
+    assert written["curves"][0]["points"]["env_frames"] == [1000, 2000, 3000]
+    assert from_json(written) == result

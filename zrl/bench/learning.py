@@ -218,6 +218,16 @@ def for_json(result: dict) -> dict:
     return result | {"curves": curves}
 
 
+def from_json(result: dict) -> dict:
+    """The inverse of :func:`for_json`: a JSON file's result with each curve's points as a list of dicts again, as
+    :func:`plot` and :func:`summary_rows` take them."""
+    curves = []
+    for c in result["curves"]:
+        columns = c["points"]
+        curves.append(c | {"points": [dict(zip(columns, row)) for row in zip(*columns.values())]})
+    return result | {"curves": curves}
+
+
 def _run_config(run_dir: Path) -> dict:
     """A run folder's resolved config.toml, {} where it cannot be read."""
     import tomllib
