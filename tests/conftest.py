@@ -17,6 +17,7 @@ from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import protocol
 from zrl.config import Config
+from zrl.namespace import NAMESPACE_VAR, private_prefix, role_title, shm_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -242,20 +243,26 @@ def last_metric(cwd: Path, column: str) -> int:
     return values[-1] if values else -1
 
 
+# What these see is scoped to this session's $ZRL_NAMESPACE (tests/run_all runs the learning tier in its own, beside
+# the rest), so that a test counts what its own runs left, not what the other lane's runs hold meanwhile.
+
+
 def zrl_segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("zrl_")}
+    return {name for name in os.listdir("/dev/shm") if name.startswith(f"{shm_prefix()}_")}
 
 
 def zrl_socket_folders() -> set[str]:
-    return {p.name for p in Path(tempfile.gettempdir()).glob("zrl-*")}
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"{private_prefix()}*")}
 
 
 def zrl_processes() -> list[psutil.Process]:
-    found = []
+    """The role processes of this namespace: a role's title ends with its namespace (zrl/namespace.py)."""
+    found, mark = [], role_title("")
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
         if any(cmd.startswith(title) for title in ROLE_TITLES):
-            found.append(proc)
+            if cmd.endswith(mark) if mark else f"({NAMESPACE_VAR}=" not in cmd:
+                found.append(proc)
     return found
 
 

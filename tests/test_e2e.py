@@ -214,6 +214,14 @@ def test_bad_input_exits_2_before_anything_is_created(tmp_path, no_leaks, args, 
     assert not (tmp_path / "results").exists()
 
 
+def test_a_bad_namespace_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZRL_NAMESPACE", "two_words")
+    result = run_command("zrl-launch", "--config", SMOKE, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "ZRL_NAMESPACE='two_words'" in result.stderr and "letters, digits and '-'" in result.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_bad_config_file_names_the_file(tmp_path, no_leaks):
     bad = tmp_path / "bad.toml"
     bad.write_text("[learner]\nbatch_size = 4\nunroll_lenght = 10\n")

@@ -28,7 +28,7 @@ def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     cfg = config.load(CARTPOLE)
     assert cfg.run.max_env_frames == BUDGET_ENV_STEPS
     result = run_command(
-        "zrl-launch", "--config", CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path, timeout=600
+        "zrl-launch", "--config", CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path, timeout=1200
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
@@ -57,7 +57,7 @@ def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
     random policy's 22. About 4 minutes on two cores."""
     cfg = config.load(APEX_CARTPOLE)
     assert cfg.algo == "apex_iqn" and cfg.run.max_env_frames == APEX_BUDGET_ENV_STEPS and cfg.run.seed == 0
-    result = run_command("zrl-launch", "--config", APEX_CARTPOLE, "--quiet", cwd=tmp_path, timeout=600)
+    result = run_command("zrl-launch", "--config", APEX_CARTPOLE, "--quiet", cwd=tmp_path, timeout=1200)
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     with open(run_dir / "episodes.csv") as fh:

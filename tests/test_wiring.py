@@ -1,9 +1,11 @@
 """The launcher's wiring and stop on their own: what Wiring makes (rings, socket folder, sockets, the roles'
-RunWiring) it removes on close, also after a failed open; a role that ignores its stop is killed and reaped."""
+RunWiring) it removes on close, also after a failed open; a namespace ($ZRL_NAMESPACE) names what it makes and
+sweeps only its own; a role that ignores its stop is killed and reaped."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import tempfile
 import time
 from pathlib import Path
 
@@ -11,8 +13,10 @@ import pytest
 import zmq
 from conftest import REPO, zrl_segments
 
+from shm import segment_name
 from zrl import envs
-from zrl.config import load
+from zrl.config import ConfigError, load
+from zrl.launch import NAMESPACE_VAR, private_prefix, role_title, shm_prefix, sweep_stale
 from zrl.launch import wiring as wiring_mod
 from zrl.launch.supervise import kill_all, stop_in_order
 from zrl.launch.wiring import Wiring
@@ -51,6 +55,55 @@ def test_a_wiring_that_fails_to_open_leaves_nothing(monkeypatch, no_leaks):
         w.open()
     assert len(w.rings) == 2
     w.close()  # the launcher's finally: the rings made before the failure go too
+
+
+def test_a_namespace_names_what_its_wiring_makes(monkeypatch):
+    monkeypatch.setenv(NAMESPACE_VAR, "lane-2")
+    cfg = load(REPO / "config" / "smoke.toml", ["workers.count=2"])
+    w = Wiring(cfg, envs.probe(cfg.env))
+    try:
+        w.open()
+        private = Path(w.private)
+        assert private.name.startswith("zrl.lane-2-") and private.is_dir()
+        assert all(name.lstrip("/").startswith("zrl.lane-2_") for name in w.roles.ring_names)
+        assert {name.lstrip("/") for name in w.roles.ring_names} <= zrl_segments()  # the leak check sees them
+    finally:
+        w.close()
+    assert not private.exists() and not {name.lstrip("/") for name in w.roles.ring_names} & zrl_segments()
+
+
+def test_a_namespace_sweeps_only_what_its_own_dead_launches_left(monkeypatch):
+    dead = 999_999_999  # above any pid_max: never alive
+    left = {}
+    for ns in ("", "lane-2"):  # "" is the default, as unset
+        monkeypatch.setenv(NAMESPACE_VAR, ns)
+        segment = Path("/dev/shm", segment_name(shm_prefix(), "sweeptest", dead, "ring0"))
+        folder = Path(tempfile.gettempdir(), f"{private_prefix()}{dead}-sweeptest")
+        segment.write_bytes(b"")
+        folder.mkdir()
+        left[ns] = segment, folder
+    try:
+        assert left["lane-2"][0].name.startswith("zrl.lane-2_") and left[""][0].name.startswith("zrl_")
+        segments, folders = sweep_stale()  # in lane-2
+        assert (segments, folders) == ([left["lane-2"][0].name], [str(left["lane-2"][1])])
+        assert all(path.exists() for path in left[""])
+        monkeypatch.setenv(NAMESPACE_VAR, "")
+        segments, folders = sweep_stale()
+        assert left[""][0].name in segments and str(left[""][1]) in folders
+        assert not any(path.exists() for pair in left.values() for path in pair)
+    finally:
+        for segment, folder in left.values():
+            segment.unlink(missing_ok=True)
+            if folder.exists():
+                folder.rmdir()
+
+
+@pytest.mark.parametrize("bad", ["a_b", "-lead", "x" * 33, "a/b"])
+def test_a_namespace_that_cannot_name_files_is_refused(monkeypatch, bad):
+    monkeypatch.setenv(NAMESPACE_VAR, bad)
+    for name in (shm_prefix, private_prefix, lambda: role_title("zrl-broker")):
+        with pytest.raises(ConfigError, match=f"{NAMESPACE_VAR}=.*letters, digits and '-'"):
+            name()
 
 
 def test_a_process_that_ignores_its_stop_is_killed_and_reaped():

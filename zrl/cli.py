@@ -75,9 +75,10 @@ def launch_main(
 ) -> None:
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
-    from zrl.launch import launch, resume
+    from zrl.launch import launch, namespace, resume
 
     try:
+        namespace()  # a bad $ZRL_NAMESPACE is a usage error before anything is made
         options = {"workers.count": workers, "workers.envs_per_worker": envs_per_worker, "replay": replay_json}
         if resume_ref is not None and init_from is not None:
             raise ConfigError("--resume continues a run and --init-from starts a new one; give one of them")
@@ -246,8 +247,10 @@ def bench_main(
 
     from zrl import bench
     from zrl.bench.facts import machine
+    from zrl.launch import namespace
 
     try:
+        namespace()
         if suggest == (mode is not None):
             raise ConfigError(f"give one of MODE ({', '.join(bench.MODES)}) or --suggest")
         if mode == "learning":

@@ -26,7 +26,7 @@ from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch, units_of
 from zrl.agents.vtrace.learner import batch_tensors, sgd_step
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, Gatherer, stack_observations
-from zrl.launch import SHM_PREFIX
+from zrl.launch import shm_prefix
 from zrl.models import build_model, flat_parameters
 from zrl.optim import make_optimizer
 
@@ -41,7 +41,7 @@ def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
         messages * t_len + cfg.env.frame_stack + 8,
         {"frame": ((M, *spec.frame_shape), spec.frame_dtype), "episode_step": ((M,), "int32")},
     )
-    ring = Ring.create(segment_name(SHM_PREFIX, f"bench{os.urandom(2).hex()}", os.getpid(), "elite"), ring_spec)
+    ring = Ring.create(segment_name(shm_prefix(), f"bench{os.urandom(2).hex()}", os.getpid(), "elite"), ring_spec)
     try:  # a failure (Ctrl-C, an env error) must not leave the segment behind
         env = make_vector_env(cfg.env, M, seed=0)
         rng = np.random.default_rng(0)

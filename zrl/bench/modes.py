@@ -28,7 +28,7 @@ from zrl.bench.facts import cores
 from zrl.bench.roles import Pipeline, frames_rate
 from zrl.config import Config, ReplayConfig
 from zrl.config import check as config_check
-from zrl.launch import PRIVATE_PREFIX
+from zrl.launch import private_prefix
 
 Progress = Callable[[str], None]
 
@@ -49,7 +49,7 @@ LEARNER_SEGMENT_S = 10.0  # the learner mode alternates bare and fed segments of
 def _workdir() -> tempfile.TemporaryDirectory:
     """A scratch folder named as a launcher's private folder (``zrl-<pid>-...``), so that if this process is
     killed the next zrl-launch or zrl-bench sweeps it with the rest of what a dead process left."""
-    return tempfile.TemporaryDirectory(prefix=f"{PRIVATE_PREFIX}{os.getpid()}-bench-")
+    return tempfile.TemporaryDirectory(prefix=f"{private_prefix()}{os.getpid()}-bench-")
 
 
 def _with(cfg: Config, **sections) -> Config:

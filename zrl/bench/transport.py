@@ -19,7 +19,7 @@ import shm
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
 from zrl.config import Config
-from zrl.launch import PRIVATE_PREFIX, SHM_PREFIX
+from zrl.launch import private_prefix, shm_prefix
 
 FRAME = (84, 84)
 
@@ -28,7 +28,7 @@ FRAME = (84, 84)
 def private_dir():
     """An ipc folder named for this process, so that zrl-launch sweeps it if the bench dies."""
     path = transport.make_private_dir(
-        tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-bench{os.urandom(2).hex()}"
+        tempfile.gettempdir(), f"{private_prefix()}{os.getpid()}-bench{os.urandom(2).hex()}"
     )
     try:
         yield path
@@ -56,7 +56,7 @@ def ring_bandwidth(envs: int, unroll: int, seconds: float) -> dict:
     The writer never laps the reader, so every byte is written once and read once; the figure is bytes read
     per second."""
     spec = RingSpec(32 * unroll, {"frame": ((envs, *FRAME), "uint8"), "episode_step": ((envs,), "int32")})
-    ring = Ring.create(shm.segment_name(SHM_PREFIX, f"bench{os.urandom(2).hex()}", os.getpid(), "bw"), spec)
+    ring = Ring.create(shm.segment_name(shm_prefix(), f"bench{os.urandom(2).hex()}", os.getpid(), "bw"), spec)
     ctx = mp.get_context("spawn")
     read_upto = ctx.RawValue("q", 0)
     proc = ctx.Process(target=_ring_writer, args=(ring.name, spec, envs, unroll, seconds + 1.0, read_upto))

@@ -20,7 +20,8 @@ from zrl.launch.checks import FIXED_WHEN_DETERMINISTIC, check_weights_fit, prefl
 from zrl.launch.folder import LOCK_NAME, RunLock, check_room, find_run, make_run_dir
 from zrl.launch.launcher import Launcher, launch, resume
 from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
-from zrl.launch.wiring import PRIVATE_PREFIX, SHM_PREFIX, Wiring, create_rings, make_ring_spec, ring_slots, sweep_stale
+from zrl.launch.wiring import Wiring, create_rings, make_ring_spec, ring_slots, sweep_stale
+from zrl.namespace import NAMESPACE_VAR, namespace, private_prefix, role_title, shm_prefix
 
 __all__ = [
     "EXIT_FAILED",
@@ -30,8 +31,7 @@ __all__ = [
     "EXIT_USAGE",
     "FIXED_WHEN_DETERMINISTIC",
     "LOCK_NAME",
-    "PRIVATE_PREFIX",
-    "SHM_PREFIX",
+    "NAMESPACE_VAR",
     "ConfigError",
     "Launcher",
     "RunLock",
@@ -43,9 +43,13 @@ __all__ = [
     "launch",
     "make_ring_spec",
     "make_run_dir",
+    "namespace",
     "preflight",
+    "private_prefix",
     "resolve_model_kind",
     "resume",
+    "role_title",
     "ring_slots",
+    "shm_prefix",
     "sweep_stale",
 ]

@@ -4,7 +4,8 @@ unlinked only by the process that holds a Wiring), the private socket folder, th
 for zrl-bench the weights a fixed policy serves), the RunWiring every role is given, and the role processes
 (which function each runs, with which arguments). zrl-launch and zrl-bench's pipelines both use it.
 
-Segment and folder names carry this process's pid, so that a later launch sweeps what a dead one left.
+Segment and folder names carry this process's pid, so that a later launch sweeps what a dead one left, and the
+namespace (zrl/namespace.py), so that it sweeps only its own namespace's.
 """
 
 from __future__ import annotations
@@ -22,11 +23,9 @@ import shm
 from shm.ring import Ring, RingSpec
 from zrl import agents, envs, transport
 from zrl.config import Config
+from zrl.namespace import private_prefix, shm_prefix
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart
-
-SHM_PREFIX = "zrl"
-PRIVATE_PREFIX = "zrl-"
 
 
 def ring_slots(cfg: Config) -> int:
@@ -46,7 +45,7 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
     """Create every worker's ring into ``rings`` (named for this process, so that a later launch can sweep them
     if it dies); an OSError that says what they need when /dev/shm has no room. The caller unlinks them."""
     for i in range(cfg.workers.count):
-        name = shm.segment_name(SHM_PREFIX, run_id, os.getpid(), f"ring{i}")
+        name = shm.segment_name(shm_prefix(), run_id, os.getpid(), f"ring{i}")
         try:
             rings.append(Ring.create(name, ring_spec))
         except OSError as err:
@@ -58,12 +57,12 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
 
 
 def sweep_stale() -> tuple[list[str], list[str]]:
-    """Remove segments and private socket folders whose launcher is dead."""
-    segments = shm.sweep(SHM_PREFIX)
-    folders = []
+    """Remove this namespace's segments and private socket folders whose launcher is dead."""
+    segments = shm.sweep(shm_prefix())
+    folders, prefix = [], private_prefix()
     tmp = Path(tempfile.gettempdir())
-    for path in tmp.glob(f"{PRIVATE_PREFIX}*"):
-        pid = path.name[len(PRIVATE_PREFIX) :].split("-", 1)[0]
+    for path in tmp.glob(f"{prefix}*"):
+        pid = path.name[len(prefix) :].split("-", 1)[0]
         if not pid.isdigit() or not path.is_dir():
             continue
         try:
@@ -106,7 +105,9 @@ class Wiring:
 
     def open(self) -> Wiring:
         cfg, spec = self.cfg, self.spec
-        self.private = transport.make_private_dir(tempfile.gettempdir(), f"{PRIVATE_PREFIX}{os.getpid()}-{self.run_id}")
+        self.private = transport.make_private_dir(
+            tempfile.gettempdir(), f"{private_prefix()}{os.getpid()}-{self.run_id}"
+        )
         self.zctx = transport.context(cfg.transport)
         self.ring_spec = make_ring_spec(cfg, spec)
         create_rings(cfg, self.ring_spec, self.run_id, self.rings)

@@ -18,6 +18,7 @@ import zmq
 
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
+from zrl.namespace import role_title
 from zrl.transport import Endpoints
 
 _PR_SET_PDEATHSIG = 1
@@ -99,11 +100,11 @@ class StartFrom:
 
 
 def start_role(title: str, launcher_pid: int) -> None:
-    """Name the process, leave Ctrl-C to the launcher, and die with the launcher."""
+    """Name the process (with its namespace, zrl/namespace.py), leave Ctrl-C to the launcher, and die with the launcher."""
     try:
         import setproctitle
 
-        setproctitle.setproctitle(title)
+        setproctitle.setproctitle(role_title(title))
     except ImportError:  # pragma: no cover - setproctitle is a requirement; ps shows python then
         pass
     # The terminal sends SIGINT to the whole process group; only the launcher decides what it means.
