@@ -6,6 +6,7 @@ Exit codes: 0 a finished run, 1 a run that failed, 2 a usage or config mistake, 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 import click
@@ -100,6 +101,10 @@ def launch_main(
     except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: nothing was started
         click.echo("zrl-launch: interrupted before the run started", err=True)
         sys.exit(130)
+    # The run is over and cleaned up. A late Ctrl-C must not kill the interpreter as it exits (Python puts the
+    # default handlers back while it shuts down, and would die of the signal rather than exit with ``code``).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)
 
 

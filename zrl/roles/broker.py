@@ -83,7 +83,7 @@ class BrokerLoop:
                 if first is None:
                     return
                 part.load_weights(first.version, first.flat)
-            while not should_stop(self.stop_event, wiring.launcher_pid):
+            while not should_stop(self.stop_event):
                 poller.poll(poll_ms)
                 while (data := transport.recv(credits_sock, 0)) is not None:
                     msg = decoded(data, (protocol.Credit, protocol.IndexRequest))

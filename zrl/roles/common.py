@@ -99,6 +99,11 @@ class StartFrom:
     optimizer: bool = True
 
 
+_parent: int | None = (
+    None  # this role's parent, the launcher's fork server (zrl/launch/wiring.py), as start_role found it
+)
+
+
 def start_role(title: str, launcher_pid: int) -> None:
     """Name the process (with its namespace, zrl/namespace.py), leave Ctrl-C to the launcher, and die with the launcher."""
     try:
@@ -111,10 +116,15 @@ def start_role(title: str, launcher_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGTERM (from a process-group kill, or the parent-death signal) stops the role in order.
     signal.signal(signal.SIGTERM, _on_sigterm)
+    # The parent is the launcher's fork server, which exits when the launcher does: the chain that carries a
+    # launcher's death to its roles (the signal below, and should_stop's check of the parent).
+    global _parent
+    _parent = os.getppid()
+    _let_the_fork_server_go()
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
+    if os.getppid() != _parent or not _alive(launcher_pid):  # either died before prctl took effect
         os._exit(1)
     # kill -USR1 <pid> prints where every thread of a stuck role is, to the launcher's stderr.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -144,9 +154,34 @@ def _on_sigterm(_signum, _frame) -> None:
     _terminated = True
 
 
-def should_stop(stop_event, launcher_pid: int) -> bool:
-    """True once the launcher asked for a stop, the role got SIGTERM, or the launcher is gone."""
-    return _terminated or stop_event.is_set() or os.getppid() != launcher_pid
+def _let_the_fork_server_go() -> None:
+    """Close this process's copy of its fork server's lifeline. multiprocessing hands every fork a copy (so that
+    a fork could start processes of its own), and the fork server runs until the last copy closes: kept, the
+    roles would keep it alive, and it them, after their launcher died. Closed, the launcher's copy is the last."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
+
+
+def should_stop(stop_event) -> bool:
+    """True once the launcher asked for a stop, the role got SIGTERM, or the launcher is gone (its fork server, this
+    role's parent, exits with it; a pid that changes is never reused for the old parent, unlike a pid watched). In
+    a process that start_role did not start (a test's own), only the first two."""
+    return _terminated or stop_event.is_set() or (_parent is not None and os.getppid() != _parent)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Every:
@@ -339,7 +374,7 @@ class WeightsFeed:
         """Weights of ``version`` or newer: broadcast, or asked for after ``ask_after_s`` without them; ``idle``
         runs between polls (a heartbeat). None if the run stops first."""
         asked = time.monotonic()
-        while not should_stop(self.stop_event, self.wiring.launcher_pid):
+        while not should_stop(self.stop_event):
             got = self.newer(version - 1, self.poll_ms)
             if got is not None:
                 return got
@@ -383,7 +418,7 @@ def wait_for_weights(
     req = transport.socket(ctx, zmq.DEALER, hwm=4, connect=wiring.endpoints.weights_req)
     try:
         ask = protocol.WeightsRequest(worker_id=requester_id).encode()
-        while not should_stop(stop_event, wiring.launcher_pid):
+        while not should_stop(stop_event):
             if not transport.send(req, ask, poll_ms):
                 continue
             reply = transport.recv(req, 2000)

@@ -121,7 +121,7 @@ class Learner:
             last_index_request = -math.inf
             self._report()
             heartbeat = Every(1.0)
-            while not should_stop(self.stop_event, wiring.launcher_pid):
+            while not should_stop(self.stop_event):
                 if heartbeat.due():  # stats double as the heartbeat: send them even when idle
                     self._report()
                 if part.asks_replay_index and time.monotonic() - last_index_request >= INDEX_EVERY_S:

@@ -79,7 +79,7 @@ class Worker:
         return self.env_steps * self.frames_per_step
 
     def stopping(self) -> bool:
-        return should_stop(self.stop_event, self.wiring.launcher_pid)
+        return should_stop(self.stop_event)
 
     def heartbeat(self) -> None:
         if self.report.due():
