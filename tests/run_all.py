@@ -10,7 +10,8 @@ launch sweeps the other lane's.
 
 The other tiers' output streams; the learning tier's is kept and printed after them. The exit status is 0 when both
 lanes pass, else the first failing lane's (the other tiers', then the learning tier's). ``python -m pytest -q tests``
-runs the same tests one after another, in about a quarter more time. Ctrl-C or SIGTERM stops both lanes (the
+runs the same tests one after another, slower: the learning tier then has the machine alone and keeps it about
+three quarters busy. Ctrl-C or SIGTERM stops both lanes (the
 learning lane's runs stop in order, as zrl-launch does on SIGTERM).
 """
 
