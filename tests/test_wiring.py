@@ -5,6 +5,7 @@ sweeps only its own; a role that ignores its stop is killed and reaped."""
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -55,6 +56,30 @@ def test_a_wiring_that_fails_to_open_leaves_nothing(monkeypatch, no_leaks):
         w.open()
     assert len(w.rings) == 2
     w.close()  # the launcher's finally: the rings made before the failure go too
+
+
+def test_the_fork_server_lives_in_the_private_folder_and_stops_with_the_wiring(no_leaks):
+    """Roles are forks of a fork server (zrl/launch/wiring.py): its socket is in the run's private folder (swept
+    with it if the launcher is killed), and Wiring.close stops it. Pins the multiprocessing internals it uses."""
+    from multiprocessing import forkserver
+
+    cfg = load(REPO / "config" / "smoke.toml", ["workers.count=1"])
+    w = Wiring(cfg, envs.probe(cfg.env))
+    try:
+        w.open()
+        proc = w.mp_ctx.Process(target=time.sleep, args=(0.1,))
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == 0
+        server = forkserver._forkserver
+        pid, address = server._forkserver_pid, server._forkserver_address
+        assert pid is not None and Path(address).parent == Path(w.private)
+    finally:
+        w.close()
+    assert server._forkserver_pid is None and not Path(address).exists()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped: it exited
+    assert not any(Path(tempfile.gettempdir()).glob(f"pymp-*/{Path(address).name}"))
 
 
 def test_a_namespace_names_what_its_wiring_makes(monkeypatch):
