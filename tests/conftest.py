@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import protocol
 from zrl.config import Config
-from zrl.namespace import NAMESPACE_VAR, private_prefix, role_title, shm_prefix
+from zrl.namespace import NAMESPACE_VAR, namespace, private_prefix, role_title, shm_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -259,10 +260,24 @@ def zrl_processes() -> list[psutil.Process]:
     """The role processes of this namespace: a role's title ends with its namespace (zrl/namespace.py)."""
     found, mark = [], role_title("")
     for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
+        cmd = " ".join(proc.info["cmdline"] or []).strip()  # a title may leave empty argv entries after it
         if any(cmd.startswith(title) for title in ROLE_TITLES):
             if cmd.endswith(mark) if mark else f"({NAMESPACE_VAR}=" not in cmd:
                 found.append(proc)
+    return found
+
+
+def zrl_fork_servers() -> list[psutil.Process]:
+    """The fork servers of this namespace's launches (zrl/launch/wiring.py): each exits with its launcher."""
+    found, ours = [], namespace()
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "multiprocessing.forkserver import main" in cmd and "'zrl.roles.worker'" in cmd:
+            try:
+                if proc.environ().get(NAMESPACE_VAR, "") == ours:
+                    found.append(proc)
+            except psutil.Error:
+                continue
     return found
 
 
@@ -321,17 +336,24 @@ def wait_for_checkpoint(cwd: Path, timeout: float = 120) -> Path:
 
 @pytest.fixture
 def no_leaks():
-    """Fails the test if it leaves a zrl shared-memory segment, socket folder or role process behind."""
+    """Fails the test if it leaves a zrl shared-memory segment, socket folder, role process or fork server behind."""
     before, folders_before = zrl_segments(), zrl_socket_folders()
+    servers_before = {p.pid for p in zrl_fork_servers()}
     yield
     left = zrl_segments() - before
     folders = zrl_socket_folders() - folders_before
     procs = zrl_processes()
     for proc in procs:
         proc.kill()
+    deadline = time.monotonic() + 5.0  # a killed launcher's fork server exits as its pipe closes: moments
+    while (servers := [p for p in zrl_fork_servers() if p.pid not in servers_before]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for proc in servers:
+        proc.kill()
     assert not left, f"shared-memory segments left behind: {sorted(left)}"
     assert not folders, f"socket folders left behind: {sorted(folders)}"
     assert not procs, f"role processes left behind: {[p.info['cmdline'] for p in procs]}"
+    assert not servers, f"fork servers left behind: {[p.info['cmdline'] for p in servers]}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -8,7 +8,8 @@ must end a run within seconds) keeps the cores it asks for. The namespace keeps 
 checks (tests/conftest.py) count only its own shared-memory segments, socket folders and role processes, and no
 launch sweeps the other lane's.
 
-The other tiers' output streams; the learning tier's is kept and printed after them. The exit status is 0 when both
+Arguments go to both lanes' pytest (``-x``, ``-k ...``, ``--durations=20``); ``-m`` is refused, since each
+lane's marker is what splits them. The other tiers' output streams; the learning tier's is kept and printed after them. The exit status is 0 when both
 lanes pass, else the first failing lane's (the other tiers', then the learning tier's). ``python -m pytest -q tests``
 runs the same tests one after another, slower: the learning tier then has the machine alone and keeps it about
 three quarters busy. Ctrl-C or SIGTERM stops both lanes (the
@@ -17,6 +18,7 @@ learning lane's runs stop in order, as zrl-launch does on SIGTERM).
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -28,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 LEARNING_NAMESPACE = "learning"
 LEARNING_NICE = 19
+PR_SET_PDEATHSIG = 1
 
 
 def _lane(marker: str, args: list[str], nice: int = 0, env: dict | None = None, log=None, basetemp=None):
@@ -38,6 +41,8 @@ def _lane(marker: str, args: list[str], nice: int = 0, env: dict | None = None, 
         os.setpgid(0, 0)
         if nice:
             os.nice(nice)
+        if sys.platform.startswith("linux"):  # a lane outlives no killed runner: it gets the Ctrl-C pytest handles
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGINT)
 
     command = [sys.executable, "-m", "pytest", "-q", "-m", marker, *args, "tests"]
     if basetemp:
@@ -65,6 +70,9 @@ def _stop(lanes: list[subprocess.Popen]) -> None:
 
 
 def main(args: list[str]) -> int:
+    if any(arg == "-m" or arg.startswith("-m") and not arg.startswith("--") for arg in args):
+        print("run_all: -m picks the tests of a lane here; run python -m pytest -m ... for one tier", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     lanes: list[subprocess.Popen] = []

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import zmq
-from conftest import REPO, zrl_segments
+from conftest import REPO, zrl_processes, zrl_segments
 
 from shm import segment_name
 from zrl import envs
@@ -83,14 +85,14 @@ def test_the_fork_server_lives_in_the_private_folder_and_stops_with_the_wiring(n
 
 
 def test_a_namespace_names_what_its_wiring_makes(monkeypatch):
-    monkeypatch.setenv(NAMESPACE_VAR, "lane-2")
+    monkeypatch.setenv(NAMESPACE_VAR, "lane2")
     cfg = load(REPO / "config" / "smoke.toml", ["workers.count=2"])
     w = Wiring(cfg, envs.probe(cfg.env))
     try:
         w.open()
         private = Path(w.private)
-        assert private.name.startswith("zrl.lane-2-") and private.is_dir()
-        assert all(name.lstrip("/").startswith("zrl.lane-2_") for name in w.roles.ring_names)
+        assert private.name.startswith("zrl.lane2-") and private.is_dir()
+        assert all(name.lstrip("/").startswith("zrl.lane2_") for name in w.roles.ring_names)
         assert {name.lstrip("/") for name in w.roles.ring_names} <= zrl_segments()  # the leak check sees them
     finally:
         w.close()
@@ -100,7 +102,7 @@ def test_a_namespace_names_what_its_wiring_makes(monkeypatch):
 def test_a_namespace_sweeps_only_what_its_own_dead_launches_left(monkeypatch):
     dead = 999_999_999  # above any pid_max: never alive
     left = {}
-    for ns in ("", "lane-2"):  # "" is the default, as unset
+    for ns in ("", "lane", "lane2"):  # "" is the default, as unset; "lane" is the start of "lane2"
         monkeypatch.setenv(NAMESPACE_VAR, ns)
         segment = Path("/dev/shm", segment_name(shm_prefix(), "sweeptest", dead, "ring0"))
         folder = Path(tempfile.gettempdir(), f"{private_prefix()}{dead}-sweeptest")
@@ -108,9 +110,10 @@ def test_a_namespace_sweeps_only_what_its_own_dead_launches_left(monkeypatch):
         folder.mkdir()
         left[ns] = segment, folder
     try:
-        assert left["lane-2"][0].name.startswith("zrl.lane-2_") and left[""][0].name.startswith("zrl_")
-        segments, folders = sweep_stale()  # in lane-2
-        assert (segments, folders) == ([left["lane-2"][0].name], [str(left["lane-2"][1])])
+        assert left["lane2"][0].name.startswith("zrl.lane2_") and left[""][0].name.startswith("zrl_")
+        for ns in ("lane", "lane2"):  # lane first: its sweep must not take lane2's
+            monkeypatch.setenv(NAMESPACE_VAR, ns)
+            assert sweep_stale() == ([left[ns][0].name], [str(left[ns][1])])
         assert all(path.exists() for path in left[""])
         monkeypatch.setenv(NAMESPACE_VAR, "")
         segments, folders = sweep_stale()
@@ -123,11 +126,35 @@ def test_a_namespace_sweeps_only_what_its_own_dead_launches_left(monkeypatch):
                 folder.rmdir()
 
 
-@pytest.mark.parametrize("bad", ["a_b", "-lead", "x" * 33, "a/b"])
+@pytest.mark.parametrize("ours", ["", "lane2"])
+def test_the_leak_check_finds_the_roles_of_its_own_namespace_and_no_others(monkeypatch, ours):
+    """tests/conftest.py's zrl_processes, on real processes titled as roles by start_role in three namespaces."""
+    code = "import os, time\nfrom zrl.roles.common import start_role\nstart_role('zrl-broker', os.getppid())\n"
+    code += "print('ready', flush=True)\ntime.sleep(60)\n"
+    procs = {}
+    try:
+        for ns in ("", "lane", "lane2"):
+            env = {**os.environ, NAMESPACE_VAR: ns}
+            procs[ns] = subprocess.Popen(
+                [sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE, text=True
+            )
+        for proc in procs.values():
+            assert proc.stdout.readline().strip() == "ready"
+        monkeypatch.setenv(NAMESPACE_VAR, ours)
+        found = {p.pid for p in zrl_processes()}
+        assert procs[ours].pid in found
+        assert not found & {proc.pid for ns, proc in procs.items() if ns != ours}
+    finally:
+        for proc in procs.values():
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("bad", ["a_b", "a-b", "x" * 33, "a/b", "a.b"])
 def test_a_namespace_that_cannot_name_files_is_refused(monkeypatch, bad):
     monkeypatch.setenv(NAMESPACE_VAR, bad)
     for name in (shm_prefix, private_prefix, lambda: role_title("zrl-broker")):
-        with pytest.raises(ConfigError, match=f"{NAMESPACE_VAR}=.*letters, digits and '-'"):
+        with pytest.raises(ConfigError, match=f"{NAMESPACE_VAR}=.*1 to 32 letters and digits"):
             name()
 
 

@@ -16,16 +16,16 @@ import re
 from zrl.errors import ConfigError
 
 NAMESPACE_VAR = "ZRL_NAMESPACE"
-_NAMESPACE_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,31}")
+_NAMESPACE_RE = re.compile(r"[A-Za-z0-9]{1,32}")
 
 
 def namespace() -> str:
-    """``$ZRL_NAMESPACE``, checked: up to 32 letters, digits and '-' (it goes into file names); "" when unset."""
+    """``$ZRL_NAMESPACE``, checked: 1 to 32 letters and digits (it goes into file names, before the '_' and '-'
+    that end the prefix, so that no namespace's prefix is the start of another's); "" when unset."""
     value = os.environ.get(NAMESPACE_VAR, "")
     if value and not _NAMESPACE_RE.fullmatch(value):
         raise ConfigError(
-            f"environment variable {NAMESPACE_VAR}={value!r}: use 1 to 32 letters, digits and '-', starting with "
-            "a letter or digit, or leave it unset"
+            f"environment variable {NAMESPACE_VAR}={value!r}: use 1 to 32 letters and digits, or leave it unset"
         )
     return value
 

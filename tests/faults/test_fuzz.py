@@ -27,6 +27,7 @@ from conftest import (
 )
 
 from zrl import checkpoint, protocol
+from zrl.namespace import private_prefix
 
 SMOKE = REPO / "config" / "smoke.toml"
 APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
@@ -197,7 +198,7 @@ def _fuzz_a_live_run(
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "the learner never stepped"
             time.sleep(0.3)
-        (private,) = Path(tempfile.gettempdir()).glob(f"zrl-{proc.pid}-*")
+        (private,) = Path(tempfile.gettempdir()).glob(f"{private_prefix()}{proc.pid}-*")
         assert private.stat().st_mode & 0o777 == 0o700  # the run's private socket folder: its owner's alone
         assert sorted(sockets) == sorted(p.name for p in private.iterdir() if p.name in sockets)
         for name in sockets:

@@ -115,12 +115,9 @@ class Supervisor:
     # -- starting and hearing from roles -----------------------------------------------------------------------
     def start(self, name: str, proc: mp.Process, now: float) -> None:
         self.procs[name] = proc
-        # Children start with SIGINT ignored, so a Ctrl-C while they import is the launcher's alone.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            proc.start()
-        finally:
-            signal.signal(signal.SIGINT, self._on_signal)
+        # Children start with SIGINT and SIGTERM ignored (as their fork server does: zrl/launch/wiring.py), so a
+        # Ctrl-C before they set their own is the launcher's alone.
+        proc.start()
         self.last_seen[name] = now
         self.reported.discard(name)
         if name in self.pids:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -27,6 +28,8 @@ from zrl.namespace import private_prefix, shm_prefix
 from zrl.roles import broker, learner, worker
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart
 
+_open_wiring = None  # the Wiring open in this process: the one its fork server serves
+
 # What the fork server imports once, so that no role pays for it (torch alone is about a second of CPU).
 FORKSERVER_PRELOAD = ["torch", "zrl.envs", "zrl.models", "zrl.roles.broker", "zrl.roles.learner", "zrl.roles.worker"]
 
@@ -38,7 +41,8 @@ def role_context() -> mp.context.BaseContext:
     restarted worker's gap). The fork server only imports: it runs no torch op, opens no socket of zrl's and holds
     no CUDA context, so each fork starts as clean as a spawned process. Its roles hand back their copy of its
     lifeline (zrl/roles/common.py), so that it exits when its launcher does, and its roles then get SIGTERM, their
-    parent-death signal. Each Wiring has its own, with its socket in the Wiring's private folder (see open)."""
+    parent-death signal. It is one per process, so a process has one Wiring open at a time; Wiring.open starts it
+    (with its socket in the Wiring's private folder) and Wiring.close stops it."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     return ctx
@@ -54,6 +58,30 @@ def _fork_server_folder(folder: str | None) -> str | None:
     else:
         config["tempdir"] = folder
     return before
+
+
+def _start_fork_server() -> None:
+    """Start this process's fork server now, with SIGINT and SIGTERM ignored, which it and its roles keep until
+    start_role sets their own: a Ctrl-C or a SIGTERM to the process group is the launcher's to handle, and a fork
+    server killed by one would look to multiprocessing as if every role had died. It finds the zrl this process
+    runs first on its path (a checkout run through bin/, beside an installed zrl, must not fork roles of the
+    other). Returns once the fork server is spawned; its imports go on, and the first role's start waits for them
+    with signals handled as usual."""
+    from multiprocessing import forkserver
+
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds zrl/ and shm/
+    path_before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, path_before] if path_before else [root])
+    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        forkserver.ensure_running()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if path_before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = path_before
 
 
 def _stop_fork_server() -> None:
@@ -144,7 +172,12 @@ class Wiring:
         self.private = transport.make_private_dir(
             tempfile.gettempdir(), f"{private_prefix()}{os.getpid()}-{self.run_id}"
         )
+        global _open_wiring
+        if _open_wiring is not None:
+            raise RuntimeError("another Wiring is open in this process; its fork server is this process's only one")
+        _open_wiring = self
         self._tempdir_before = _fork_server_folder(self.private)
+        _start_fork_server()
         self.zctx = transport.context(cfg.transport)
         self.ring_spec = make_ring_spec(cfg, spec)
         create_rings(cfg, self.ring_spec, self.run_id, self.rings)
@@ -194,20 +227,25 @@ class Wiring:
         )
 
     def close(self) -> None:
-        """Close the sockets and the context, unlink the rings and remove the socket folder (the role processes
-        must be down: a ring is never unlinked under a live writer's feet)."""
-        for sock in self.sockets:
-            sock.close()
-        self.sockets.clear()
-        if self.zctx is not None:
-            transport.term(self.zctx)
-            self.zctx = None
-        for ring in self.rings:
-            ring.close()
-            ring.unlink()
-        self.rings.clear()
-        if self.private:
-            _stop_fork_server()
-            _fork_server_folder(self._tempdir_before)
-            shutil.rmtree(self.private, ignore_errors=True)
-            self.private = None
+        """Close the sockets and the context, unlink the rings, stop the fork server and remove the socket folder
+        (the role processes must be down: a ring is never unlinked under a live writer's feet)."""
+        global _open_wiring
+        try:
+            for sock in self.sockets:
+                sock.close()
+            self.sockets.clear()
+            if self.zctx is not None:
+                transport.term(self.zctx)
+                self.zctx = None
+            for ring in self.rings:
+                ring.close()
+                ring.unlink()
+            self.rings.clear()
+        finally:
+            if _open_wiring is self:
+                _stop_fork_server()
+                _fork_server_folder(self._tempdir_before)
+                _open_wiring = None
+            if self.private:
+                shutil.rmtree(self.private, ignore_errors=True)
+                self.private = None
