@@ -13,6 +13,7 @@ from .segment import (
     SegmentNotFoundError,
     owned_segments,
     parse_segment_name,
+    pid_alive,
     segment_name,
     sweep,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "SegmentNotFoundError",
     "owned_segments",
     "parse_segment_name",
+    "pid_alive",
     "segment_name",
     "sweep",
 ]

@@ -247,7 +247,7 @@ class Segment:
         return f"Segment({self._name!r}, nbytes={self._nbytes}, owner={self._owner}, {state})"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Signal-0 probe; anything other than ESRCH counts as alive (conservative)."""
     if pid == os.getpid():
         return True
@@ -297,7 +297,7 @@ def sweep(prefix: str, shm_dir: str = SHM_DIR) -> list[str]:
     """
     removed = []
     for name, parsed in _named(prefix, shm_dir):
-        if _pid_alive(parsed.owner_pid):
+        if pid_alive(parsed.owner_pid):
             continue
         try:
             os.unlink(os.path.join(shm_dir, name))

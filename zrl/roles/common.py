@@ -16,6 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import zmq
 
+from shm import pid_alive
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
 from zrl.namespace import role_title
@@ -99,9 +100,8 @@ class StartFrom:
     optimizer: bool = True
 
 
-_parent: int | None = (
-    None  # this role's parent, the launcher's fork server (zrl/launch/wiring.py), as start_role found it
-)
+# This role's parent, the launcher's fork server (zrl/launch/wiring.py), as start_role found it.
+_parent: int | None = None
 
 
 def start_role(title: str, launcher_pid: int) -> None:
@@ -124,7 +124,7 @@ def start_role(title: str, launcher_pid: int) -> None:
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != _parent or not _alive(launcher_pid):  # either died before prctl took effect
+    if os.getppid() != _parent or not pid_alive(launcher_pid):  # either died before prctl took effect
         os._exit(1)
     # kill -USR1 <pid> prints where every thread of a stuck role is, to the launcher's stderr.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
@@ -172,16 +172,6 @@ def should_stop(stop_event) -> bool:
     role's parent, exits with it; a pid that changes is never reused for the old parent, unlike a pid watched). In
     a process that start_role did not start (a test's own), only the first two."""
     return _terminated or stop_event.is_set() or (_parent is not None and os.getppid() != _parent)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Every:
