@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from zrl import config
-from zrl.config import ConfigError
+from zrl.config import ConfigError, ReplayConfig
 
 pytestmark = pytest.mark.unit
 
@@ -198,6 +198,33 @@ def test_the_reference_platforms_replay_json_maps_onto_replay_tables(tmp_path):
     path.write_text(config.dumps(cfg))
     assert config.load(path) == cfg
     assert config.load(REPO / "config" / "smoke.toml", [], {"replay": REFERENCE_ELITE}).replay == cfg.replay
+
+
+def _custom(extra: str) -> str:
+    return (
+        '[{"type": "custom", "capacity": 1000, "sample_ratio": 0.5, "dist_function": "ln_norm", '
+        f'"sample_strategy": "elite_sampling"{extra}}}, {{"type": "queue", "capacity": 1, "sample_ratio": 0.5}}]'
+    )
+
+
+def test_reference_json_takes_the_reference_schemas_defaults_and_truncates_lambda():
+    """A custom entry that leaves out lambda and alfa gets the reference schema's 1 and 1.0 (uniform sampling),
+    not zrl's [[replay]] defaults; lambda and p are read with int(), as the reference's Use(int) reads them."""
+    bare = config.load(None, [], {"replay": _custom("")}).replay[0]
+    assert (bare.type, bare.lambda_batch_multiplier, bare.alfa_annealing_factor) == ("elite", 1.0, 1.0)
+    assert (bare.strategy, bare.p) == (3, 2.0)
+    assert ReplayConfig().lambda_batch_multiplier == 6.0  # a [[replay]] table's own default is unchanged
+    cut = config.load(None, [], {"replay": _custom(', "lambda_batch_multiplier": 6.9, "p": 2.5')}).replay[0]
+    assert (cut.lambda_batch_multiplier, cut.p) == (6.0, 2.0)
+    text = config.load(None, [], {"replay": _custom(', "lambda_batch_multiplier": "3"')}).replay[0]
+    assert text.lambda_batch_multiplier == 3.0
+    # zrl's own type keeps fractions
+    own = '[{"type": "elite", "capacity": 1000, "sample_ratio": 1, "lambda_batch_multiplier": 2.5}]'
+    assert config.load(None, [], {"replay": own}).replay[0].lambda_batch_multiplier == 2.5
+    with pytest.raises(ConfigError, match=r"replay\[0\].lambda_batch_multiplier = 'six' is not a whole number"):
+        config.load(None, [], {"replay": _custom(', "lambda_batch_multiplier": "six"')})
+    with pytest.raises(ConfigError, match=r"replay\[0\].lambda_batch_multiplier.*must be >= 1"):
+        config.load(None, [], {"replay": _custom(', "lambda_batch_multiplier": 0.9')})
 
 
 @pytest.mark.parametrize(

@@ -89,14 +89,14 @@ def test_elite_picks_the_units_whose_features_the_current_policy_reproduces(ring
         sample_ratio=1.0,
         fill_fraction=1.0,
         strategy=1,
-        lambda_batch_multiplier=4.0,
+        lambda_batch_multiplier=4.5,  # the first call already anneals a little: int(4.49.. x 4) is still 16
         feature_steps=feature_steps,
     )
     broker, _ = _filled(ring, cfg)
     batch = make_batch(1, *broker.next_units())
     assert sorted(batch.policy_versions.tolist()) == [0, 0, 1, 1]  # messages 0 and 1: the smallest noise
     replay = broker.replays[0]
-    assert len(replay.last_distances) == 16  # lambda 4 x n 4: the whole store was the pool
+    assert len(replay.last_distances) == 16  # lambda 4.5 x n 4, at most the 16 stored: the whole store was the pool
     assert replay.last_distances.min() < 1e-4  # message 0's stored features are exact
     assert replay.last_chosen.max() < np.sort(replay.last_distances)[4]
 
@@ -120,7 +120,7 @@ def test_attentive_prefers_units_like_the_newest_state(ring):
         sample_ratio=1.0,
         fill_fraction=1.0,
         strategy=1,
-        lambda_batch_multiplier=4.0,
+        lambda_batch_multiplier=4.5,
         feature_steps=0,
         dist_function="cos_dist",
     )
@@ -129,8 +129,13 @@ def test_attentive_prefers_units_like_the_newest_state(ring):
     slots = store.slots()
     current, ok = scorer(store.worker_id[slots], store.env_index[slots], store.first_frame[slots], np.arange(T))
     newest = store.newest_slot()
-    now, _ = scorer(store.worker_id[[newest]], store.env_index[[newest]], store.first_frame[[newest]], np.array([T]))
-    expected = slots[np.argsort(feature_distance(current, now, "cos_dist").numpy(), kind="stable")[:4]]
+    # the newest unit's step T-1: the last state whose features a worker computed, as the reference compares
+    now, _ = scorer(
+        store.worker_id[[newest]], store.env_index[[newest]], store.first_frame[[newest]], np.array([T - 1])
+    )
+    expected = slots[np.argsort(feature_distance(now, current, "cos_dist").numpy(), kind="stable")[:4]]
+    after, _ = scorer(store.worker_id[[newest]], store.env_index[[newest]], store.first_frame[[newest]], np.array([T]))
+    assert not torch.equal(now, after)  # the two states differ, so the test tells T-1 from T
     batch = make_batch(1, *broker.next_units())
     got = sorted(zip(batch.first_frame.tolist(), batch.env_index.tolist()))
     assert got == sorted(zip(store.first_frame[expected].tolist(), store.env_index[expected].tolist()))

@@ -12,14 +12,14 @@ pytestmark = pytest.mark.unit
 A_DIST = np.array([0.5, 0.1, 0.9, 0.1, 0.3, 0.7, 0.2, 0.3])
 A_COUNT = np.array([2, 3, 0, 1, 0, 1, 2, 0])
 # Stable distance order: [1, 3, 6, 4, 7, 0, 5, 2]; (count, distance, position) order: [4, 7, 2, 3, 5, 6, 0, 1].
-# n=3 strata (sizes 3, 3, 2): [1, 3, 6] | [4, 7, 0] | [5, 2].
+# n=3: windows of floor(8 / 3) = 2: [1, 3] | [6, 4] | [7, 0], and [5, 2] is left out.
 A_N3 = {
     1: [1, 3, 6],
-    2: [1, 4, 5],
+    2: [1, 6, 7],  # every 2nd of the distance order
     3: [4, 7, 2],
-    4: [3, 4, 2],  # stratum 2: 4 and 7 tie on count 0 and distance 0.3 -> lower position 4
+    4: [3, 4, 7],  # the least sampled of each window
 }
-A_N8 = {  # n == m: strata of one, so 2 and 4 are the distance order
+A_N8 = {  # n == m: windows of one, so 2 and 4 are the distance order
     1: [1, 3, 6, 4, 7, 0, 5, 2],
     2: [1, 3, 6, 4, 7, 0, 5, 2],
     3: [4, 7, 2, 3, 5, 6, 0, 1],
@@ -29,13 +29,13 @@ A_N8 = {  # n == m: strata of one, so 2 and 4 are the distance order
 # Pool B (m=6). Positions:        0    1    2    3    4    5
 B_DIST = np.array([0.4, 0.4, 0.1, 0.8, 0.4, 0.6])
 B_COUNT = np.array([1, 2, 3, 0, 0, 1])
-# Stable distance order: [2, 0, 1, 4, 5, 3]; n=2 strata: [2, 0, 1] | [4, 5, 3].
+# Stable distance order: [2, 0, 1, 4, 5, 3]; n=2 windows of 3: [2, 0, 1] | [4, 5, 3].
 # (count, distance, position) order: [4, 3, 0, 5, 1, 2].
 B_N2 = {
     1: [2, 0],  # 0, 1 and 4 tie at 0.4 -> lowest position 0
     2: [2, 4],
     3: [4, 3],
-    4: [0, 4],  # stratum 2: 4 and 3 both unsampled -> lower distance 4 beats lower position 3
+    4: [0, 4],  # window 2: 4 and 3 both unsampled -> lower distance 4 beats lower position 3
 }
 
 # Pool C (m=3 < n=7): the strategy's whole-pool order, repeated cyclically.
@@ -99,21 +99,117 @@ def test_select_at_lambda_one_is_a_permutation_of_the_pool():
             np.testing.assert_array_equal(np.sort(chosen), np.arange(n))
 
 
-def test_select_strata_match_array_split():
-    """Strategies 2 and 4 against a direct np.array_split of the distance order, on random pools."""
-    rng = np.random.default_rng(1)
-    for _ in range(50):
-        m = int(rng.integers(1, 30))
-        n = int(rng.integers(1, m + 1))
-        distances = rng.integers(0, 5, size=m).astype(np.float64)
-        counts = rng.integers(0, 4, size=m)
-        order = sorted(range(m), key=lambda i: (distances[i], i))
-        strata = np.array_split(np.array(order), n)
-        np.testing.assert_array_equal(elite.select(2, distances, counts, n), [s[0] for s in strata])
-        expect4 = [min(s, key=lambda i: (counts[i], distances[i], i)) for s in strata]
-        np.testing.assert_array_equal(elite.select(4, distances, counts, n), expect4)
-        expect3 = sorted(range(m), key=lambda i: (counts[i], distances[i], i))[:n]
-        np.testing.assert_array_equal(elite.select(3, distances, counts, n), expect3)
+# ---- the reference's selection, written out from its definition --------------------------------------------
+
+
+def reference_pick(strategy, bucket, distance, count, n):
+    """The reference platform's pick from a drawn bucket of unit ids (repeats allowed), written from its
+    definition: the distinct ids, in the order they were first drawn, are sorted by distance (a stable sort,
+    so ties keep draw order); w = floor(m / n) over the m distinct ids.
+    1: walk the sorted ids, taking each as often as it was drawn, until n are taken.
+    2: take the ids at sorted positions 0, w, 2w, ... until n are taken.
+    3: for count levels j from the lowest up, take the sorted ids whose count is j, until n are taken.
+    4: walk the sorted ids in windows of w; at each window's end take its least counted id (the first such
+       in the window), until n are taken.
+    """
+    drawn = {}
+    for unit in bucket:
+        drawn[unit] = drawn.get(unit, 0) + 1
+    ids = sorted(drawn, key=lambda u: distance[u])
+    m, taken = len(ids), []
+    w = m // n
+    if strategy == 1:
+        for unit in ids:
+            for _ in range(drawn[unit]):
+                if len(taken) < n:
+                    taken.append(unit)
+    elif strategy == 2:
+        for i, unit in enumerate(ids):
+            if i % w == 0 and len(taken) < n:
+                taken.append(unit)
+    elif strategy == 3:
+        j = min(count[u] for u in ids)
+        while len(taken) < n:
+            for unit in ids:
+                if count[unit] == j and len(taken) < n:
+                    taken.append(unit)
+            j += 1
+    else:
+        best = None
+        for i, unit in enumerate(ids):
+            if best is None or count[unit] < count[best]:
+                best = unit
+            if i % w == w - 1:
+                if len(taken) < n:
+                    taken.append(best)
+                best = None
+    return taken
+
+
+def _slow_distance(kind, stored, current, p=2.0):
+    """One unit's distance from the definitions: the p-norm of the flattened difference; 1 - the cosine of
+    the flattened [K, F] matrices (the reference sorts the cosine itself: zrl's documented fix); the sum
+    over steps of KL(softmax(current) || softmax(stored))."""
+    x, y = stored.reshape(-1).astype(np.float64), current.reshape(-1).astype(np.float64)
+    if kind == "ln_norm":
+        return float(np.sum(np.abs(x - y) ** p) ** (1.0 / p))
+    if kind == "cos_dist":
+        return 1.0 - float(x @ y / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-6))
+    total = 0.0
+    for s_k, c_k in zip(stored.astype(np.float64), current.astype(np.float64)):
+        tgt = np.exp(c_k - c_k.max()) / np.exp(c_k - c_k.max()).sum()
+        beh = np.exp(s_k - s_k.max()) / np.exp(s_k - s_k.max()).sum()
+        total += float(np.sum(tgt * np.log(tgt / beh)))
+    return total
+
+
+def _case(seed, units, n, bucket_size, replace):
+    """Stored and current features [K=3, F=4] per unit, with some units copies of others (exact ties), sample
+    counts from 1 to 3 (many ties), and one drawn bucket."""
+    rng = np.random.default_rng(seed)
+    stored = rng.normal(size=(units, 3, 4)).astype(np.float32)
+    current = rng.normal(size=(units, 3, 4)).astype(np.float32)
+    for dup in rng.choice(units, size=units // 4, replace=False):
+        src = int(rng.integers(units))
+        stored[dup], current[dup] = stored[src], current[src]
+    counts = rng.integers(1, 4, size=units)
+    bucket = rng.choice(units, size=bucket_size, replace=replace)
+    return stored, current, counts, bucket
+
+
+@pytest.mark.parametrize("kind", elite.DISTANCES)
+@pytest.mark.parametrize("strategy", elite.STRATEGIES)
+def test_select_matches_the_written_out_reference(strategy, kind):
+    """zrl's distance and select on the distinct candidates, in draw order, against the reference's pick from
+    the bucket as drawn: seeded buckets with repeats (the reference draws with replacement), exact distance
+    ties and count ties, and lambda from 1 to 6."""
+    compared = 0
+    for seed in range(40):
+        n = int(np.random.default_rng(1000 + seed).integers(1, 9))
+        lam = int(np.random.default_rng(2000 + seed).integers(1, 7))
+        replace = seed % 2 == 0
+        units = 3 * lam * n if not replace else max(lam * n, 4)
+        stored, current, counts, bucket = _case(seed, units, n, lam * n, replace)
+        distinct = np.array(list(dict.fromkeys(bucket.tolist())))
+        if len(distinct) < n:
+            continue  # the reference divides by zero (2, 4) or repeats units (1): zrl's m < n rule is tested below
+        if strategy == 1 and len(distinct) < len(bucket):
+            continue  # with repeats the reference takes a unit once per draw; zrl's pool has no repeats
+        distance = {int(u): _slow_distance(kind, stored[u], current[u]) for u in distinct}
+        ours = elite.feature_distance(torch.from_numpy(stored[distinct]), torch.from_numpy(current[distinct]), kind)
+        np.testing.assert_allclose(ours.numpy(), [distance[int(u)] for u in distinct], rtol=1e-5, atol=1e-5)
+        picked = distinct[elite.select(strategy, ours.numpy(), counts[distinct], n)]
+        assert picked.tolist() == reference_pick(strategy, bucket.tolist(), distance, counts, n), (seed, n, lam)
+        compared += 1
+    assert compared >= 15
+
+
+def test_windows_leave_out_the_tail_as_the_reference_does():
+    """m = 11, n = 4: w = 2, so strategies 2 and 4 never take the last 3 of the distance order."""
+    distances = np.arange(11, dtype=np.float64)[::-1].copy()  # position 10 is closest
+    counts = np.array([0, 0, 0, 5, 5, 5, 5, 5, 5, 5, 5])
+    np.testing.assert_array_equal(elite.select(2, distances, counts, 4), [10, 8, 6, 4])
+    np.testing.assert_array_equal(elite.select(4, distances, counts, 4), [10, 8, 6, 4])  # 0-2 are left out
 
 
 # ---- distances -------------------------------------------------------------------------------------------
@@ -126,30 +222,12 @@ def _ref_ln_norm(a, b, p):
 
 def _ref_cos_dist(a, b):
     a, b = np.broadcast_arrays(a, b)
-    out = []
-    for i in range(a.shape[0]):
-        total = 0.0
-        for k in range(a.shape[1]):
-            x, y = a[i, k], b[i, k]
-            cos = np.dot(x, y) / max(np.linalg.norm(x) * np.linalg.norm(y), 1e-8)
-            total += 1.0 - cos
-        out.append(total / a.shape[1])
-    return np.array(out)
+    return np.array([_slow_distance("cos_dist", a[i], b[i]) for i in range(a.shape[0])])
 
 
 def _ref_kl_div(a, b):
     a, b = np.broadcast_arrays(a, b)
-    out = []
-    for i in range(a.shape[0]):
-        total = 0.0
-        for k in range(a.shape[1]):
-            p = np.exp(a[i, k] - a[i, k].max())
-            p /= p.sum()
-            q = np.exp(b[i, k] - b[i, k].max())
-            q /= q.sum()
-            total += np.sum(p * np.log(p / q))
-        out.append(total)
-    return np.array(out)
+    return np.array([_slow_distance("kl_div", a[i], b[i]) for i in range(a.shape[0])])
 
 
 def _features(seed, shape):
@@ -182,6 +260,18 @@ def test_cos_dist_identical_opposite_and_zero():
     zero = torch.zeros(2, 3, 7)
     out = elite.feature_distance(zero, zero, "cos_dist")
     assert torch.isfinite(out).all()
+
+
+def test_kl_div_puts_the_current_policy_first():
+    """KL(current || stored), the reference's kl_divergence(target, behaviour): not symmetric, so the order shows."""
+    stored = torch.tensor([[[0.0, 0.0, 0.0]]])
+    current = torch.tensor([[[3.0, 0.0, 0.0]]])
+    p = torch.softmax(current[0, 0], 0)
+    q = torch.softmax(stored[0, 0], 0)
+    forward = float((p * (p / q).log()).sum())
+    backward = float((q * (q / p).log()).sum())
+    assert abs(forward - backward) > 0.1
+    assert float(elite.feature_distance(stored, current, "kl_div")[0]) == pytest.approx(forward, rel=1e-5)
 
 
 def test_kl_div_identical_is_zero_and_nonnegative():
@@ -217,10 +307,10 @@ def test_distance_errors():
 
 
 def test_annealed_lambda():
-    # lambda0 = 4 over alfa * decay_steps = 0.5 * 1000 = 500 calls
-    assert elite.annealed_lambda(0, 4.0, 0.5, 1000) == 4.0
-    assert elite.annealed_lambda(250, 4.0, 0.5, 1000) == pytest.approx(2.5)
-    assert elite.annealed_lambda(500, 4.0, 0.5, 1000) == pytest.approx(1.0)
+    # lambda0 = 4 over alfa * decay_steps = 0.5 * 1000 = 500 calls; each call lowers lambda before it uses it
+    assert elite.annealed_lambda(0, 4.0, 0.5, 1000) == pytest.approx(4.0 - 3.0 / 500)
+    assert elite.annealed_lambda(249, 4.0, 0.5, 1000) == pytest.approx(2.5)
+    assert elite.annealed_lambda(499, 4.0, 0.5, 1000) == pytest.approx(1.0)
     assert elite.annealed_lambda(10_000, 4.0, 0.5, 1000) == 1.0
     assert elite.annealed_lambda(10, 1.0, 0.5, 1000) == 1.0
     assert elite.annealed_lambda(123, 3.0, 0.0, 1000) == 3.0
@@ -229,12 +319,24 @@ def test_annealed_lambda():
         elite.annealed_lambda(0, 0.5, 1.0, 100)
 
 
+def test_annealed_lambda_matches_the_reference_running_decrement():
+    """The reference keeps lambda in a variable that each sample call lowers by (lambda0 - 1) / (steps * alfa)
+    before it draws int(lambda * n) candidates, and clamps it at 1."""
+    lam0, alfa, steps, n = 6.0, 2.0, 37, 16
+    lam, factor = lam0, (lam0 - 1) / (steps * alfa)
+    for call in range(100):
+        lam = max(1.0, lam - factor)
+        ours = elite.annealed_lambda(call, lam0, alfa, steps)
+        assert ours == pytest.approx(lam, abs=1e-12), call
+        assert elite.pool_size(ours, n, 10**6) == elite.pool_size(lam, n, 10**6) == max(n, int(lam * n)), call
+
+
 def test_pool_size():
     assert elite.pool_size(1.0, 8, 100) == 8
     assert elite.pool_size(2.5, 8, 100) == 20
     assert elite.pool_size(2.5, 8, 10) == 10
     assert elite.pool_size(1.1, 3, 100) == 3
-    assert elite.pool_size(2.3, 100, 1000) == 230  # 2.3 * 100 is 229.99999999999997 in floats
+    assert elite.pool_size(2.3, 100, 1000) == 229  # 2.3 * 100 is 229.99999999999997; the reference's int() gives 229
     assert elite.pool_size(1.0, 8, 5) == 5
     assert elite.pool_size(0.5, 8, 100) == 8
 

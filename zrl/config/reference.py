@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from typing import Any
 
 from zrl.errors import ConfigError
@@ -20,6 +21,26 @@ REFERENCE_TYPES = {
     "custom": None,
 }
 REFERENCE_SAMPLERS = {"elite_sampling": "elite", "attentive_sampling": "attentive"}
+# What the reference's custom-replay schema fills in for a key its JSON leaves out. lambda 1 samples uniformly.
+CUSTOM_DEFAULTS = {"lambda_batch_multiplier": 1.0, "alfa_annealing_factor": 1.0, "strategy": 3, "p": 2.0}
+# Keys the reference schema reads with int(): in a custom entry 6.7 means 6 (zrl's own elite/attentive keys,
+# in a [[replay]] table or a JSON entry of type elite or attentive, take fractions).
+TRUNCATED = ("lambda_batch_multiplier", "p")
+
+
+def _truncated(value: Any, where: str) -> Any:
+    """int(value), as a float, for a JSON number or numeric string, as the reference's Use(int) reads it; other
+    values pass through for the [[replay]] checks to report."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} = {value!r} is not a finite number")
+    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            return float(int(value))
+        except ValueError:
+            raise ConfigError(
+                f"{where} = {value!r} is not a whole number (the reference reads it with int())"
+            ) from None
+    return value
 
 
 def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
@@ -59,15 +80,15 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
             raise ConfigError(
                 f"{source}: {key}.insert_strategy = {insert!r}: the only insertion strategy is elite_insertion"
             )
-        if kind is None:  # custom
+        custom = kind is None
+        if custom:
             if sampler is None and insert is None:
                 raise ConfigError(
                     f"{source}: {key}: a custom replay needs sample_strategy (elite_sampling or "
                     "attentive_sampling) or insert_strategy (elite_insertion)"
                 )
             kind = REFERENCE_SAMPLERS[sampler.lower()] if sampler else "elite"
-            if sampler is None:
-                table["lambda_batch_multiplier"] = 1.0
+            table.update(CUSTOM_DEFAULTS)  # the reference schema's defaults, not zrl's [[replay]] ones
         if insert is not None:
             table["elite_insertion"] = True
         strategy = item.pop("elite_sampling_strategy", None)
@@ -82,7 +103,9 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
         for name, value in item.items():
             if isinstance(value, str) and name == "dist_function":
                 value = value.lower()
-            if name in ("lambda_batch_multiplier", "alfa_annealing_factor", "p") and isinstance(value, int):
+            if custom and name in TRUNCATED:
+                value = _truncated(value, f"{source}: {key}.{name}")
+            elif name == "alfa_annealing_factor" and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             table[name] = value
         table["type"] = kind

@@ -355,7 +355,7 @@ class ReplayConfig:
     dist_function: Annotated[
         str,
         Meta(
-            description="elite, attentive: ln_norm (p-norm of the [steps, F] difference), cos_dist (1 - cosine similarity, mean over steps) or kl_div (sum over steps of KL(softmax(stored) || softmax(current)))."
+            description="elite, attentive: ln_norm (p-norm of the [steps, F] difference), cos_dist (1 - the cosine of the flattened [steps, F] matrices) or kl_div (sum over steps of KL(softmax(current) || softmax(stored)))."
         ),
     ] = "ln_norm"
     p: Annotated[
@@ -364,7 +364,7 @@ class ReplayConfig:
     strategy: Annotated[
         int,
         Meta(
-            description="elite, attentive: 1 the n lowest distances; 2 the lowest of each of n distance strata; 3 like 1, least sampled first; 4 like 2, least sampled in each stratum."
+            description="elite, attentive: over the m candidates sorted by distance, w = floor(m / n): 1 the n lowest; 2 every w-th (the lowest of each of the first n windows of w); 3 like 1, least sampled first; 4 the least sampled of each of the first n windows of w."
         ),
     ] = 3
     lambda_batch_multiplier: Annotated[
@@ -372,14 +372,14 @@ class ReplayConfig:
         Meta(
             ge=1,
             extra={"hint": "1 samples uniformly"},
-            description="elite, attentive: the candidate pool holds lambda x n distinct units (n = batch_size x sample_ratio); lambda anneals to 1, where sampling is uniform.",
+            description="elite, attentive: the candidate pool holds int(lambda x n) distinct units (n = batch_size x sample_ratio); lambda anneals to 1, where sampling is uniform. The reference's JSON (--replay) reads it with int() and defaults it to 1.",
         ),
     ] = 6.0
     alfa_annealing_factor: Annotated[
         float,
         Meta(
             gt=0,
-            description="elite, attentive: lambda anneals linearly to 1 over alfa_annealing_factor x the learning-rate decay steps, counted in sample calls.",
+            description="elite, attentive: lambda anneals linearly to 1 over alfa_annealing_factor x the learning-rate decay steps, counted in sample calls (each call lowers it, then uses it). The reference's JSON defaults it to 1.0.",
         ),
     ] = 2.0
     feature_steps: Annotated[

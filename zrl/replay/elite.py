@@ -3,31 +3,33 @@
 Elite replay keeps, for every stored unit (one env's unroll of T steps), the feature vectors [T, F] that the
 behaviour policy computed while acting. A sample of n units is chosen in four steps:
 
-1. ``annealed_lambda`` gives the batch multiplier lambda, annealed linearly from ``lambda0`` to 1 over the
-   first ``alfa * decay_steps`` sample calls; ``pool_size`` turns it into a pool of about ``lambda * n``
-   distinct candidates, and ``draw_pool`` draws them uniformly without replacement.
+1. ``annealed_lambda`` gives the batch multiplier lambda: each sample call first lowers it by
+   (lambda0 - 1) / (alfa * decay_steps), then uses it, and it never goes below 1 (the reference's order, so
+   the first call already uses the once-lowered value). ``pool_size`` turns it into a pool of
+   int(lambda * n) distinct candidates, and ``draw_pool`` draws them uniformly without replacement.
 2. Elsewhere (it needs the network) the current policy recomputes the candidates' features on K of the
    stored steps.
 3. ``feature_distance`` measures how far each candidate's stored behaviour features are from the current
    ones: a small distance means the unit is close to on-policy, so lower is better.
 4. ``select`` turns distances and per-unit sample counts into the n chosen pool positions with one of four
-   strategies: the n closest (1), the closest of each of n distance strata (2), and the same two with the
-   least-sampled units preferred (3, 4). At lambda 1 the pool holds exactly n candidates and every strategy
-   returns all of them, so elite sampling decays to uniform sampling.
+   strategies, over the m candidates sorted by distance: the n closest (1); every w-th candidate, w =
+   floor(m / n), i.e. the closest of each of the first n windows of w (2); the least sampled first, closest
+   first within a count (3); the least sampled of each of the first n windows of w (4). At lambda 1 the
+   pool holds exactly n candidates and every strategy returns all of them, so elite sampling decays to
+   uniform sampling.
 
 When the buffer is full, elite insertion draws a group of stored units and ``insertion_victims`` names the
 k whose features are farthest from the current policy's, which the new units overwrite.
 
 Attentive replay (Sun et al. 2020, "Attentive Experience Replay") uses the same pool and ``select``, but
 the distance is between each candidate's current features [N, K, F] and the current features of the
-newest state [1, 1, F], so the sample favours units that resemble what the agent sees now.
+newest stored state [1, 1, F] (its unit's step T-1, the last one whose features a worker computed), so the
+sample favours units that resemble what the agent sees now.
 
 Ties are broken deterministically everywhere: equal keys go to the lower pool position.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
@@ -46,54 +48,47 @@ __all__ = [
 DISTANCES = ("ln_norm", "cos_dist", "kl_div")
 STRATEGIES = (1, 2, 3, 4)
 
-_COS_EPS = 1e-8
+_COS_EPS = 1e-6  # the reference's torch.nn.CosineSimilarity(eps=1e-6)
 
 
-def feature_distance(a: torch.Tensor, b: torch.Tensor, kind: str, p: float = 2.0) -> torch.Tensor:
-    """Per-unit distance between feature tensors a and b, broadcastable to [N, K, F]; returns [N] float32.
+def feature_distance(stored: torch.Tensor, current: torch.Tensor, kind: str, p: float = 2.0) -> torch.Tensor:
+    """Per-unit distance between feature tensors, broadcastable to [N, K, F]; returns [N] float32.
 
-    ``ln_norm``: (sum over K*F of |a - b|^p)^(1/p), p >= 1.
-    ``cos_dist``: mean over K of 1 - cos(a_k, b_k), cos = a.b / max(|a| |b|, 1e-8); 0 for equal, 2 for opposite.
-    ``kl_div``: sum over K of KL(softmax(a_k) || softmax(b_k)); a is the behaviour (stored) side.
+    ``ln_norm``: (sum over K*F of |stored - current|^p)^(1/p), p >= 1.
+    ``cos_dist``: 1 - cos of the two flattened [K*F] vectors (torch's cosine_similarity, eps 1e-6): 0 for
+    equal, 2 for opposite. The reference sorts the similarity itself, which puts the least similar first.
+    ``kl_div``: sum over K of KL(softmax(current_k) || softmax(stored_k)), the current policy first.
     """
     if kind not in DISTANCES:
         raise ValueError(f"unknown distance kind {kind!r}; valid kinds are {DISTANCES}")
     if kind == "ln_norm" and not p >= 1:
         raise ValueError(f"ln_norm needs p >= 1, got {p}")
-    a = torch.as_tensor(a).to(torch.float32)
-    b = torch.as_tensor(b).to(torch.float32)
+    a = torch.as_tensor(stored).to(torch.float32)
+    b = torch.as_tensor(current).to(torch.float32)
     a, b = torch.broadcast_tensors(a, b)
     if a.dim() != 3:
         raise ValueError(f"features must broadcast to [N, K, F], got shape {tuple(a.shape)}")
     if kind == "ln_norm":
         return torch.linalg.vector_norm(a - b, ord=p, dim=(1, 2))
     if kind == "cos_dist":
-        dot = (a * b).sum(dim=-1)
-        norms = torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)
-        cos = dot / norms.clamp_min(_COS_EPS)
-        return (1.0 - cos).mean(dim=-1)
-    log_p = torch.log_softmax(a, dim=-1)
-    log_q = torch.log_softmax(b, dim=-1)
-    kl_per_step = (log_p.exp() * (log_p - log_q)).sum(dim=-1)
+        return 1.0 - torch.nn.functional.cosine_similarity(a.flatten(1), b.flatten(1), dim=1, eps=_COS_EPS)
+    log_target = torch.log_softmax(b, dim=-1)
+    log_behaviour = torch.log_softmax(a, dim=-1)
+    kl_per_step = (log_target.exp() * (log_target - log_behaviour)).sum(dim=-1)
     return kl_per_step.clamp_min(0.0).sum(dim=-1)  # the clamp only removes float rounding below zero
-
-
-def _strata_starts(m: int, n: int) -> np.ndarray:
-    """First index of each of n strata of np.array_split(range(m), n): the first m % n strata are one longer."""
-    sizes = np.full(n, m // n, dtype=np.int64)
-    sizes[: m % n] += 1
-    return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
 
 
 def select(strategy: int, distances: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
     """n positions into a candidate pool of m units; returns [n] int64. Lower distance is better.
 
-    1: the n lowest distances, in increasing order.
-    2: split the distance order into n strata (np.array_split sizes), take each stratum's lowest distance.
+    The pool is first sorted by distance (ties: lower position first); w = floor(m / n).
+    1: the first n of that order.
+    2: every w-th of that order, from the first: the closest of each of the first n windows of w.
     3: order by (count, distance, position), take the first n.
-    4: strata as in 2, take each stratum's least sampled unit (ties: lower distance, then lower position).
-    With m < n the strategy's order of the whole pool (1, 2: by distance; 3, 4: by count then distance)
-    is repeated cyclically until n are chosen.
+    4: the least sampled of each of the first n windows of w (ties: the closer, then the lower position).
+    With m >= n, windows 2 and 4 leave out the last m - n*w candidates, as the reference does. With m < n
+    (the reference then divides by zero or loops) the strategy's order of the whole pool (1, 2: by
+    distance; 3, 4: by count then distance) is repeated cyclically until n are chosen.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; valid strategies are {STRATEGIES}")
@@ -110,28 +105,25 @@ def select(strategy: int, distances: np.ndarray, counts: np.ndarray, n: int) -> 
         return np.empty(0, dtype=np.int64)
     if m == 0:
         raise ValueError(f"cannot select {n} units from an empty pool")
-    positions = np.arange(m)
     by_distance = np.argsort(distances, kind="stable")
     if strategy in (1, 3) or m < n:
         if strategy in (1, 2):
             order = by_distance
         else:
-            order = np.lexsort((positions, distances, counts))  # last key is primary
+            order = np.lexsort((np.arange(m), distances, counts))  # last key is primary
         return np.resize(order, n).astype(np.int64)
-    starts = _strata_starts(m, n)
+    w = m // n
     if strategy == 2:
-        return by_distance[starts].astype(np.int64)
-    # Strategy 4: within each stratum, sort by (count, rank in the distance order); the rank already
-    # encodes (distance, position). Each stratum's winner lands on the stratum's first index.
-    stratum = np.repeat(np.arange(n), np.diff(np.append(starts, m)))
-    rank = np.arange(m)
-    within = np.lexsort((rank, counts[by_distance], stratum))
-    return by_distance[within[starts]].astype(np.int64)
+        return by_distance[np.arange(n) * w].astype(np.int64)
+    windows = by_distance[: n * w].reshape(n, w)
+    return windows[np.arange(n), np.argmin(counts[windows], axis=1)].astype(np.int64)  # argmin: first of ties
 
 
 def annealed_lambda(sample_calls: int, lambda0: float, alfa: float, decay_steps: int) -> float:
-    """Batch multiplier annealed linearly from lambda0 to 1 over alfa * decay_steps sample calls, never below 1.
+    """The batch multiplier of the sample call that follows ``sample_calls`` earlier ones.
 
+    Each call first lowers lambda by (lambda0 - 1) / (alfa * decay_steps) and then uses it, so call k
+    (counted from 0) uses lambda0 - (k + 1) (lambda0 - 1) / (alfa * decay_steps), never below 1.
     With alfa * decay_steps <= 0 there is no annealing and lambda0 is returned.
     """
     if lambda0 < 1:
@@ -141,14 +133,14 @@ def annealed_lambda(sample_calls: int, lambda0: float, alfa: float, decay_steps:
     horizon = alfa * decay_steps
     if horizon <= 0:
         return float(lambda0)
-    return max(1.0, lambda0 - (lambda0 - 1.0) * sample_calls / horizon)
+    return max(1.0, lambda0 - (lambda0 - 1.0) * (sample_calls + 1) / horizon)
 
 
 def pool_size(lam: float, n: int, available: int) -> int:
-    """Number of distinct candidates to draw: min(available, max(n, floor(lam * n))); n at lambda 1."""
+    """Number of distinct candidates to draw: min(available, max(n, int(lam * n))); n at lambda 1."""
     if n < 0 or available < 0:
         raise ValueError(f"n and available must be >= 0, got n={n}, available={available}")
-    return int(min(available, max(n, math.floor(lam * n + 1e-9))))
+    return int(min(available, max(n, int(lam * n))))
 
 
 def draw_pool(rng: np.random.Generator, population: np.ndarray, size: int) -> np.ndarray:

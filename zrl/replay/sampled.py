@@ -210,11 +210,12 @@ class FeatureReplay(UniformReplay):
                 return None, pool
         if self.kind == "elite":
             return distances[ok], pool
-        # attentive: distance to the current feature of the newest stored state (its unit's last observation)
+        # attentive: distance to the current feature of the newest stored state, the newest unit's step T-1 (the
+        # last one a worker computed features for); kl_div is KL(candidate || newest), the candidate first
         newest = np.array([st.newest_slot()])
         now, now_ok = self.scorer(
-            st.worker_id[newest], st.env_index[newest], st.first_frame[newest], np.array([self.unroll_length])
+            st.worker_id[newest], st.env_index[newest], st.first_frame[newest], np.array([self.unroll_length - 1])
         )
         if not now_ok[0]:
             return None, pool
-        return elite.feature_distance(current[torch.from_numpy(ok)], now, self.dist_function, self.p).numpy(), pool
+        return elite.feature_distance(now, current[torch.from_numpy(ok)], self.dist_function, self.p).numpy(), pool
