@@ -27,6 +27,8 @@ setup(
             "zrl-bench=zrl.cli:bench_main",
             "zrl-eval=zrl.cli:eval_main",
             "zrl-keys=zrl.cli:keys_main",
+            "zrl-sweep=zrl.cli:sweep_main",
+            "zrl-report=zrl.cli:report_main",
         ]
     },
 )

@@ -467,3 +467,51 @@ def keys_main(folder) -> None:
         f"wrote CurveZMQ keys to {folder}; run with --set transport.curve_keys={folder!r} "
         "(and, to bind beyond loopback, --set transport.bind_host=...)"
     )
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("sweep_file", required=False)
+@click.option("--out", default=None, metavar="DIR", help="The sweep's folder (default results/sweeps/<name>_<time>).")
+@click.option("--resume", "resume_dir", default=None, metavar="DIR", help="Continue the sweep in DIR.")
+@click.option(
+    "--only",
+    multiple=True,
+    metavar="PATTERN",
+    help="Run only the labels that match this shell pattern (repeatable), e.g. --only 'breakout-*'.",
+)
+def sweep_main(sweep_file, out, resume_dir, only) -> None:
+    """Run configs x seeds, each zrl-launch in its own run folder: zrl-sweep config/suites/elite_vs_uniform.toml
+
+    OUT/index.json says where each run stands (pending, running, done, failed, stopped). Ctrl-C stops the
+    running runs in order; --resume OUT continues the sweep (stopped runs from their checkpoints)."""
+    from zrl.experiment import sweep
+
+    if sweep_file and resume_dir:
+        _usage_error("zrl-sweep", "give a sweep file or --resume DIR, not both (a resumed sweep reads its own copy)")
+    try:
+        code = sweep.start(sweep_file, out, resume_dir, list(only), lambda text: click.echo(text, err=True))
+    except ConfigError as err:
+        _usage_error("zrl-sweep", str(err))
+    sys.exit(code)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("paths", nargs=-1, required=True, metavar="RUN_OR_SWEEP...")
+@click.option("--out", default=None, metavar="PREFIX", help="Write PREFIX.md, .json, _curves.png, _profile.png.")
+@click.option("--svg", is_flag=True, help="SVG copies of the pictures too.")
+@click.option("--reps", type=click.IntRange(100, 200_000), default=5000, help="Bootstrap replicates.")
+def report_main(paths, out, svg, reps) -> None:
+    """Aggregate runs over seeds and games, rliable-style: zrl-report results/sweeps/NAME --out perf/results/NAME
+
+    IQM and mean with stratified-bootstrap 95% CIs (human-normalised over several games), return against env
+    frames and against wall time per arm with CI bands, performance profiles, and a Markdown table."""
+    from zrl.experiment import report
+
+    try:
+        built = report.build(list(paths), reps)
+    except ConfigError as err:
+        _usage_error("zrl-report", str(err))
+    click.echo(report.markdown(built), nl=False)
+    if out:
+        for path in report.write(built, out, svg):
+            click.echo(f"wrote {path}", err=True)

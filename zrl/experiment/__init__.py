@@ -1,0 +1,1 @@
+"""Experiments over seeds and configs: zrl-sweep runs them, zrl-report aggregates them."""

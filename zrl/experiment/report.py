@@ -1,0 +1,354 @@
+"""zrl-report: runs and sweeps aggregated over seeds and games, rliable-style (``zrl.experiment.stats``).
+
+Each argument is a sweep folder (its ``index.json``: the runs marked done; the others are listed as left out) or
+a run folder (``config.toml`` and ``episodes.csv``). Runs are grouped into arms by label: a sweep run's label,
+or a loose run's parent folder (its grandparent when the parent is ``seed<N>``, as zrl-bench learning and
+zrl-sweep lay them out). A label's game prefix (``breakout-`` in ``breakout-elite``) or env.id grid value is
+taken off, so that one arm on several games aggregates over them.
+
+A run's score is its mean raw return over the last 100 episodes at its game's common frame budget: the frames
+the shortest run of that game reached, so every run is read at an equal budget. Over several games scores are
+human-normalised ((score - random) / (human - random), ``zrl.scores``); one game is reported raw (and
+human-normalised beside it where the game has reference scores).
+
+Outputs, for ``--out PREFIX``: PREFIX.md (the table, each run, what was left out, the method), PREFIX.json (every
+number), PREFIX_curves.png (return against env frames and against wall time, each arm's mean across runs with a
+95% bootstrap band, one row per game) and PREFIX_profile.png (performance profiles with bands); ``--svg`` adds
+SVG copies. The Markdown also goes to stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import tomllib
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from zrl import scores as reference_scores
+from zrl.bench.learning import WINDOW, read_curve
+from zrl.config import ConfigError
+from zrl.experiment import stats
+from zrl.experiment.sweep import read_index
+
+GRID_POINTS = 80
+
+
+@dataclass
+class RunData:
+    arm: str
+    label: str
+    env: str
+    rom: str | None
+    seed: int | None
+    folder: str
+    curve: dict
+
+
+def _env_and_seed(folder: Path) -> tuple[str, int | None]:
+    try:
+        resolved = tomllib.loads((folder / "config.toml").read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"{folder}: not a zrl run folder (its config.toml: {err})") from None
+    return resolved.get("env", {}).get("id", "?"), resolved.get("run", {}).get("seed")
+
+
+def _rom(env: str) -> str | None:
+    from zrl.envs import atari_rom
+
+    try:
+        return atari_rom(env)
+    except ConfigError:
+        return None
+
+
+def _arm(label: str, rom: str | None) -> str:
+    arm = re.sub(r"(^|-)id=[^-]*", "", label).strip("-")  # an env.id grid value
+    if rom:
+        game = rom.replace("_", "")
+        arm = re.sub(rf"^{game}[-_]", "", arm, flags=re.IGNORECASE)
+    return arm or label
+
+
+def _loose_label(folder: Path) -> str:
+    parent = folder.resolve().parent
+    if re.fullmatch(r"seed\d+", parent.name):
+        parent = parent.parent
+    return parent.name
+
+
+def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
+    """The runs the arguments name, and a line for each sweep run left out (not done)."""
+    runs, left_out = [], []
+    for arg in paths:
+        path = Path(arg)
+        if (path / "index.json").is_file():
+            for row in read_index(path)["runs"]:
+                key = f"{row.get('label')}/seed{row.get('seed')}"
+                if row.get("status") != "done" or not row.get("folder"):
+                    left_out.append(f"{path.name}: {key} is {row.get('status')}")
+                    continue
+                runs.append(_load(Path(row["folder"]), row["label"]))
+        elif (path / "config.toml").is_file():
+            runs.append(_load(path, _loose_label(path)))
+        else:
+            raise ConfigError(f"{arg}: not a zrl run folder (config.toml, episodes.csv) or sweep folder (index.json)")
+    if not runs:
+        raise ConfigError("no finished runs to report" + (f" ({'; '.join(left_out)})" if left_out else ""))
+    return runs, left_out
+
+
+def _load(folder: Path, label: str) -> RunData:
+    env, seed = _env_and_seed(folder)
+    rom = _rom(env)
+    return RunData(_arm(label, rom), label, env, rom, seed, str(folder), read_curve(folder))
+
+
+def _value_at(points: list[dict], key: str, x: float) -> float:
+    """The 100-episode mean as it stood at ``x`` (frames or minutes); NaN before the first episode ended."""
+    value = np.nan
+    for p in points:
+        if p[key] > x:
+            break
+        value = p["mean_return_100"]
+    return value
+
+
+def _score(run: RunData, budget: int) -> float:
+    value = _value_at(run.curve["points"], "env_frames", budget)
+    if np.isnan(value):
+        raise ConfigError(f"{run.folder}: no episode ended within {budget:,} env frames, so it has no score")
+    return float(value)
+
+
+def _band(values: np.ndarray, reps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over runs [runs, points] at each point and the 95% bootstrap interval of that mean (points where a
+    run has no value yet are NaN)."""
+    runs = values.shape[0]
+    picks = rng.integers(0, runs, size=(reps, runs))
+    means = values[picks].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5], axis=0)
+    return values.mean(axis=0), low, high
+
+
+def build(paths: list[str], reps: int = 5000) -> dict:
+    """The report's numbers: per game and arm the score at the budget; per arm the aggregates with CIs."""
+    runs, left_out = collect(paths)
+    games = sorted({r.env for r in runs})
+    roms = {r.env: r.rom for r in runs}
+    unnormalisable = [g for g in games if roms[g] is None or roms[g] not in reference_scores.SCORES]
+    if len(games) > 1 and unnormalisable:
+        raise ConfigError(
+            f"runs of different games ({', '.join(games)}), and {', '.join(unnormalisable)} has no reference "
+            "score to normalise by: report each game on its own"
+        )
+    budgets = {g: min(r.curve["env_frames"] for r in runs if r.env == g) for g in games}
+    minutes = {g: min(r.curve["minutes"] for r in runs if r.env == g) for g in games}
+    arms = sorted({r.arm for r in runs})
+    by = defaultdict(list)
+    for r in runs:
+        by[(r.arm, r.env)].append(r)
+    per_run = [
+        {
+            "arm": r.arm,
+            "label": r.label,
+            "env": r.env,
+            "seed": r.seed,
+            "folder": r.folder,
+            "score": _score(r, budgets[r.env]),
+            "hns": reference_scores.human_normalised(r.rom, _score(r, budgets[r.env])) if r.rom else None,
+            "env_frames": r.curve["env_frames"],
+            "minutes": r.curve["minutes"],
+            "episodes": r.curve["episodes"],
+        }
+        for r in sorted(runs, key=lambda r: (r.env, r.arm, r.seed or 0))
+    ]
+    normalised = len(games) > 1
+    aggregates = {}
+    for arm in arms:
+        columns = []
+        for g in games:
+            column = [p["hns" if normalised else "score"] for p in per_run if p["arm"] == arm and p["env"] == g]
+            columns.append(column)
+        present = [c for c in columns if c]
+        if len(present) != len(games):
+            aggregates[arm] = {"missing_games": [g for g, c in zip(games, columns) if not c]}
+            continue
+        depth = min(len(c) for c in present)
+        matrix = np.array([c[:depth] for c in present]).T  # [runs, games], the first `depth` runs of each game
+        iq, iq_lo, iq_hi = stats.interval(matrix, stats.iqm, reps)
+        mu, mu_lo, mu_hi = stats.interval(matrix, stats.mean, reps)
+        aggregates[arm] = {
+            "runs_per_game": depth,
+            "iqm": [iq, iq_lo, iq_hi],
+            "mean": [mu, mu_lo, mu_hi],
+            "scores": matrix.tolist(),
+        }
+    per_game = {}
+    for g in games:
+        for arm in arms:
+            values = np.array([p["score"] for p in per_run if p["arm"] == arm and p["env"] == g])
+            if len(values):
+                m, lo, hi = stats.interval(values[:, None], stats.mean, reps)
+                per_game[f"{g}|{arm}"] = {"env": g, "arm": arm, "runs": len(values), "mean": [m, lo, hi]}
+    return {
+        "inputs": list(paths),
+        "games": games,
+        "arms": arms,
+        "normalised": normalised,
+        "budgets": budgets,
+        "minutes": minutes,
+        "runs": per_run,
+        "per_game": per_game,
+        "aggregates": aggregates,
+        "left_out": left_out,
+        "bootstrap_reps": reps,
+        "_curves": {r.folder: r.curve["points"] for r in runs},
+    }
+
+
+def _ci(triple: list[float], digits: int = 2) -> str:
+    point, low, high = triple
+    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def markdown(report: dict) -> str:
+    digits = 3 if report["normalised"] else 2
+    unit = "human-normalised score" if report["normalised"] else "raw return"
+    lines = [
+        "# zrl-report",
+        "",
+        f"Inputs: {', '.join(report['inputs'])}. Written {time.strftime('%Y-%m-%d %H:%M')}.",
+        "",
+        "Each run's score: its mean raw return over the last 100 episodes at its game's common budget of env "
+        "frames (the frames its shortest run reached). Aggregates are over runs"
+        + (" and games, on human-normalised scores" if report["normalised"] else "")
+        + f"; brackets are 95% stratified-bootstrap percentile intervals ({report['bootstrap_reps']} replicates).",
+        "",
+        "| game | budget (env frames) | shortest run (min) |",
+        "|---|---|---|",
+        *(f"| {g} | {report['budgets'][g]:,} | {report['minutes'][g]:.1f} |" for g in report["games"]),
+        "",
+        f"| arm | runs per game | IQM {unit} | mean {unit} |",
+        "|---|---|---|---|",
+    ]
+    for arm, agg in report["aggregates"].items():
+        if "missing_games" in agg:
+            lines.append(f"| {arm} | (no runs of {', '.join(agg['missing_games'])}) | | |")
+        else:
+            lines.append(f"| {arm} | {agg['runs_per_game']} | {_ci(agg['iqm'], digits)} | {_ci(agg['mean'], digits)} |")
+    lines += [
+        "",
+        "Per game, the mean raw return at the budget:",
+        "",
+        "| game | arm | runs | mean |",
+        "|---|---|---|---|",
+    ]
+    for row in report["per_game"].values():
+        lines.append(f"| {row['env']} | {row['arm']} | {row['runs']} | {_ci(row['mean'])} |")
+    lines += ["", "| run | seed | score | env frames | minutes | episodes |", "|---|---|---|---|---|---|"]
+    for r in report["runs"]:
+        lines.append(
+            f"| {r['label']} | {r['seed']} | {r['score']:.2f} | {r['env_frames']:,} | {r['minutes']:.1f} | "
+            f"{r['episodes']} |"
+        )
+    if report["left_out"]:
+        lines += ["", "Left out (not done): " + "; ".join(report["left_out"]) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _matplotlib():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_curves(report: dict, png: Path, svg: bool = False) -> list[Path]:
+    """Return against env frames and against wall minutes: each arm's mean across its runs, with the 95%
+    bootstrap band of that mean, one row per game."""
+    plt = _matplotlib()
+    games = report["games"]
+    fig, axes = plt.subplots(len(games), 2, figsize=(12, 4.2 * len(games)), dpi=110, squeeze=False)
+    rng = np.random.default_rng(0)
+    colours = {arm: f"C{i}" for i, arm in enumerate(report["arms"])}
+    for row, g in enumerate(games):
+        for col, (key, limit, scale, xlabel) in enumerate(
+            [
+                ("env_frames", report["budgets"][g], 1e6, "env frames (millions)"),
+                ("minutes", report["minutes"][g], 1.0, "wall time (minutes)"),
+            ]
+        ):
+            ax = axes[row][col]
+            xs = np.linspace(0, limit, GRID_POINTS)
+            for arm in report["arms"]:
+                folders = [r["folder"] for r in report["runs"] if r["arm"] == arm and r["env"] == g]
+                if not folders:
+                    continue
+                values = np.array([[_value_at(report["_curves"][f], key, x) for x in xs] for f in folders])
+                ok = ~np.isnan(values).any(axis=0)
+                if not ok.any():
+                    continue
+                mean, low, high = _band(values[:, ok], 1000, rng)
+                ax.plot(xs[ok] / scale, mean, color=colours[arm], label=f"{arm} ({len(folders)} runs)")
+                ax.fill_between(xs[ok] / scale, low, high, color=colours[arm], alpha=0.2)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(f"{g}: mean raw return, last {WINDOW} episodes")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle("mean across runs, 95% bootstrap band", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, plt, png, svg)
+
+
+def plot_profile(report: dict, png: Path, svg: bool = False) -> list[Path]:
+    """Performance profiles of the scores at the budget: the share of runs above each tau, with bands."""
+    plt = _matplotlib()
+    fig, ax = plt.subplots(figsize=(6.5, 4.4), dpi=110)
+    all_scores = np.concatenate(
+        [np.asarray(a["scores"]).reshape(-1) for a in report["aggregates"].values() if "scores" in a]
+    )
+    lo, hi = float(all_scores.min()), float(all_scores.max())
+    taus = np.linspace(lo - 0.05 * (hi - lo + 1e-9), hi + 0.05 * (hi - lo + 1e-9), 100)
+    for i, (arm, agg) in enumerate(report["aggregates"].items()):
+        if "scores" not in agg:
+            continue
+        curve, low, high = stats.profile_band(np.asarray(agg["scores"]), taus)
+        ax.plot(taus, curve, color=f"C{i}", label=arm)
+        ax.fill_between(taus, low, high, color=f"C{i}", alpha=0.2)
+    ax.set_xlabel("human-normalised score tau" if report["normalised"] else f"raw return tau ({report['games'][0]})")
+    ax.set_ylabel("share of runs with score > tau")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return _save(fig, plt, png, svg)
+
+
+def _save(fig, plt, png: Path, svg: bool) -> list[Path]:
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    written = [png]
+    if svg:
+        fig.savefig(png.with_suffix(".svg"))
+        written.append(png.with_suffix(".svg"))
+    plt.close(fig)
+    return written
+
+
+def write(report: dict, prefix: str | Path, svg: bool = False) -> list[Path]:
+    prefix = Path(prefix)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    md = prefix.with_name(prefix.name + ".md")
+    md.write_text(markdown(report))
+    js = prefix.with_name(prefix.name + ".json")
+    js.write_text(json.dumps({k: v for k, v in report.items() if not k.startswith("_")}, indent=1) + "\n")
+    written = [md, js]
+    written += plot_curves(report, prefix.with_name(prefix.name + "_curves.png"), svg)
+    written += plot_profile(report, prefix.with_name(prefix.name + "_profile.png"), svg)
+    return written

@@ -1,0 +1,462 @@
+"""zrl-sweep: runs of one or more configs over seeds, each ``zrl-launch`` in its own run folder, with an index
+that always says where every run stands.
+
+A sweep file is TOML::
+
+    [sweep]
+    config = "../breakout.toml"      # the run file every run starts from, relative to this file ("": built-in)
+    seeds = [1, 2, 3]
+    parallel = 1                     # runs at a time
+    set = { "run.max_env_frames" = 3_000_000 }   # overrides for every run
+
+    [grid]                           # every combination of these values (optional)
+    "learner.learning_rate" = [3e-4, 6e-4]
+
+    [[variant]]                      # named override sets, each crossed with the grid (optional)
+    name = "elite"
+    replay = '[{"type": "queue", ...}, {"type": "custom", ...}]'   # the reference's JSON, as --replay takes it
+    set = { "env.id" = "ALE/Breakout-v5" }
+
+The runs are variants x grid points x seeds. Each goes into ``OUT/<label>/seed<N>/``, where zrl-launch makes its
+run folder and ``launch.log`` keeps its output. ``OUT/index.json`` records each run's label, overrides, seed,
+status (pending, running, done, failed, stopped), exit code and folder, and the last lines of a failed run's
+log; it is rewritten (atomically) at every change. ``OUT/sweep.toml`` is the sweep file as given, which
+``--resume OUT`` reads again: done and failed runs stay as they are, a stopped run continues from its newest
+checkpoint (``zrl-launch --resume``) and a pending one starts.
+
+Ctrl-C (or SIGTERM) hands each running zrl-launch one SIGINT, which stops it in order with a checkpoint; a
+second one stops them at once. Every zrl-launch gets SIGTERM from the kernel if the sweep itself dies.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from zrl import checkpoint
+from zrl import config as config_mod
+from zrl.config import ConfigError
+
+INDEX = "index.json"
+SWEEP_COPY = "sweep.toml"
+LOG = "launch.log"
+STATUSES = ("pending", "running", "done", "failed", "stopped")
+SWEEP_KEYS = ("config", "seeds", "parallel", "set")
+VARIANT_KEYS = ("name", "replay", "set", "config")
+TOP_KEYS = ("sweep", "grid", "variant")
+TAIL_LINES = 15
+_PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class Run:
+    """One planned run: its label (variant and grid point), overrides, seed and where it stands."""
+
+    label: str
+    variant: str
+    grid: dict[str, Any]
+    seed: int
+    config: str | None
+    sets: list[str]
+    status: str = "pending"
+    folder: str | None = None
+    exit_code: int | None = None
+    started: float | None = None
+    ended: float | None = None
+    log_tail: list[str] = field(default_factory=list)
+    max_env_frames: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.label}/seed{self.seed}"
+
+
+@dataclass
+class Sweep:
+    path: Path
+    seeds: list[int]
+    parallel: int
+    runs: list[Run]
+
+
+def _toml_value(value: Any) -> str:
+    return tomli_w.dumps({"v": value}).partition("=")[2].strip()
+
+
+def _sets(table: Any, where: str) -> list[str]:
+    if not isinstance(table, dict):
+        raise ConfigError(f'{where}: expected a table of config keys and values, e.g. {{ "run.seed" = 3 }}')
+    return [f"{key}={_toml_value(value)}" for key, value in table.items()]
+
+
+def _unknown(table: dict, valid: tuple[str, ...], where: str) -> None:
+    for key in table:
+        if key not in valid:
+            raise ConfigError(f"{where}.{key}: unknown key; valid keys are {', '.join(valid)}")
+
+
+def _label_part(key: str, value: Any) -> str:
+    text = value if isinstance(value, str) else _toml_value(value)
+    safe = "".join(c if c.isalnum() or c in "-_.+" else "_" for c in str(text))
+    return f"{key.rpartition('.')[2]}={safe}"
+
+
+def load(path: str | Path) -> Sweep:
+    """Read and check a sweep file, and resolve every run's config (a ConfigError names the file and key)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such sweep file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read: {err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    _unknown(data, TOP_KEYS, str(path))
+    head = data.get("sweep", {})
+    if not isinstance(head, dict):
+        raise ConfigError(f"{path}: [sweep] must be a table")
+    _unknown(head, SWEEP_KEYS, f"{path}: sweep")
+    seeds = head.get("seeds", [1])
+    if (
+        not isinstance(seeds, list)
+        or not seeds
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
+    ):
+        raise ConfigError(
+            f"{path}: sweep.seeds = {seeds!r}: expected a non-empty list of integers >= 0, e.g. [1, 2, 3]"
+        )
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"{path}: sweep.seeds = {seeds!r}: a seed is repeated")
+    parallel = head.get("parallel", 1)
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
+        raise ConfigError(f"{path}: sweep.parallel = {parallel!r}: expected an integer >= 1")
+    base_config = _config_path(path, head.get("config", ""), "sweep.config")
+    base_sets = _sets(head.get("set", {}), f"{path}: sweep.set")
+
+    grid = data.get("grid", {})
+    if not isinstance(grid, dict):
+        raise ConfigError(f"{path}: [grid] must be a table of config keys, each with a list of values")
+    for key, values in grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{path}: grid.{key} = {values!r}: expected a non-empty list of values")
+    variants = data.get("variant", [{"name": ""}])
+    if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
+        raise ConfigError(f"{path}: variant: expected [[variant]] tables")
+    names = []
+    for i, variant in enumerate(variants):
+        _unknown(variant, VARIANT_KEYS, f"{path}: variant[{i}]")
+        name = variant.get("name", "" if len(variants) == 1 else None)
+        if not isinstance(name, str) or (len(variants) > 1 and not name):
+            raise ConfigError(f"{path}: variant[{i}].name: each of several variants needs a name (a string)")
+        if name in names:
+            raise ConfigError(f"{path}: variant[{i}].name = {name!r} is used twice")
+        names.append(name)
+
+    planned = []  # (label, variant, point, config, sets, max_env_frames)
+    points = [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+    for i, variant in enumerate(variants):
+        where = f"{path}: variant[{i}]"
+        config = _config_path(path, variant["config"], f"variant[{i}].config") if "config" in variant else base_config
+        sets = base_sets + _sets(variant.get("set", {}), f"{where}.set")
+        if "replay" in variant:
+            if not isinstance(variant["replay"], str):
+                raise ConfigError(f"{where}.replay: expected the reference's JSON list as a string")
+            sets.append(f"replay={variant['replay']}")
+        for point in points:
+            run_sets = sets + [f"{key}={_toml_value(value)}" for key, value in point.items()]
+            label = "-".join([p for p in [names[i], *(_label_part(k, v) for k, v in point.items())] if p]) or "run"
+            try:
+                cfg = config_mod.load(config, run_sets)
+            except ConfigError as err:
+                raise ConfigError(f"{path}: {label}: {err}") from None
+            planned.append((label, names[i], point, config, run_sets, cfg.run.max_env_frames))
+    # seed by seed, so that a sweep cut short has every config at the same number of seeds
+    runs = [
+        Run(label, variant, point, seed, config, sets, max_env_frames=frames)
+        for seed in seeds
+        for label, variant, point, config, sets, frames in planned
+    ]
+    return Sweep(path, list(seeds), parallel, runs)
+
+
+def _config_path(sweep_path: Path, value: Any, key: str) -> str | None:
+    if not isinstance(value, str):
+        raise ConfigError(f"{sweep_path}: {key} = {value!r}: expected a path to a run file (a string)")
+    if not value:
+        return None
+    found = (sweep_path.parent / value).resolve()
+    if not found.is_file():
+        raise ConfigError(f"{sweep_path}: {key} = {value!r}: no such run file ({found})")
+    return str(found)
+
+
+# ---- the index ---------------------------------------------------------------------------------------------
+
+
+def write_index(out: Path, sweep: Sweep) -> None:
+    rows = [
+        {
+            "label": r.label,
+            "variant": r.variant,
+            "grid": r.grid,
+            "seed": r.seed,
+            "config": r.config,
+            "sets": r.sets,
+            "status": r.status,
+            "exit_code": r.exit_code,
+            "folder": r.folder,
+            "started": r.started,
+            "ended": r.ended,
+            "log": str(Path(r.label) / f"seed{r.seed}" / LOG),
+            "log_tail": r.log_tail,
+        }
+        for r in sweep.runs
+    ]
+    text = json.dumps({"sweep": SWEEP_COPY, "runs": rows}, indent=1) + "\n"
+    tmp = out / f".{INDEX}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, out / INDEX)
+
+
+def read_index(out: Path) -> dict:
+    try:
+        index = json.loads((out / INDEX).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{out}: not a sweep folder (no {INDEX})") from None
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"{out}/{INDEX}: unreadable: {err}") from None
+    if not isinstance(index, dict) or not isinstance(index.get("runs"), list):
+        raise ConfigError(f"{out}/{INDEX}: not a zrl-sweep index (no runs list)")
+    return index
+
+
+def _restore(out: Path, sweep: Sweep) -> None:
+    """Take each run's status and folder from the index of a sweep resumed in ``out``."""
+    known = {f"{r['label']}/seed{r['seed']}": r for r in read_index(out)["runs"]}
+    for run in sweep.runs:
+        row = known.get(run.key)
+        if row is None:
+            continue
+        run.status = row["status"] if row["status"] in STATUSES else "pending"
+        run.folder, run.exit_code = row.get("folder"), row.get("exit_code")
+        run.started, run.ended, run.log_tail = row.get("started"), row.get("ended"), row.get("log_tail") or []
+        if run.status == "running":  # the sweep died while it ran
+            run.status = "stopped"
+
+
+# ---- running -------------------------------------------------------------------------------------------------
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the sweep dies (zrl-launch stops in order on it)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _command(run: Run, seed_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-c", "from zrl.cli import launch_main; launch_main()"]
+    if run.status == "stopped" and run.folder and checkpoint.periodic(Path(run.folder) / "checkpoints"):
+        return [*cmd, "--resume", run.folder]
+    if run.config:
+        cmd += ["--config", run.config]
+    for s in run.sets:
+        cmd += ["--set", s]
+    return [*cmd, "--set", f"run.seed={run.seed}", "--set", f"run.results_dir={json.dumps(str(seed_dir))}"]
+
+
+def _tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - 8192))
+            return fh.read().decode(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
+def _frames(folder: str | None) -> int | None:
+    """The env frames in a run folder's last metrics row (None before it has one)."""
+    if not folder:
+        return None
+    path = Path(folder) / "metrics.csv"
+    try:
+        with open(path) as fh:
+            header = fh.readline().strip().split(",")
+    except OSError:
+        return None
+    last = _tail(path, 1)
+    if not last or last[0].startswith(header[0]) or "env_frames" not in header:
+        return None
+    values = last[0].split(",")
+    try:
+        return int(float(values[header.index("env_frames")]))
+    except (IndexError, ValueError):
+        return None
+
+
+class _Stop:
+    """SIGINT/SIGTERM: how many times the sweep was asked to stop."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, signum, frame) -> None:
+        self.count += 1
+
+
+def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report_every_s: float = 60.0) -> int:
+    """Run the sweep's pending and stopped runs in ``out``, ``sweep.parallel`` at a time. Returns 0 when every
+    selected run is done, 1 when one failed, 130 when stopped."""
+    import fnmatch
+
+    selected = [r for r in sweep.runs if not only or any(fnmatch.fnmatch(r.label, p) for p in only)]
+    todo = [r for r in selected if r.status in ("pending", "stopped")]
+    progress(
+        f"zrl-sweep: {len(selected)} runs in {out} ({len(todo)} to run, {sweep.parallel} at a time); "
+        f"index: {out / INDEX}"
+    )
+    stop = _Stop()
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    active: dict[str, tuple[Run, subprocess.Popen, Any]] = {}
+    forwarded = 0
+    last_report = time.monotonic()
+    try:
+        while todo or active:
+            while todo and len(active) < sweep.parallel and not stop.count:
+                run_ = todo.pop(0)
+                active[run_.key] = _start(run_, out, progress)
+                write_index(out, sweep)
+            if stop.count > forwarded:
+                forwarded = stop.count
+                progress(
+                    f"zrl-sweep: stopping {len(active)} running run(s) "
+                    + ("in order (Ctrl-C again: at once)" if forwarded == 1 else "at once")
+                )
+                for _, proc, _ in active.values():
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGINT)
+            for key, (run_, proc, log) in list(active.items()):
+                code = proc.poll()
+                if code is None:
+                    continue
+                log.close()
+                del active[key]
+                _finish(run_, code, out, progress)
+                write_index(out, sweep)
+            if stop.count and not active:
+                break
+            if active and time.monotonic() - last_report >= report_every_s:
+                last_report = time.monotonic()
+                for run_, _, _ in active.values():
+                    frames = _frames(run_.folder)
+                    shown = f"{frames:,}" if frames is not None else "starting"
+                    progress(f"  {run_.key}: {shown} / {run_.max_env_frames:,} env frames")
+            time.sleep(0.2)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    failed = [r for r in selected if r.status == "failed"]
+    done = sum(r.status == "done" for r in selected)
+    progress(f"zrl-sweep: {done} of {len(selected)} runs done, {len(failed)} failed; index: {out / INDEX}")
+    if stop.count:
+        return 130
+    return 1 if failed else 0
+
+
+def _start(run_: Run, out: Path, progress) -> tuple[Run, subprocess.Popen, Any]:
+    seed_dir = out / run_.label / f"seed{run_.seed}"
+    seed_dir.mkdir(parents=True, exist_ok=True)
+    cmd = _command(run_, seed_dir)
+    resumed = "--resume" in cmd
+    log = open(seed_dir / LOG, "a")
+    log.write(f"$ zrl-launch {' '.join(cmd[3:])}\n")
+    log.flush()
+    before = {p for p in seed_dir.iterdir() if p.is_dir()}
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+    )
+    run_.status, run_.exit_code, run_.log_tail = "running", None, []
+    run_.started, run_.ended = time.time(), None
+    progress(f"zrl-sweep: {run_.key}: {'resumed' if resumed else 'started'} (log: {seed_dir / LOG})")
+    if not resumed:
+        run_.folder = None
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:  # zrl-launch makes its folder at once
+            made = [p for p in seed_dir.iterdir() if p.is_dir()] if seed_dir.is_dir() else []
+            new = sorted(set(made) - before)
+            if new:
+                run_.folder = str(new[0])
+                break
+            time.sleep(0.1)
+    return run_, proc, log
+
+
+def _finish(run_: Run, code: int, out: Path, progress) -> None:
+    seed_dir = out / run_.label / f"seed{run_.seed}"
+    if run_.folder is None:
+        made = sorted(p for p in seed_dir.iterdir() if p.is_dir())
+        run_.folder = str(made[-1]) if made else None
+    run_.exit_code, run_.ended = code, time.time()
+    minutes = (run_.ended - (run_.started or run_.ended)) / 60
+    if code == 0:
+        run_.status = "done"
+        progress(f"zrl-sweep: {run_.key}: done in {minutes:.1f} min ({run_.folder})")
+    elif code in (130, 143, -signal.SIGINT, -signal.SIGTERM):
+        run_.status = "stopped"
+        progress(f"zrl-sweep: {run_.key}: stopped after {minutes:.1f} min; --resume continues it")
+    else:
+        run_.status = "failed"
+        run_.log_tail = _tail(seed_dir / LOG)
+        progress(f"zrl-sweep: {run_.key}: FAILED with exit code {code}; its log ends:")
+        for line in run_.log_tail:
+            progress(f"    {line}")
+
+
+def start(sweep_path: str | None, out: str | None, resume: str | None, only: list[str], progress) -> int:
+    """zrl-sweep's work: a new sweep from ``sweep_path`` in ``out`` (default results/sweeps/<name>_<stamp>), or
+    the sweep in folder ``resume`` continued."""
+    if resume:
+        folder = Path(resume)
+        read_index(folder)  # a clear error for a folder that is not a sweep
+        sweep = load(folder / SWEEP_COPY)
+        _restore(folder, sweep)
+    else:
+        if sweep_path is None:
+            raise ConfigError("give a sweep file (zrl-sweep SWEEP.toml) or --resume SWEEP_FOLDER")
+        sweep = load(sweep_path)
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        folder = Path(out) if out else Path("results") / "sweeps" / f"{Path(sweep_path).stem}_{stamp}"
+        if folder.exists() and any(folder.iterdir()):
+            raise ConfigError(f"--out {folder}: not empty; give a new folder, or --resume {folder} to continue it")
+        folder.mkdir(parents=True, exist_ok=True)
+        text = Path(sweep_path).read_text()
+        # the copy resolves run files against the original folder, so --resume finds them
+        (folder / SWEEP_COPY).write_text(_rebased(text, Path(sweep_path)))
+        sweep = load(folder / SWEEP_COPY)
+        write_index(folder, sweep)
+    return run(sweep, folder, progress, only)
+
+
+def _rebased(text: str, original: Path) -> str:
+    """The sweep file's text with its run-file paths made absolute (the copy lives in another folder)."""
+    data = tomllib.loads(text)
+    head = data.get("sweep", {})
+    if isinstance(head, dict) and isinstance(head.get("config"), str) and head["config"]:
+        head["config"] = str((original.parent / head["config"]).resolve())
+    for variant in data.get("variant", []) if isinstance(data.get("variant"), list) else []:
+        if isinstance(variant, dict) and isinstance(variant.get("config"), str) and variant["config"]:
+            variant["config"] = str((original.parent / variant["config"]).resolve())
+    return f"# zrl-sweep's copy of {original.resolve()}\n" + tomli_w.dumps(data)
