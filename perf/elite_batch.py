@@ -1,7 +1,8 @@
 """Elite replay: the broker's time to prepare one batch against the learner's step, the selection's
 fidelity when fewer steps (or bf16) are compared, and the learner's wait in a real Pong run.
 
-    python perf/elite_batch.py --capacity 1000 --batch 32 --lambda 6 --repeats 10 --pipeline-seconds 180
+    python perf/elite_batch.py --capacity 1000 --lambda 6 --repeats 30 --pipeline-seconds 180 \
+        --settings 0:fp32,0:bf16,15:bf16,10:bf16,10:fp32,5:fp32 --pipeline-settings 5:fp32,10:bf16
 
 1. A replay of ``capacity`` units of real Pong frames (random actions) in a real ring. The behaviour
    features of every unit are what a Nature CNN computed on its observations (F = model.feature_size),
@@ -14,8 +15,10 @@ fidelity when fewer steps (or bf16) are compared, and the learner's wait in a re
 4. Fidelity on the same pools: the share of the units chosen by exact recomputation (all T steps, fp32,
    strategy 1) that each cheaper setting also chooses, and the Spearman rank correlation of the
    distances; a uniform draw would share lambda^-1 of them.
-5. With ``--pipeline-seconds``: the real ``zrl-launch`` on Pong with queue 0.5 + elite 0.5 (strategy 3,
-   lambda 6, alfa 2, capacity ``capacity``) and the learner's wait for batches from its metrics.csv.
+5. With ``--pipeline-seconds``: the real ``zrl-launch`` on Pong as the defaults leave it (its workers, batch and
+   learner) with queue 0.5 + uniform 0.5, then queue 0.5 + elite 0.5 (strategy 3, lambda ``--lambda``, alfa 2,
+   capacity ``capacity``) for each of ``--pipeline-settings``, and the learner's wait for batches from each
+   run's metrics.csv: the uniform run's wait is what the workers alone cost, the rest is elite's.
 
 Figures go to stdout and to perf/results/elite_batch.json with the machine's facts.
 """
@@ -50,10 +53,23 @@ from zrl.replay.sampled import compared_steps  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--capacity", type=int, default=1000)
-    parser.add_argument("--batch", type=int, default=32, help="B; the elite replay supplies all of it (n = B)")
+    parser.add_argument(
+        "--batch", type=int, default=None, help="B (default: the config's); the elite replay supplies all of it (n = B)"
+    )
     parser.add_argument("--unroll", type=int, default=20)
     parser.add_argument("--lambda", dest="lam", type=float, default=6.0)
-    parser.add_argument("--feature-size", type=int, default=512)
+    parser.add_argument("--feature-size", type=int, default=None, help="F (default: the config's)")
+    parser.add_argument(
+        "--settings",
+        default="0:fp32,10:fp32,5:fp32,5:bf16,2:fp32",
+        help="feature_steps:precision pairs to time and compare with the exact choice (the first must be 0:fp32)",
+    )
+    parser.add_argument(
+        "--pipeline-settings",
+        default="5:fp32",
+        help="the elite settings of the pipeline runs (feature_steps:precision, comma-separated); a uniform replay "
+        "at the same ratio runs first, the baseline of the learner's wait",
+    )
     parser.add_argument("--drift-steps", type=int, default=10, help="V-trace steps between behaviour and current")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--learner-threads", type=int, default=2)
@@ -62,6 +78,12 @@ def main() -> None:
     parser.add_argument("--json", default=str(REPO / "perf" / "results" / "elite_batch.json"))
     args = parser.parse_args()
 
+    defaults = config_mod.load(None)
+    args.batch = args.batch or defaults.learner.batch_size
+    args.feature_size = args.feature_size or defaults.model.feature_size
+    settings = [(int(a), b) for a, b in (item.split(":") for item in args.settings.split(","))]
+    if settings[0] != (0, "fp32"):
+        raise SystemExit("--settings: the first must be 0:fp32, the exact choice the others are compared with")
     cfg = config_mod.load(
         None,
         [
@@ -88,7 +110,6 @@ def main() -> None:
         )
         n = args.batch
         t_len = args.unroll
-        settings = [(0, "fp32"), (10, "fp32"), (5, "fp32"), (5, "bf16"), (2, "fp32")]
         torch.set_num_threads(cfg.broker.torch_threads)
         rows = []
         exact_choice: dict[int, np.ndarray] = {}
@@ -182,32 +203,48 @@ def main() -> None:
         "settings": rows,
     }
     if args.pipeline_seconds:
-        mix = json.dumps(
-            [
-                {"type": "queue", "capacity": 1, "sample_ratio": 0.5},
-                {
-                    "type": "elite",
-                    "capacity": args.capacity,
-                    "sample_ratio": 0.5,
+        # the learner as the defaults leave it (config/pong.toml, its workers and batch), half of each batch fresh
+        runs = [("uniform", None, None)] + [
+            ("elite", int(a), b) for a, b in (item.split(":") for item in args.pipeline_settings.split(","))
+        ]
+        result["pipeline"] = []
+        for kind, feature_steps, precision in runs:
+            replay = {"type": kind, "capacity": args.capacity, "sample_ratio": 0.5}
+            sets = []
+            if kind == "elite":
+                replay |= {
                     "strategy": 3,
                     "lambda_batch_multiplier": args.lam,
                     "alfa_annealing_factor": 2.0,
-                },
-            ]
-        )
-        print(
-            f"pipeline: zrl-launch Pong, queue 0.5 + elite 0.5, {args.warmup:g} s warm-up + "
-            f"{args.pipeline_seconds:g} s ...",
-            flush=True,
-        )
-        pipe = pipeline(str(REPO / "config" / "pong.toml"), 2, 4, args.pipeline_seconds, args.warmup, [f"replay={mix}"])
-        result["pipeline"] = {
-            "config": "config/pong.toml",
-            "workers": 2,
-            "envs_per_worker": 4,
-            "replay": mix,
-            **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in pipe.items()},
-        }
+                    "feature_steps": feature_steps,
+                }
+                sets.append(f'broker.precision="{precision}"')
+            mix = json.dumps([{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, replay])
+            print(
+                f"pipeline: zrl-launch Pong (defaults), queue 0.5 + {kind} 0.5"
+                + (f" ({feature_steps} steps, {precision})" if kind == "elite" else "")
+                + f", {args.warmup:g} s warm-up + {args.pipeline_seconds:g} s ...",
+                flush=True,
+            )
+            pipe = pipeline(
+                str(REPO / "config" / "pong.toml"),
+                defaults.workers.count,
+                defaults.workers.envs_per_worker,
+                args.pipeline_seconds,
+                args.warmup,
+                [*sets, f"replay={mix}"],
+            )
+            row = {
+                "config": "config/pong.toml",
+                "workers": defaults.workers.count,
+                "envs_per_worker": defaults.workers.envs_per_worker,
+                "replay": mix,
+                "feature_steps": feature_steps,
+                "precision": precision,
+                **{k: (round(v, 4) if isinstance(v, float) else v) for k, v in pipe.items()},
+            }
+            result["pipeline"].append(row)
+            print({k: row.get(k) for k in ("frames_per_s", "learner_steps_per_s", "learner_wait_fraction")}, flush=True)
     result["machine"] = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),

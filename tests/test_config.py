@@ -221,6 +221,11 @@ def test_reference_json_takes_the_reference_schemas_defaults_and_truncates_lambd
     # zrl's own type keeps fractions
     own = '[{"type": "elite", "capacity": 1000, "sample_ratio": 1, "lambda_batch_multiplier": 2.5}]'
     assert config.load(None, [], {"replay": own}).replay[0].lambda_batch_multiplier == 2.5
+    insert_only = (
+        '[{"type": "custom", "capacity": 1000, "sample_ratio": 1, "insert_strategy": "elite_insertion", '
+        '"lambda_batch_multiplier": 6}]'
+    )
+    assert config.load(None, [], {"replay": insert_only}).replay[0].lambda_batch_multiplier == 1.0
     with pytest.raises(ConfigError, match=r"replay\[0\].lambda_batch_multiplier = 'six' is not a whole number"):
         config.load(None, [], {"replay": _custom(', "lambda_batch_multiplier": "six"')})
     with pytest.raises(ConfigError, match=r"replay\[0\].lambda_batch_multiplier.*must be >= 1"):

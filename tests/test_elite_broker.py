@@ -113,7 +113,8 @@ def test_elite_counts_samples_and_strategy_3_prefers_the_least_sampled(ring):
     assert broker.replays[0].store.counts.sum() == 8
 
 
-def test_attentive_prefers_units_like_the_newest_state(ring):
+@pytest.mark.parametrize("dist_function", ["cos_dist", "kl_div"])
+def test_attentive_prefers_units_like_the_newest_state(ring, dist_function):
     cfg = _config(
         type="attentive",
         capacity=16,
@@ -122,23 +123,34 @@ def test_attentive_prefers_units_like_the_newest_state(ring):
         strategy=1,
         lambda_batch_multiplier=4.5,
         feature_steps=0,
-        dist_function="cos_dist",
+        dist_function=dist_function,
     )
     broker, scorer = _filled(ring, cfg)
     store = broker.replays[0].store
     slots = store.slots()
     current, ok = scorer(store.worker_id[slots], store.env_index[slots], store.first_frame[slots], np.arange(T))
     newest = store.newest_slot()
-    # the newest unit's step T-1: the last state whose features a worker computed, as the reference compares
-    now, _ = scorer(
-        store.worker_id[[newest]], store.env_index[[newest]], store.first_frame[[newest]], np.array([T - 1])
-    )
-    expected = slots[np.argsort(feature_distance(now, current, "cos_dist").numpy(), kind="stable")[:4]]
-    after, _ = scorer(store.worker_id[[newest]], store.env_index[[newest]], store.first_frame[[newest]], np.array([T]))
-    assert not torch.equal(now, after)  # the two states differ, so the test tells T-1 from T
+
+    def distances(step: int, newest_first: bool = False) -> np.ndarray:
+        """Each unit's distance to the newest unit's feature at ``step``; kl_div as KL(candidate || newest) or,
+        with newest_first, the other way round."""
+        at = np.array([step])
+        now, _ = scorer(store.worker_id[[newest]], store.env_index[[newest]], store.first_frame[[newest]], at)
+        return feature_distance(*((current, now) if newest_first else (now, current)), dist_function).numpy()
+
+    def picks(d: np.ndarray) -> set:
+        order = np.argsort(d, kind="stable")[:4]
+        return set(zip(store.first_frame[slots[order]].tolist(), store.env_index[slots[order]].tolist()))
+
+    # the newest unit's step T-1, the last state whose features a worker computed, as the reference compares
+    expected = picks(distances(T - 1))
+    assert picks(distances(T)) != expected  # the case tells step T-1 from step T
     batch = make_batch(1, *broker.next_units())
-    got = sorted(zip(batch.first_frame.tolist(), batch.env_index.tolist()))
-    assert got == sorted(zip(store.first_frame[expected].tolist(), store.env_index[expected].tolist()))
+    assert set(zip(batch.first_frame.tolist(), batch.env_index.tolist())) == expected
+    pool = np.sort(broker.replays[0].last_distances)  # lambda 4.5 x 4 > 16: the pool was the whole store
+    np.testing.assert_allclose(pool, np.sort(distances(T - 1)), rtol=1e-5)
+    if dist_function == "kl_div":  # KL's direction shows in the distances, if not in these picks
+        assert not np.allclose(pool, np.sort(distances(T - 1, newest_first=True)), rtol=1e-3)
 
 
 def test_elite_insertion_replaces_the_farthest_units(ring):

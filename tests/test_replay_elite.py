@@ -310,7 +310,8 @@ def test_annealed_lambda():
     # lambda0 = 4 over alfa * decay_steps = 0.5 * 1000 = 500 calls; each call lowers lambda before it uses it
     assert elite.annealed_lambda(0, 4.0, 0.5, 1000) == pytest.approx(4.0 - 3.0 / 500)
     assert elite.annealed_lambda(249, 4.0, 0.5, 1000) == pytest.approx(2.5)
-    assert elite.annealed_lambda(499, 4.0, 0.5, 1000) == pytest.approx(1.0)
+    assert elite.annealed_lambda(498, 4.0, 0.5, 1000) == pytest.approx(1.006)
+    assert elite.annealed_lambda(520, 4.0, 0.5, 1000) == 1.0
     assert elite.annealed_lambda(10_000, 4.0, 0.5, 1000) == 1.0
     assert elite.annealed_lambda(10, 1.0, 0.5, 1000) == 1.0
     assert elite.annealed_lambda(123, 3.0, 0.0, 1000) == 3.0
@@ -319,16 +320,26 @@ def test_annealed_lambda():
         elite.annealed_lambda(0, 0.5, 1.0, 100)
 
 
-def test_annealed_lambda_matches_the_reference_running_decrement():
+@pytest.mark.parametrize(
+    "lam0, alfa, steps, n", [(6.0, 2.0, 37, 16), (6.0, 2.0, 1000, 16), (4.0, 1.0, 333, 8), (3.0, 0.7, 91, 5)]
+)
+def test_annealed_lambda_is_the_reference_running_decrement_exactly(lam0, alfa, steps, n):
     """The reference keeps lambda in a variable that each sample call lowers by (lambda0 - 1) / (steps * alfa)
-    before it draws int(lambda * n) candidates, and clamps it at 1."""
-    lam0, alfa, steps, n = 6.0, 2.0, 37, 16
+    before it draws int(lambda * n) candidates, and sets to 1 once it falls below 1: the same floats here, as the
+    replay keeps them running and as annealed_lambda rebuilds them for a resumed run."""
     lam, factor = lam0, (lam0 - 1) / (steps * alfa)
-    for call in range(100):
-        lam = max(1.0, lam - factor)
-        ours = elite.annealed_lambda(call, lam0, alfa, steps)
-        assert ours == pytest.approx(lam, abs=1e-12), call
-        assert elite.pool_size(ours, n, 10**6) == elite.pool_size(lam, n, 10**6) == max(n, int(lam * n)), call
+    running, decrement = lam0, elite.lambda_decrement(lam0, alfa, steps)
+    horizon = int(steps * alfa) + 20
+    for call in range(horizon):
+        lam -= factor
+        if lam < 1:
+            lam = 1
+        running = elite.next_lambda(running, decrement)
+        assert running == lam, call
+        if call % 7 == 0 or call > horizon - 25:
+            assert elite.annealed_lambda(call, lam0, alfa, steps) == lam, call
+        assert elite.pool_size(running, n, 10**6) == max(n, int(lam * n)), call
+    assert lam == 1
 
 
 def test_pool_size():

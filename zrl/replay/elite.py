@@ -3,8 +3,8 @@
 Elite replay keeps, for every stored unit (one env's unroll of T steps), the feature vectors [T, F] that the
 behaviour policy computed while acting. A sample of n units is chosen in four steps:
 
-1. ``annealed_lambda`` gives the batch multiplier lambda: each sample call first lowers it by
-   (lambda0 - 1) / (alfa * decay_steps), then uses it, and it never goes below 1 (the reference's order, so
+1. ``next_lambda`` gives the batch multiplier lambda: each sample call first lowers it by
+   (lambda0 - 1) / (decay_steps * alfa), then uses it, and it never goes below 1 (the reference's order, so
    the first call already uses the once-lowered value). ``pool_size`` turns it into a pool of
    int(lambda * n) distinct candidates, and ``draw_pool`` draws them uniformly without replacement.
 2. Elsewhere (it needs the network) the current policy recomputes the candidates' features on K of the
@@ -39,6 +39,8 @@ __all__ = [
     "STRATEGIES",
     "annealed_lambda",
     "draw_pool",
+    "lambda_decrement",
+    "next_lambda",
     "feature_distance",
     "insertion_victims",
     "pool_size",
@@ -119,21 +121,36 @@ def select(strategy: int, distances: np.ndarray, counts: np.ndarray, n: int) -> 
     return windows[np.arange(n), np.argmin(counts[windows], axis=1)].astype(np.int64)  # argmin: first of ties
 
 
-def annealed_lambda(sample_calls: int, lambda0: float, alfa: float, decay_steps: int) -> float:
-    """The batch multiplier of the sample call that follows ``sample_calls`` earlier ones.
-
-    Each call first lowers lambda by (lambda0 - 1) / (alfa * decay_steps) and then uses it, so call k
-    (counted from 0) uses lambda0 - (k + 1) (lambda0 - 1) / (alfa * decay_steps), never below 1.
-    With alfa * decay_steps <= 0 there is no annealing and lambda0 is returned.
-    """
+def lambda_decrement(lambda0: float, alfa: float, decay_steps: int) -> float:
+    """What each sample call takes off lambda: (lambda0 - 1) / (decay_steps * alfa), 0 when that is not positive."""
     if lambda0 < 1:
         raise ValueError(f"lambda0 must be >= 1, got {lambda0}")
+    horizon = decay_steps * alfa
+    return (lambda0 - 1.0) / horizon if horizon > 0 else 0.0
+
+
+def next_lambda(lam: float, decrement: float) -> float:
+    """One sample call's lambda from the previous one's: lowered by ``decrement``, and 1 once it falls below 1."""
+    lam = lam - decrement
+    return 1.0 if lam < 1 else lam
+
+
+def annealed_lambda(sample_calls: int, lambda0: float, alfa: float, decay_steps: int) -> float:
+    """The batch multiplier of the sample call that follows ``sample_calls`` earlier ones: lambda0 lowered by
+    ``next_lambda`` sample_calls + 1 times, one subtraction at a time, so that it is the very float the reference's
+    running variable holds (a closed form rounds differently, and moves int(lambda x n) on some calls).
+    Replays keep lambda running; this rebuilds it once, for a resumed run."""
     if sample_calls < 0:
         raise ValueError(f"sample_calls must be >= 0, got {sample_calls}")
-    horizon = alfa * decay_steps
-    if horizon <= 0:
-        return float(lambda0)
-    return max(1.0, lambda0 - (lambda0 - 1.0) * (sample_calls + 1) / horizon)
+    decrement = lambda_decrement(lambda0, alfa, decay_steps)
+    lam = float(lambda0)
+    if decrement == 0:
+        return lam
+    for _ in range(sample_calls + 1):
+        lam = next_lambda(lam, decrement)
+        if lam == 1.0:
+            break
+    return lam
 
 
 def pool_size(lam: float, n: int, available: int) -> int:
