@@ -43,13 +43,23 @@ def test_stratified_bootstrap_matches_the_distribution_enumerated_by_hand():
             m = round((sum(col0) + sum(col1)) / 4, 6)
             exact[m] = exact.get(m, 0.0) + 1 / 16
     boots = stats.stratified_bootstrap(scores, 40_000, np.random.default_rng(0))
-    assert boots.shape == (40_000, 2, 2)
-    means = np.round(boots.mean(axis=(1, 2)), 6)
+    assert [b.shape for b in boots] == [(40_000, 2), (40_000, 2)]
+    means = np.round((boots[0].sum(axis=1) + boots[1].sum(axis=1)) / 4, 6)
     values, counts = np.unique(means, return_counts=True)
     assert set(values) == set(exact)
     for v, c in zip(values, counts):
         assert abs(c / len(means) - exact[v]) < 0.01, (v, c / len(means), exact[v])
     assert len(exact) > 4
+
+
+@pytest.mark.unit
+def test_games_with_different_numbers_of_runs_keep_every_run():
+    """Game A has 3 runs, game B one: every replicate holds 3 + 1 scores, B's always its one run."""
+    boots = stats.stratified_bootstrap([np.array([1.0, 2.0, 3.0]), np.array([10.0])], 1000, np.random.default_rng(1))
+    assert boots[0].shape == (1000, 3) and (boots[1] == 10.0).all()
+    point, low, high = stats.interval([np.array([1.0, 2.0, 3.0]), np.array([10.0])], stats.mean, reps=2000)
+    assert point == 4.0 and (3 * 1.0 + 10) / 4 <= low < point < high <= (3 * 3.0 + 10) / 4
+    np.testing.assert_allclose(stats.profile([np.array([1.0, 3.0]), np.array([5.0])], np.array([2.0])), [0.75])
 
 
 @pytest.mark.unit
@@ -119,6 +129,17 @@ replay = '[{{"type": "queue", "capacity": 1, "sample_ratio": 1}}]'
 
 
 @pytest.mark.unit
+def test_dotted_keys_may_be_written_bare(tmp_path):
+    """TOML nests ``run.max_env_frames = 5000`` unquoted; the sweep reads it as the dotted key."""
+    path = _sweep_file(
+        tmp_path,
+        f'[sweep]\nconfig = "{CARTPOLE}"\nset = {{ run.max_env_frames = 5000 }}\n[grid]\nlearner.learning_rate = [0.001]\n',
+    )
+    (run,) = sweep.load(path).runs
+    assert run.max_env_frames == 5000 and run.grid == {"learner.learning_rate": 0.001}
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize(
     "body, expected",
     [
@@ -135,6 +156,8 @@ replay = '[{{"type": "queue", "capacity": 1, "sample_ratio": 1}}]'
         ("[sweep]\nset = { 'learner.batch_sise' = 4 }\n", ["run: ", "learner.batch_sise"]),
         ("[sweep]\nconfig = 'nowhere.toml'\n", ["sweep.config", "no such run file"]),
         ("[sweep\n", ["not valid TOML"]),
+        ("[[variant]]\nname = '../x'\n", ["variant[0].name", "letters, digits"]),
+        ("[[variant]]\nname = 'a'\n[[variant]]\nname = 'b'\nconfig = 'nowhere.toml'\n", ["variant[1].config"]),
     ],
 )
 def test_sweep_file_mistakes_are_named(tmp_path, body, expected):
@@ -154,6 +177,10 @@ def test_a_bad_sweep_file_exits_2_before_any_run(tmp_path):
     assert proc.returncode == 2
     assert "zrl-sweep: error:" in proc.stderr and "sweep.seeds" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
+    proc = run_command("zrl-sweep", "--resume", tmp_path, "--out", out, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and "--resume DIR continues in DIR" in proc.stderr
+    proc = run_command("zrl-sweep", "--resume", tmp_path, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and "not a sweep folder" in proc.stderr
     proc = run_command("zrl-report", tmp_path, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a zrl run folder" in proc.stderr
 
@@ -182,21 +209,33 @@ def test_report_normalises_over_games_and_refuses_games_it_cannot_normalise(tmp_
     for seed, (b, p) in enumerate([(16.0, -3.0), (30.0, 15.0)], start=1):
         _fake_run(tmp_path / "arm" / f"breakout-elite/seed{seed}" / "run", "ALE/Breakout-v5", seed, [b] * 120)
         _fake_run(tmp_path / "arm" / f"pong-elite/seed{seed}" / "run", "ALE/Pong-v5", seed, [p] * 120)
+    _fake_run(tmp_path / "arm" / "breakout-elite/seed3" / "run", "ALE/Breakout-v5", 3, [23.0] * 120)
     runs = [str(p) for p in sorted(tmp_path.glob("arm/*/seed*/run"))]
     built = report.build(runs, reps=500)
     assert built["normalised"] and built["arms"] == ["elite"]
     agg = built["aggregates"]["elite"]
-    b_hns = [scores.human_normalised("breakout", s) for s in (16.0, 30.0)]
+    b_hns = [scores.human_normalised("breakout", s) for s in (16.0, 30.0, 23.0)]
     p_hns = [scores.human_normalised("pong", s) for s in (-3.0, 15.0)]
-    assert agg["mean"][0] == pytest.approx(np.mean(b_hns + p_hns))
-    assert agg["runs_per_game"] == 2
+    assert agg["mean"][0] == pytest.approx(np.mean(b_hns + p_hns))  # every run, 3 of one game and 2 of the other
+    assert agg["runs_per_game"] == [3, 2]
     text = report.markdown(built)
-    assert "| elite | 2 |" in text and "human-normalised" in text
+    assert "| elite | 3, 2 |" in text and "human-normalised" in text
     _fake_run(tmp_path / "cart" / "seed1" / "run", "CartPole-v1", 1, [20.0] * 10)
     with pytest.raises(ConfigError, match="CartPole-v1 has no reference score"):
         report.build([*runs, str(tmp_path / "cart" / "seed1" / "run")], reps=100)
     with pytest.raises(ConfigError, match="not a zrl run folder"):
         report.build([str(tmp_path)], reps=100)
+
+
+@pytest.mark.unit
+def test_arms_leave_out_the_game():
+    assert report._without_game("breakout-elite", "breakout") == "elite"
+    assert report._without_game("SpaceInvaders-elite", "space_invaders") == "elite"
+    assert report._without_game("space_invaders_elite", "space_invaders") == "elite"
+    assert report._without_game("elite", "pong") == "elite"
+    row = {"variant": "elite", "grid": {"env.id": "ALE/Breakout-v5", "learner.learning_rate": 0.0003}}
+    assert report._sweep_arm(row, "breakout") == "elite-learning_rate=0.0003"
+    assert report._sweep_arm({"variant": "", "grid": {"env.id": "ALE/Pong-v5"}, "label": "x"}, "pong") == "x"
 
 
 @pytest.mark.unit

@@ -488,6 +488,8 @@ def sweep_main(sweep_file, out, resume_dir, only) -> None:
 
     if sweep_file and resume_dir:
         _usage_error("zrl-sweep", "give a sweep file or --resume DIR, not both (a resumed sweep reads its own copy)")
+    if out and resume_dir:
+        _usage_error("zrl-sweep", "--out names a new sweep's folder; --resume DIR continues in DIR")
     try:
         code = sweep.start(sweep_file, out, resume_dir, list(only), lambda text: click.echo(text, err=True))
     except ConfigError as err:

@@ -1,15 +1,15 @@
 """zrl-report: runs and sweeps aggregated over seeds and games, rliable-style (``zrl.experiment.stats``).
 
 Each argument is a sweep folder (its ``index.json``: the runs marked done; the others are listed as left out) or
-a run folder (``config.toml`` and ``episodes.csv``). Runs are grouped into arms by label: a sweep run's label,
-or a loose run's parent folder (its grandparent when the parent is ``seed<N>``, as zrl-bench learning and
-zrl-sweep lay them out). A label's game prefix (``breakout-`` in ``breakout-elite``) or env.id grid value is
-taken off, so that one arm on several games aggregates over them.
+a run folder (``config.toml`` and ``episodes.csv``). Runs are grouped into arms: a sweep run's variant and grid
+values, or a loose run's parent folder (its grandparent when the parent is ``seed<N>``, as zrl-bench learning and
+zrl-sweep lay them out). A leading game name (``breakout-`` in ``breakout-elite``) and an env.id grid value are
+taken off, so that one arm on several games aggregates over them; games may have different numbers of runs.
 
 A run's score is its mean raw return over the last 100 episodes at its game's common frame budget: the frames
 the shortest run of that game reached, so every run is read at an equal budget. Over several games scores are
-human-normalised ((score - random) / (human - random), ``zrl.scores``); one game is reported raw (and
-human-normalised beside it where the game has reference scores).
+human-normalised ((score - random) / (human - random), ``zrl.scores``); one game is reported raw, with each
+run's human-normalised score beside it where the game has reference scores.
 
 Outputs, for ``--out PREFIX``: PREFIX.md (the table, each run, what was left out, the method), PREFIX.json (every
 number), PREFIX_curves.png (return against env frames and against wall time, each arm's mean across runs with a
@@ -66,12 +66,23 @@ def _rom(env: str) -> str | None:
         return None
 
 
-def _arm(label: str, rom: str | None) -> str:
-    arm = re.sub(r"(^|-)id=[^-]*", "", label).strip("-")  # an env.id grid value
+def _without_game(name: str, rom: str | None) -> str:
+    """``name`` less a leading game name and separator (breakout-elite, space_invaders_elite, SpaceInvaders-elite)."""
     if rom:
-        game = rom.replace("_", "")
-        arm = re.sub(rf"^{game}[-_]", "", arm, flags=re.IGNORECASE)
-    return arm or label
+        for game in {rom, rom.replace("_", ""), rom.replace("_", "-")}:
+            cut = re.sub(rf"^{re.escape(game)}[-_]", "", name, flags=re.IGNORECASE)
+            if cut != name:
+                return cut
+    return name
+
+
+def _sweep_arm(row: dict, rom: str | None) -> str:
+    """A sweep run's arm: its variant, less the game's name, and its grid values but env.id."""
+    from zrl.experiment.sweep import label_part
+
+    parts = [_without_game(row.get("variant") or "", rom)]
+    parts += [label_part(k, v) for k, v in (row.get("grid") or {}).items() if k != "env.id"]
+    return "-".join(p for p in parts if p) or row.get("label") or "run"
 
 
 def _loose_label(folder: Path) -> str:
@@ -92,9 +103,12 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
                 if row.get("status") != "done" or not row.get("folder"):
                     left_out.append(f"{path.name}: {key} is {row.get('status')}")
                     continue
-                runs.append(_load(Path(row["folder"]), row["label"]))
+                folder = Path(row["folder"])
+                folder = folder if folder.is_absolute() else Path.cwd() / folder
+                runs.append(_load(folder, row["label"], lambda rom, row=row: _sweep_arm(row, rom)))
         elif (path / "config.toml").is_file():
-            runs.append(_load(path, _loose_label(path)))
+            label = _loose_label(path)
+            runs.append(_load(path, label, lambda rom, label=label: _without_game(label, rom)))
         else:
             raise ConfigError(f"{arg}: not a zrl run folder (config.toml, episodes.csv) or sweep folder (index.json)")
     if not runs:
@@ -102,10 +116,10 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
     return runs, left_out
 
 
-def _load(folder: Path, label: str) -> RunData:
+def _load(folder: Path, label: str, arm) -> RunData:
     env, seed = _env_and_seed(folder)
     rom = _rom(env)
-    return RunData(_arm(label, rom), label, env, rom, seed, str(folder), read_curve(folder))
+    return RunData(arm(rom), label, env, rom, seed, str(folder), read_curve(folder))
 
 
 def _value_at(points: list[dict], key: str, x: float) -> float:
@@ -170,23 +184,18 @@ def build(paths: list[str], reps: int = 5000) -> dict:
     normalised = len(games) > 1
     aggregates = {}
     for arm in arms:
-        columns = []
-        for g in games:
-            column = [p["hns" if normalised else "score"] for p in per_run if p["arm"] == arm and p["env"] == g]
-            columns.append(column)
-        present = [c for c in columns if c]
-        if len(present) != len(games):
+        key = "hns" if normalised else "score"
+        columns = [[p[key] for p in per_run if p["arm"] == arm and p["env"] == g] for g in games]
+        if not all(columns):
             aggregates[arm] = {"missing_games": [g for g, c in zip(games, columns) if not c]}
             continue
-        depth = min(len(c) for c in present)
-        matrix = np.array([c[:depth] for c in present]).T  # [runs, games], the first `depth` runs of each game
-        iq, iq_lo, iq_hi = stats.interval(matrix, stats.iqm, reps)
-        mu, mu_lo, mu_hi = stats.interval(matrix, stats.mean, reps)
+        iq, iq_lo, iq_hi = stats.interval(columns, stats.iqm, reps)
+        mu, mu_lo, mu_hi = stats.interval(columns, stats.mean, reps)
         aggregates[arm] = {
-            "runs_per_game": depth,
+            "runs_per_game": [len(c) for c in columns],
             "iqm": [iq, iq_lo, iq_hi],
             "mean": [mu, mu_lo, mu_hi],
-            "scores": matrix.tolist(),
+            "scores": columns,
         }
     per_game = {}
     for g in games:
@@ -233,14 +242,15 @@ def markdown(report: dict) -> str:
         "|---|---|---|",
         *(f"| {g} | {report['budgets'][g]:,} | {report['minutes'][g]:.1f} |" for g in report["games"]),
         "",
-        f"| arm | runs per game | IQM {unit} | mean {unit} |",
+        f"| arm | runs ({', '.join(report['games'])}) | IQM {unit} | mean {unit} |",
         "|---|---|---|---|",
     ]
     for arm, agg in report["aggregates"].items():
         if "missing_games" in agg:
             lines.append(f"| {arm} | (no runs of {', '.join(agg['missing_games'])}) | | |")
         else:
-            lines.append(f"| {arm} | {agg['runs_per_game']} | {_ci(agg['iqm'], digits)} | {_ci(agg['mean'], digits)} |")
+            runs = ", ".join(map(str, agg["runs_per_game"]))
+            lines.append(f"| {arm} | {runs} | {_ci(agg['iqm'], digits)} | {_ci(agg['mean'], digits)} |")
     lines += [
         "",
         "Per game, the mean raw return at the budget:",
@@ -250,10 +260,15 @@ def markdown(report: dict) -> str:
     ]
     for row in report["per_game"].values():
         lines.append(f"| {row['env']} | {row['arm']} | {row['runs']} | {_ci(row['mean'])} |")
-    lines += ["", "| run | seed | score | env frames | minutes | episodes |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| run | seed | score | human-normalised | env frames | minutes | episodes |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in report["runs"]:
+        hns = f"{r['hns']:.3f}" if r["hns"] is not None else "-"
         lines.append(
-            f"| {r['label']} | {r['seed']} | {r['score']:.2f} | {r['env_frames']:,} | {r['minutes']:.1f} | "
+            f"| {r['label']} | {r['seed']} | {r['score']:.2f} | {hns} | {r['env_frames']:,} | {r['minutes']:.1f} | "
             f"{r['episodes']} |"
         )
     if report["left_out"]:
@@ -311,15 +326,13 @@ def plot_profile(report: dict, png: Path, svg: bool = False) -> list[Path]:
     """Performance profiles of the scores at the budget: the share of runs above each tau, with bands."""
     plt = _matplotlib()
     fig, ax = plt.subplots(figsize=(6.5, 4.4), dpi=110)
-    all_scores = np.concatenate(
-        [np.asarray(a["scores"]).reshape(-1) for a in report["aggregates"].values() if "scores" in a]
-    )
+    all_scores = np.concatenate([np.concatenate(a["scores"]) for a in report["aggregates"].values() if "scores" in a])
     lo, hi = float(all_scores.min()), float(all_scores.max())
     taus = np.linspace(lo - 0.05 * (hi - lo + 1e-9), hi + 0.05 * (hi - lo + 1e-9), 100)
     for i, (arm, agg) in enumerate(report["aggregates"].items()):
         if "scores" not in agg:
             continue
-        curve, low, high = stats.profile_band(np.asarray(agg["scores"]), taus)
+        curve, low, high = stats.profile_band(agg["scores"], taus)
         ax.plot(taus, curve, color=f"C{i}", label=arm)
         ax.fill_between(taus, low, high, color=f"C{i}", alpha=0.2)
     ax.set_xlabel("human-normalised score tau" if report["normalised"] else f"raw return tau ({report['games'][0]})")

@@ -31,9 +31,11 @@ second one stops them at once. Every zrl-launch gets SIGTERM from the kernel if 
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -57,6 +59,8 @@ SWEEP_KEYS = ("config", "seeds", "parallel", "set")
 VARIANT_KEYS = ("name", "replay", "set", "config")
 TOP_KEYS = ("sweep", "grid", "variant")
 TAIL_LINES = 15
+NAME = re.compile(r"[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*")
+LOCK = ".lock"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -95,10 +99,21 @@ def _toml_value(value: Any) -> str:
     return tomli_w.dumps({"v": value}).partition("=")[2].strip()
 
 
+def _flat(table: dict, prefix: str = "") -> dict[str, Any]:
+    """Dotted keys from a table whose keys TOML nested (``run.seed = 3`` unquoted is ``{run = {seed = 3}}``)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _sets(table: Any, where: str) -> list[str]:
     if not isinstance(table, dict):
         raise ConfigError(f'{where}: expected a table of config keys and values, e.g. {{ "run.seed" = 3 }}')
-    return [f"{key}={_toml_value(value)}" for key, value in table.items()]
+    return [f"{key}={_toml_value(value)}" for key, value in _flat(table).items()]
 
 
 def _unknown(table: dict, valid: tuple[str, ...], where: str) -> None:
@@ -107,7 +122,7 @@ def _unknown(table: dict, valid: tuple[str, ...], where: str) -> None:
             raise ConfigError(f"{where}.{key}: unknown key; valid keys are {', '.join(valid)}")
 
 
-def _label_part(key: str, value: Any) -> str:
+def label_part(key: str, value: Any) -> str:
     text = value if isinstance(value, str) else _toml_value(value)
     safe = "".join(c if c.isalnum() or c in "-_.+" else "_" for c in str(text))
     return f"{key.rpartition('.')[2]}={safe}"
@@ -149,6 +164,7 @@ def load(path: str | Path) -> Sweep:
     grid = data.get("grid", {})
     if not isinstance(grid, dict):
         raise ConfigError(f"{path}: [grid] must be a table of config keys, each with a list of values")
+    grid = _flat(grid)
     for key, values in grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"{path}: grid.{key} = {values!r}: expected a non-empty list of values")
@@ -161,6 +177,11 @@ def load(path: str | Path) -> Sweep:
         name = variant.get("name", "" if len(variants) == 1 else None)
         if not isinstance(name, str) or (len(variants) > 1 and not name):
             raise ConfigError(f"{path}: variant[{i}].name: each of several variants needs a name (a string)")
+        if name and not NAME.fullmatch(name):
+            raise ConfigError(
+                f"{path}: variant[{i}].name = {name!r}: letters, digits and _ . + - only, not starting with . "
+                "(it names a folder)"
+            )
         if name in names:
             raise ConfigError(f"{path}: variant[{i}].name = {name!r} is used twice")
         names.append(name)
@@ -177,12 +198,16 @@ def load(path: str | Path) -> Sweep:
             sets.append(f"replay={variant['replay']}")
         for point in points:
             run_sets = sets + [f"{key}={_toml_value(value)}" for key, value in point.items()]
-            label = "-".join([p for p in [names[i], *(_label_part(k, v) for k, v in point.items())] if p]) or "run"
+            label = "-".join([p for p in [names[i], *(label_part(k, v) for k, v in point.items())] if p]) or "run"
             try:
                 cfg = config_mod.load(config, run_sets)
             except ConfigError as err:
                 raise ConfigError(f"{path}: {label}: {err}") from None
             planned.append((label, names[i], point, config, run_sets, cfg.run.max_env_frames))
+    labels = [p[0] for p in planned]
+    twice = sorted({label for label in labels if labels.count(label) > 1})
+    if twice:
+        raise ConfigError(f"{path}: two runs would share the label {twice[0]!r}; give the variants other names")
     # seed by seed, so that a sweep cut short has every config at the same number of seeds
     runs = [
         Run(label, variant, point, seed, config, sets, max_env_frames=frames)
@@ -260,10 +285,17 @@ def _restore(out: Path, sweep: Sweep) -> None:
 # ---- running -------------------------------------------------------------------------------------------------
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the sweep dies (zrl-launch stops in order on it)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+def _die_with(sweep_pid: int):
+    """In the child before exec: SIGTERM when the sweep dies (zrl-launch stops in order on it), and no start at
+    all if it died before the signal was set."""
+
+    def prepare() -> None:
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != sweep_pid:
+            os._exit(143)
+
+    return prepare
 
 
 def _command(run: Run, seed_dir: Path) -> list[str]:
@@ -337,7 +369,7 @@ def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report
         while todo or active:
             while todo and len(active) < sweep.parallel and not stop.count:
                 run_ = todo.pop(0)
-                active[run_.key] = _start(run_, out, progress)
+                active[run_.key] = _start(run_, sweep, out, progress)
                 write_index(out, sweep)
             if stop.count > forwarded:
                 forwarded = stop.count
@@ -376,7 +408,7 @@ def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report
     return 1 if failed else 0
 
 
-def _start(run_: Run, out: Path, progress) -> tuple[Run, subprocess.Popen, Any]:
+def _start(run_: Run, sweep: Sweep, out: Path, progress) -> tuple[Run, subprocess.Popen, Any]:
     seed_dir = out / run_.label / f"seed{run_.seed}"
     seed_dir.mkdir(parents=True, exist_ok=True)
     cmd = _command(run_, seed_dir)
@@ -386,11 +418,12 @@ def _start(run_: Run, out: Path, progress) -> tuple[Run, subprocess.Popen, Any]:
     log.flush()
     before = {p for p in seed_dir.iterdir() if p.is_dir()}
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with(os.getpid())
     )
     run_.status, run_.exit_code, run_.log_tail = "running", None, []
     run_.started, run_.ended = time.time(), None
     progress(f"zrl-sweep: {run_.key}: {'resumed' if resumed else 'started'} (log: {seed_dir / LOG})")
+    write_index(out, sweep)
     if not resumed:
         run_.folder = None
         deadline = time.monotonic() + 30
@@ -407,7 +440,7 @@ def _start(run_: Run, out: Path, progress) -> tuple[Run, subprocess.Popen, Any]:
 def _finish(run_: Run, code: int, out: Path, progress) -> None:
     seed_dir = out / run_.label / f"seed{run_.seed}"
     if run_.folder is None:
-        made = sorted(p for p in seed_dir.iterdir() if p.is_dir())
+        made = sorted((p for p in seed_dir.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
         run_.folder = str(made[-1]) if made else None
     run_.exit_code, run_.ended = code, time.time()
     minutes = (run_.ended - (run_.started or run_.ended)) / 60
@@ -427,27 +460,46 @@ def _finish(run_: Run, code: int, out: Path, progress) -> None:
 
 def start(sweep_path: str | None, out: str | None, resume: str | None, only: list[str], progress) -> int:
     """zrl-sweep's work: a new sweep from ``sweep_path`` in ``out`` (default results/sweeps/<name>_<stamp>), or
-    the sweep in folder ``resume`` continued."""
+    the sweep in folder ``resume`` continued. Paths in the index are absolute, so it resumes from anywhere."""
     if resume:
-        folder = Path(resume)
+        folder = Path(resume).resolve()
         read_index(folder)  # a clear error for a folder that is not a sweep
-        sweep = load(folder / SWEEP_COPY)
-        _restore(folder, sweep)
-    else:
-        if sweep_path is None:
-            raise ConfigError("give a sweep file (zrl-sweep SWEEP.toml) or --resume SWEEP_FOLDER")
-        sweep = load(sweep_path)
-        stamp = time.strftime("%Y%m%d_%H%M%S")
-        folder = Path(out) if out else Path("results") / "sweeps" / f"{Path(sweep_path).stem}_{stamp}"
-        if folder.exists() and any(folder.iterdir()):
-            raise ConfigError(f"--out {folder}: not empty; give a new folder, or --resume {folder} to continue it")
-        folder.mkdir(parents=True, exist_ok=True)
-        text = Path(sweep_path).read_text()
-        # the copy resolves run files against the original folder, so --resume finds them
-        (folder / SWEEP_COPY).write_text(_rebased(text, Path(sweep_path)))
+        with _locked(folder):
+            sweep = load(folder / SWEEP_COPY)
+            _restore(folder, sweep)
+            return run(sweep, folder, progress, only)
+    if sweep_path is None:
+        raise ConfigError("give a sweep file (zrl-sweep SWEEP.toml) or --resume SWEEP_FOLDER")
+    sweep = load(sweep_path)  # every mistake before anything is made
+    stamp = time.strftime("%Y%m%d_%H%M%S")
+    folder = (Path(out) if out else Path("results") / "sweeps" / f"{Path(sweep_path).stem}_{stamp}").resolve()
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise ConfigError(f"--out {folder}: not an empty folder; give a new one, or --resume {folder} to continue it")
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder):
+        # the copy names its run files by absolute path, so --resume finds them from the sweep's folder
+        (folder / SWEEP_COPY).write_text(_rebased(Path(sweep_path).read_text(), Path(sweep_path)))
         sweep = load(folder / SWEEP_COPY)
         write_index(folder, sweep)
-    return run(sweep, folder, progress, only)
+        return run(sweep, folder, progress, only)
+
+
+class _locked:
+    """Holds OUT/.lock for the sweep's life, so that a second zrl-sweep on the same folder is refused."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __enter__(self) -> None:
+        self.fh = open(self.folder / LOCK, "w")
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.fh.close()
+            raise ConfigError(f"{self.folder}: another zrl-sweep is running this sweep") from None
+
+    def __exit__(self, *exc) -> None:
+        self.fh.close()
 
 
 def _rebased(text: str, original: Path) -> str:
