@@ -101,7 +101,7 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
             for row in read_index(path)["runs"]:
                 key = f"{row.get('label')}/seed{row.get('seed')}"
                 if row.get("status") != "done" or not row.get("folder"):
-                    left_out.append(f"{path.name}: {key} is {row.get('status')}")
+                    left_out.append(f"{key} ({row.get('status')})")
                     continue
                 folder = Path(row["folder"])
                 folder = folder if folder.is_absolute() else Path.cwd() / folder
@@ -272,7 +272,7 @@ def markdown(report: dict) -> str:
             f"{r['episodes']} |"
         )
     if report["left_out"]:
-        lines += ["", "Left out (not done): " + "; ".join(report["left_out"]) + "."]
+        lines += ["", f"Left out, not done ({len(report['left_out'])}): " + ", ".join(report["left_out"]) + "."]
     return "\n".join(lines) + "\n"
 
 
