@@ -23,7 +23,6 @@ import json
 import re
 import time
 import tomllib
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,9 +162,6 @@ def build(paths: list[str], reps: int = 5000) -> dict:
     budgets = {g: min(r.curve["env_frames"] for r in runs if r.env == g) for g in games}
     minutes = {g: min(r.curve["minutes"] for r in runs if r.env == g) for g in games}
     arms = sorted({r.arm for r in runs})
-    by = defaultdict(list)
-    for r in runs:
-        by[(r.arm, r.env)].append(r)
     per_run = [
         {
             "arm": r.arm,
@@ -174,6 +170,7 @@ def build(paths: list[str], reps: int = 5000) -> dict:
             "seed": r.seed,
             "folder": r.folder,
             "score": _score(r, budgets[r.env]),
+            "at_minutes": _value_at(r.curve["points"], "minutes", minutes[r.env]),
             "hns": reference_scores.human_normalised(r.rom, _score(r, budgets[r.env])) if r.rom else None,
             "env_frames": r.curve["env_frames"],
             "minutes": r.curve["minutes"],
@@ -200,10 +197,14 @@ def build(paths: list[str], reps: int = 5000) -> dict:
     per_game = {}
     for g in games:
         for arm in arms:
-            values = np.array([p["score"] for p in per_run if p["arm"] == arm and p["env"] == g])
-            if len(values):
-                m, lo, hi = stats.interval(values[:, None], stats.mean, reps)
-                per_game[f"{g}|{arm}"] = {"env": g, "arm": arm, "runs": len(values), "mean": [m, lo, hi]}
+            mine = [p for p in per_run if p["arm"] == arm and p["env"] == g]
+            if mine:
+                m, lo, hi = stats.interval([[p["score"] for p in mine]], stats.mean, reps)
+                row = {"env": g, "arm": arm, "runs": len(mine), "mean": [m, lo, hi], "mean_at_minutes": None}
+                at = [p["at_minutes"] for p in mine]
+                if not np.isnan(at).any():
+                    row["mean_at_minutes"] = list(stats.interval([at], stats.mean, reps))
+                per_game[f"{g}|{arm}"] = row
     return {
         "inputs": list(paths),
         "games": games,
@@ -253,13 +254,14 @@ def markdown(report: dict) -> str:
             lines.append(f"| {arm} | {runs} | {_ci(agg['iqm'], digits)} | {_ci(agg['mean'], digits)} |")
     lines += [
         "",
-        "Per game, the mean raw return at the budget:",
+        "Per game, the mean raw return at the frame budget, and at the wall time of the game's shortest run:",
         "",
-        "| game | arm | runs | mean |",
-        "|---|---|---|---|",
+        "| game | arm | runs | at the frame budget | at the shortest run's minutes |",
+        "|---|---|---|---|---|",
     ]
     for row in report["per_game"].values():
-        lines.append(f"| {row['env']} | {row['arm']} | {row['runs']} | {_ci(row['mean'])} |")
+        at = _ci(row["mean_at_minutes"]) if row["mean_at_minutes"] else "(a run had no episode by then)"
+        lines.append(f"| {row['env']} | {row['arm']} | {row['runs']} | {_ci(row['mean'])} | {at} |")
     lines += [
         "",
         "| run | seed | score | human-normalised | env frames | minutes | episodes |",
