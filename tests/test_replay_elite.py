@@ -342,6 +342,28 @@ def test_annealed_lambda_is_the_reference_running_decrement_exactly(lam0, alfa, 
     assert lam == 1
 
 
+def test_a_resumed_replay_goes_on_with_the_lambda_its_calls_left():
+    """FeatureReplay.resume(k) (a resumed run's sample calls) and then one call: the lambda of call k, the same
+    float a replay that made those k calls itself holds."""
+    from zrl.replay.sampled import FeatureReplay
+
+    def replay():
+        return FeatureReplay(
+            "elite", 64, 4, 1, np.random.default_rng(0), unroll_length=5, feature_size=3, scorer=None,
+            lambda_batch_multiplier=6.0, alfa_annealing_factor=2.0, decay_steps=50,
+        )  # fmt: skip
+
+    ran, resumed = replay(), replay()
+    for _ in range(37):
+        ran.sample(lambda w, f: np.ones(len(w), bool))  # an empty store: lambda moves, nothing is drawn
+    resumed.resume(37)
+    assert (resumed.sample_calls, resumed.lam) == (ran.sample_calls, ran.lam)
+    assert resumed.lam == elite.annealed_lambda(36, 6.0, 2.0, 50)
+    ran.sample(lambda w, f: np.ones(len(w), bool))
+    resumed.sample(lambda w, f: np.ones(len(w), bool))
+    assert resumed.lam == ran.lam == elite.annealed_lambda(37, 6.0, 2.0, 50)
+
+
 def test_pool_size():
     assert elite.pool_size(1.0, 8, 100) == 8
     assert elite.pool_size(2.5, 8, 100) == 20

@@ -31,7 +31,8 @@ def references(env_id: str | None = None) -> list[dict]:
     return [r for r in found if env_id is None or r["env"] == env_id]
 
 
-def _metrics_rows(metrics: Path) -> list[dict]:
+def metrics_rows(metrics: Path) -> list[dict]:
+    """The rows of a run's metrics.csv ([] where it cannot be read yet)."""
     try:
         with open(metrics) as fh:
             return list(csv.DictReader(fh))
@@ -49,7 +50,7 @@ def read_curve(run_dir: str | Path) -> dict:
 
     run_dir = Path(run_dir)
     episodes, metrics = run_dir / "episodes.csv", run_dir / "metrics.csv"
-    rows = _metrics_rows(metrics)
+    rows = metrics_rows(metrics)
     if not episodes.is_file() or not rows:
         raise ConfigError(f"{run_dir}: not a zrl run folder with episodes (needs episodes.csv and metrics.csv)")
     start = float(rows[0]["wall_time"]) - float(rows[0]["elapsed_s"])
@@ -111,6 +112,11 @@ def marks(points: list[dict], run_minutes: float) -> dict[str, float | None]:
     return {f"{m}min": (at_minutes(points, m) if run_minutes >= m - 0.5 else None) for m in MARKS_MIN}
 
 
+def launcher() -> list[str]:
+    """zrl-launch, run with this interpreter (and so this zrl), without its arguments."""
+    return [sys.executable, "-c", "from zrl.cli import launch_main; launch_main()"]
+
+
 def launch_command(
     config_path: str | None,
     sets: list[str],
@@ -121,7 +127,7 @@ def launch_command(
     frames: int | None,
     results_dir: Path,
 ) -> list[str]:
-    cmd = [sys.executable, "-c", "from zrl.cli import launch_main; launch_main()"]
+    cmd = launcher()
     if config_path:
         cmd += ["--config", config_path]
     if workers:
@@ -177,7 +183,7 @@ def learning(
     curves, env_id = [], cfg.env.id
     if runs:
         for run in runs:
-            resolved = _run_config(Path(run))
+            resolved = run_config(Path(run))
             env_id = resolved.get("env", {}).get("id", env_id)
             seed = resolved.get("run", {}).get("seed")
             label = f"{Path(run).resolve().parent.name}/{Path(run).name} seed {seed}"
@@ -228,7 +234,7 @@ def from_json(result: dict) -> dict:
     return result | {"curves": curves}
 
 
-def _run_config(run_dir: Path) -> dict:
+def run_config(run_dir: Path) -> dict:
     """A run folder's resolved config.toml, {} where it cannot be read."""
     import tomllib
 

@@ -108,10 +108,8 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
             elif name == "alfa_annealing_factor" and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             table[name] = value
-        if custom and sampler is None:
-            table["lambda_batch_multiplier"] = (
-                1.0  # insertion only: the reference samples uniformly, whatever lambda says
-            )
+        if custom and sampler is None:  # insertion only: the reference samples uniformly, whatever lambda says
+            table["lambda_batch_multiplier"] = 1.0
         table["type"] = kind
         tables.append(table)
     return tables

@@ -22,14 +22,13 @@ from __future__ import annotations
 import json
 import re
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from zrl import scores as reference_scores
-from zrl.bench.learning import WINDOW, read_curve
+from zrl.bench.learning import WINDOW, read_curve, run_config
 from zrl.config import ConfigError
 from zrl.experiment import stats
 from zrl.experiment.sweep import read_index
@@ -49,10 +48,9 @@ class RunData:
 
 
 def _env_and_seed(folder: Path) -> tuple[str, int | None]:
-    try:
-        resolved = tomllib.loads((folder / "config.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"{folder}: not a zrl run folder (its config.toml: {err})") from None
+    resolved = run_config(folder)
+    if not resolved:
+        raise ConfigError(f"{folder}: not a zrl run folder (no readable config.toml)")
     return resolved.get("env", {}).get("id", "?"), resolved.get("run", {}).get("seed")
 
 
@@ -121,21 +119,19 @@ def _load(folder: Path, label: str, arm) -> RunData:
     return RunData(arm(rom), label, env, rom, seed, str(folder), read_curve(folder))
 
 
-def _value_at(points: list[dict], key: str, x: float) -> float:
-    """The 100-episode mean as it stood at ``x`` (frames or minutes); NaN before the first episode ended."""
-    value = np.nan
-    for p in points:
-        if p[key] > x:
-            break
-        value = p["mean_return_100"]
-    return value
+def _values_at(points: list[dict], key: str, xs) -> np.ndarray:
+    """The 100-episode mean as it stood at each of ``xs`` (frames or minutes; the points are in that order): the
+    last episode ended by then, NaN before the first."""
+    at = np.array([p[key] for p in points], dtype=np.float64)
+    means = np.array([np.nan] + [p["mean_return_100"] for p in points], dtype=np.float64)
+    return means[np.searchsorted(at, np.asarray(xs, dtype=np.float64), side="right")]
 
 
 def _score(run: RunData, budget: int) -> float:
-    value = _value_at(run.curve["points"], "env_frames", budget)
+    value = float(_values_at(run.curve["points"], "env_frames", [budget])[0])
     if np.isnan(value):
         raise ConfigError(f"{run.folder}: no episode ended within {budget:,} env frames, so it has no score")
-    return float(value)
+    return value
 
 
 def _band(values: np.ndarray, reps: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -162,22 +158,24 @@ def build(paths: list[str], reps: int = 5000) -> dict:
     budgets = {g: min(r.curve["env_frames"] for r in runs if r.env == g) for g in games}
     minutes = {g: min(r.curve["minutes"] for r in runs if r.env == g) for g in games}
     arms = sorted({r.arm for r in runs})
-    per_run = [
-        {
-            "arm": r.arm,
-            "label": r.label,
-            "env": r.env,
-            "seed": r.seed,
-            "folder": r.folder,
-            "score": _score(r, budgets[r.env]),
-            "at_minutes": _value_at(r.curve["points"], "minutes", minutes[r.env]),
-            "hns": reference_scores.human_normalised(r.rom, _score(r, budgets[r.env])) if r.rom else None,
-            "env_frames": r.curve["env_frames"],
-            "minutes": r.curve["minutes"],
-            "episodes": r.curve["episodes"],
-        }
-        for r in sorted(runs, key=lambda r: (r.env, r.arm, r.seed or 0))
-    ]
+    per_run = []
+    for r in sorted(runs, key=lambda r: (r.env, r.arm, r.seed or 0)):
+        score = _score(r, budgets[r.env])
+        per_run.append(
+            {
+                "arm": r.arm,
+                "label": r.label,
+                "env": r.env,
+                "seed": r.seed,
+                "folder": r.folder,
+                "score": score,
+                "at_minutes": float(_values_at(r.curve["points"], "minutes", [minutes[r.env]])[0]),
+                "hns": reference_scores.human_normalised(r.rom, score) if r.rom else None,
+                "env_frames": r.curve["env_frames"],
+                "minutes": r.curve["minutes"],
+                "episodes": r.curve["episodes"],
+            }
+        )
     normalised = len(games) > 1
     aggregates = {}
     for arm in arms:
@@ -308,7 +306,7 @@ def plot_curves(report: dict, png: Path, svg: bool = False) -> list[Path]:
                 folders = [r["folder"] for r in report["runs"] if r["arm"] == arm and r["env"] == g]
                 if not folders:
                     continue
-                values = np.array([[_value_at(report["_curves"][f], key, x) for x in xs] for f in folders])
+                values = np.array([_values_at(report["_curves"][f], key, xs) for f in folders])
                 ok = ~np.isnan(values).any(axis=0)
                 if not ok.any():
                     continue

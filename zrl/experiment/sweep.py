@@ -30,7 +30,6 @@ second one stops them at once. Every zrl-launch gets SIGTERM from the kernel if 
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import itertools
 import json
@@ -38,7 +37,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import tomllib
 from dataclasses import dataclass, field
@@ -49,7 +47,9 @@ import tomli_w
 
 from zrl import checkpoint
 from zrl import config as config_mod
+from zrl.bench.learning import launch_command, launcher, metrics_rows
 from zrl.config import ConfigError
+from zrl.roles.common import die_with_parent
 
 INDEX = "index.json"
 SWEEP_COPY = "sweep.toml"
@@ -61,7 +61,6 @@ TOP_KEYS = ("sweep", "grid", "variant")
 TAIL_LINES = 15
 NAME = re.compile(r"[A-Za-z0-9_+\-][A-Za-z0-9_.+\-]*")
 LOCK = ".lock"
-_PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -290,8 +289,7 @@ def _die_with(sweep_pid: int):
     all if it died before the signal was set."""
 
     def prepare() -> None:
-        if sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        die_with_parent(signal.SIGTERM)
         if os.getppid() != sweep_pid:
             os._exit(143)
 
@@ -299,14 +297,9 @@ def _die_with(sweep_pid: int):
 
 
 def _command(run: Run, seed_dir: Path) -> list[str]:
-    cmd = [sys.executable, "-c", "from zrl.cli import launch_main; launch_main()"]
     if run.status == "stopped" and run.folder and checkpoint.periodic(Path(run.folder) / "checkpoints"):
-        return [*cmd, "--resume", run.folder]
-    if run.config:
-        cmd += ["--config", run.config]
-    for s in run.sets:
-        cmd += ["--set", s]
-    return [*cmd, "--set", f"run.seed={run.seed}", "--set", f"run.results_dir={json.dumps(str(seed_dir))}"]
+        return [*launcher(), "--resume", run.folder]
+    return launch_command(run.config, run.sets, None, None, run.seed, None, None, seed_dir)
 
 
 def _tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
@@ -321,21 +314,10 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> list[str]:
 
 def _frames(folder: str | None) -> int | None:
     """The env frames in a run folder's last metrics row (None before it has one)."""
-    if not folder:
-        return None
-    path = Path(folder) / "metrics.csv"
+    rows = metrics_rows(Path(folder) / "metrics.csv") if folder else []
     try:
-        with open(path) as fh:
-            header = fh.readline().strip().split(",")
-    except OSError:
-        return None
-    last = _tail(path, 1)
-    if not last or last[0].startswith(header[0]) or "env_frames" not in header:
-        return None
-    values = last[0].split(",")
-    try:
-        return int(float(values[header.index("env_frames")]))
-    except (IndexError, ValueError):
+        return int(float(rows[-1]["env_frames"]))
+    except (IndexError, KeyError, TypeError, ValueError):
         return None
 
 

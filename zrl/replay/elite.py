@@ -39,6 +39,7 @@ __all__ = [
     "STRATEGIES",
     "annealed_lambda",
     "draw_pool",
+    "lambda_after",
     "lambda_decrement",
     "next_lambda",
     "feature_distance",
@@ -135,22 +136,27 @@ def next_lambda(lam: float, decrement: float) -> float:
     return 1.0 if lam < 1 else lam
 
 
-def annealed_lambda(sample_calls: int, lambda0: float, alfa: float, decay_steps: int) -> float:
-    """The batch multiplier of the sample call that follows ``sample_calls`` earlier ones: lambda0 lowered by
-    ``next_lambda`` sample_calls + 1 times, one subtraction at a time, so that it is the very float the reference's
-    running variable holds (a closed form rounds differently, and moves int(lambda x n) on some calls).
-    Replays keep lambda running; this rebuilds it once, for a resumed run."""
-    if sample_calls < 0:
-        raise ValueError(f"sample_calls must be >= 0, got {sample_calls}")
+def lambda_after(decrements: int, lambda0: float, alfa: float, decay_steps: int) -> float:
+    """lambda0 lowered by ``next_lambda`` ``decrements`` times, one subtraction at a time, so that it is the very
+    float the reference's running variable holds after that many sample calls (a closed form rounds differently,
+    and moves int(lambda x n) on some calls). Replays keep lambda running; this rebuilds it for a resumed run."""
+    if decrements < 0:
+        raise ValueError(f"decrements must be >= 0, got {decrements}")
     decrement = lambda_decrement(lambda0, alfa, decay_steps)
     lam = float(lambda0)
-    if decrement == 0:
-        return lam
-    for _ in range(sample_calls + 1):
+    for _ in range(decrements if decrement else 0):
         lam = next_lambda(lam, decrement)
         if lam == 1.0:
             break
     return lam
+
+
+def annealed_lambda(sample_calls: int, lambda0: float, alfa: float, decay_steps: int) -> float:
+    """The batch multiplier of the sample call that follows ``sample_calls`` earlier ones (each call lowers it
+    first, then uses it)."""
+    if sample_calls < 0:
+        raise ValueError(f"sample_calls must be >= 0, got {sample_calls}")
+    return lambda_after(sample_calls + 1, lambda0, alfa, decay_steps)
 
 
 def pool_size(lam: float, n: int, available: int) -> int:

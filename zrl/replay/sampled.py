@@ -119,10 +119,9 @@ class FeatureReplay(UniformReplay):
         self.dist_function, self.p, self.strategy = dist_function, p, strategy
         self.lambda0, self.alfa, self.decay_steps = lambda_batch_multiplier, alfa_annealing_factor, decay_steps
         self.elite_insertion, self.elite_batch_size = elite_insertion, elite_batch_size
-        self.sample_calls = 0  # a resumed run sets it; lambda is rebuilt from it at the next call
-        self.lam = float(lambda_batch_multiplier)
+        self.sample_calls = 0
+        self.lam = float(lambda_batch_multiplier)  # the reference's running variable: lowered by each call
         self._decrement = elite.lambda_decrement(lambda_batch_multiplier, alfa_annealing_factor, decay_steps)
-        self._lam_calls = 0  # the sample calls self.lam accounts for
         self.last_distances = np.zeros(0, np.float32)  # the last scored pool's distances
         self.last_chosen = np.zeros(0, np.float32)
 
@@ -165,14 +164,15 @@ class FeatureReplay(UniformReplay):
         return distances, ok
 
     # -- sampling -----------------------------------------------------------------------------
+    def resume(self, sample_calls: int) -> None:
+        """Go on from a resumed run's ``sample_calls``: lambda where those calls left it."""
+        self.sample_calls = sample_calls
+        self.lam = elite.lambda_after(sample_calls, self.lambda0, self.alfa, self.decay_steps)
+
     def sample(self, is_fresh: IsFresh) -> list[Unit] | None:
         n = self.share
-        if self._lam_calls == self.sample_calls:  # the reference's running variable, lowered once per call
-            self.lam = elite.next_lambda(self.lam, self._decrement)
-        else:  # a resumed run: rebuilt from the calls made before
-            self.lam = elite.annealed_lambda(self.sample_calls, self.lambda0, self.alfa, self.decay_steps)
+        self.lam = elite.next_lambda(self.lam, self._decrement)
         self.sample_calls += 1
-        self._lam_calls = self.sample_calls
         st = self.store
         for _ in range(RETRIES):
             pool = self._draw_fresh(n, is_fresh)

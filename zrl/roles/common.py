@@ -121,13 +121,18 @@ def start_role(title: str, launcher_pid: int) -> None:
     global _parent
     _parent = os.getppid()
     _let_the_fork_server_go()
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with_parent(signal.SIGTERM)
     if os.getppid() != _parent or not pid_alive(launcher_pid):  # either died before prctl took effect
         os._exit(1)
     # kill -USR1 <pid> prints where every thread of a stuck role is, to the launcher's stderr.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def die_with_parent(sig: int) -> None:
+    """Have the kernel send this process ``sig`` when its parent dies (Linux's PR_SET_PDEATHSIG; elsewhere
+    nothing). The caller checks os.getppid() afterwards: a parent that died before this call sent nothing."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def keep_freed_memory() -> bool:

@@ -335,7 +335,7 @@ class VtraceBroker:
         self.broker = Broker(cfg, rings, self.scorer, wiring.frames_per_step)
         for replay, calls in zip(self.broker.replays, wiring.sample_calls):  # a resumed run anneals on from there
             if isinstance(replay, FeatureReplay):
-                replay.sample_calls = int(calls)
+                replay.resume(int(calls))
 
     def load_weights(self, version: int, flat: np.ndarray) -> None:
         self.scorer.load(version, flat)
