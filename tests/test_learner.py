@@ -11,10 +11,17 @@ import torch
 
 from zrl.agents.vtrace.learner import sgd_step
 from zrl.config import LearnerConfig, ModelConfig
+from zrl.gather import Unrolls, stack_observations
 from zrl.models import build_model, flat_parameters, load_flat
 from zrl.optim import make_optimizer
 
 T, B, A, S = 5, 3, 6, 4
+
+
+def _unrolls(frames: torch.Tensor) -> Unrolls:
+    """Mid-episode unrolls of ``frames [B, T+S, *shape]``: no frame is blanked."""
+    b, window = frames.shape[:2]
+    return Unrolls(frames, (torch.arange(window, dtype=torch.int32) + 10).repeat(b, 1))
 
 
 def _batch():
@@ -37,16 +44,50 @@ def test_sgd_step_changes_weights_and_they_reach_the_actor(kind, optimizer):
     cfg = LearnerConfig(learning_rate=1e-3, optimizer=optimizer)
     opt, sched = make_optimizer(learner_model, cfg, total_steps=10)
     before = flat_parameters(learner_model)
-    obs = torch.randint(0, 256, (B, T + 1, S, 84, 84), dtype=torch.uint8)
-    step = sgd_step(learner_model, opt, sched, obs, _batch(), cfg)
+    frames = torch.randint(0, 256, (B, T + S, 84, 84), dtype=torch.uint8)
+    step = sgd_step(learner_model, opt, sched, _unrolls(frames), _batch(), cfg)
     after = flat_parameters(learner_model)
     assert np.isfinite(step.total) and step.grad_norm > 0
     assert not np.allclose(before, after)
     load_flat(actor_model, after)
     with torch.no_grad():
-        x = obs[:, 0]
+        x = stack_observations(frames, _unrolls(frames).episode_steps, S)[:, 0]
         assert torch.allclose(actor_model(x).logits, learner_model(x).logits)
     assert sched.get_last_lr()[0] < cfg.learning_rate  # the polynomial decay moved
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["atari", "atari_small"])
+def test_the_unrolls_forward_equals_the_forward_of_the_stacks(kind):
+    """forward_unrolls runs the first convolution over each unroll's frames in 3-d instead of over the stacks:
+    the same outputs and gradients up to float rounding, with the frames blanked at an episode start and at a
+    run's start, for all T+1 steps, for steps that take the 3-d path and for steps few enough for the stacks."""
+    torch.manual_seed(2)
+    net = build_model(ModelConfig(kind=kind), (84, 84), "|u1", S, A)
+    t = 20
+    frames = torch.randint(0, 256, (4, t + S, 84, 84), dtype=torch.uint8)
+    steps = (torch.arange(t + S, dtype=torch.int32) + 30).repeat(4, 1)
+    steps[1, 7:] = torch.arange(t + S - 7)  # an episode starts at frame 7: stacks 4-6 blank frames
+    steps[2, :] = torch.arange(t + S)  # a run's first frames
+    for at in (None, np.arange(2, 14), np.array([0, 2, 4, 7, 9, 12, 15, 20]), np.array([0, 10, 20])):
+        obs = stack_observations(frames, steps, S, at=at)
+        with torch.no_grad():
+            want = net(obs.reshape(-1, S, 84, 84), with_features=True)
+            got = net.forward_unrolls(frames, steps, at=at, with_features=True)
+        for a, b in zip(want, got):
+            torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    grads = []
+    for forward in (
+        lambda: net(stack_observations(frames, steps, S).reshape(-1, S, 84, 84)),
+        lambda: net.forward_unrolls(frames, steps),
+    ):
+        net.zero_grad()
+        out = forward()
+        (out.logits.square().sum() + out.values.sum()).backward()
+        grads.append([p.grad.clone() for p in net.parameters() if p.grad is not None])
+    assert len(grads[0]) == len(grads[1]) > 0
+    for a, b in zip(*grads):
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-5)
 
 
 @pytest.mark.unit
@@ -74,7 +115,7 @@ def test_no_gradient_clip_still_reports_the_norm():
     model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
     cfg = LearnerConfig(grad_norm_clip=0.0)
     opt, sched = make_optimizer(model, cfg, 10)
-    step = sgd_step(model, opt, sched, torch.randn(B, T + 1, 1, 4), _batch(), cfg)
+    step = sgd_step(model, opt, sched, _unrolls(torch.randn(B, T + 1, 4)), _batch(), cfg)
     assert step.grad_norm > 0 and np.isfinite(step.grad_norm)
 
 
@@ -96,7 +137,7 @@ def test_learning_rate_decays_polynomially_to_the_end_value():
 def test_bf16_step_is_finite_and_close_to_fp32():
     torch.manual_seed(1)
     model = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)
-    obs = torch.randn(B, T + 1, 1, 4)
+    obs = _unrolls(torch.randn(B, T + 1, 4))
     losses = []
     for precision in ("fp32", "bf16"):
         m = build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, A)

@@ -11,6 +11,7 @@ blanks its own stacks the same way when it acts).
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -82,6 +83,14 @@ def stack_observations(
     back = torch.arange(stack - 1, -1, -1, device=frames.device)  # places back from the newest frame
     keep = (back.view(1, 1, stack) <= newest.unsqueeze(-1)).to(frames.dtype)
     return windows * keep.view(b, steps, stack, *([1] * len(shape)))
+
+
+class Unrolls(NamedTuple):
+    """Units' frames as the gatherer reads them, ``[B, T+S, *shape]``, and their episode steps ``[B, T+S]``: what
+    a model's ``forward_unrolls`` takes instead of the ``[B, T+1, S, *shape]`` stacks."""
+
+    frames: torch.Tensor
+    episode_steps: torch.Tensor
 
 
 class ActingStack:

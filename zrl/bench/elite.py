@@ -25,7 +25,7 @@ from zrl import protocol
 from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch, units_of
 from zrl.agents.vtrace.learner import batch_tensors, sgd_step
 from zrl.envs import make_vector_env
-from zrl.gather import ActingStack, Gatherer, stack_observations
+from zrl.gather import ActingStack, Gatherer, Unrolls, stack_observations
 from zrl.launch import shm_prefix
 from zrl.models import build_model, flat_parameters
 from zrl.optim import make_optimizer
@@ -119,8 +119,9 @@ def drifted(model, cfg, spec, ring, messages, steps: int):
         pick = [units[k] for k in rng.choice(len(units), lcfg.batch_size, replace=False)]
         batch = make_batch(0, [_unit(m, i) for m, i in pick])
         frames, steps_, ok = gatherer.gather(batch)
-        obs = stack_observations(frames, steps_, cfg.env.frame_stack)
-        sgd_step(model, opt, sched, obs, batch_tensors(batch, ok, torch.device("cpu")), lcfg, cfg.vtrace)
+        sgd_step(
+            model, opt, sched, Unrolls(frames, steps_), batch_tensors(batch, ok, torch.device("cpu")), lcfg, cfg.vtrace
+        )
     return model
 
 
@@ -136,12 +137,12 @@ def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
     )
     batch = make_batch(0, [_unit(messages[k // M], k % M) for k in range(lcfg.batch_size)])
     frames, steps, ok = gatherer.gather(batch)
-    obs = stack_observations(frames, steps, cfg.env.frame_stack)
+    unrolls = Unrolls(frames, steps)
     tensors = batch_tensors(batch, ok, torch.device("cpu"))
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
-        sgd_step(model, opt, sched, obs, tensors, lcfg, cfg.vtrace)
+        sgd_step(model, opt, sched, unrolls, tensors, lcfg, cfg.vtrace)
         times.append(time.perf_counter() - t0)
     return float(np.median(times[1:]))
 

@@ -197,6 +197,7 @@ def _fixed_batch(cfg: Config, spec):
     import torch
 
     from zrl.config import learner_threads
+    from zrl.gather import Unrolls
     from zrl.models import build_model
     from zrl.optim import make_optimizer
     from zrl.roles.common import keep_freed_memory
@@ -213,8 +214,9 @@ def _fixed_batch(cfg: Config, spec):
     opt, sched = make_optimizer(model, lcfg, 10**9)
     dtype = np.dtype(spec.frame_dtype)
     rng = np.random.default_rng(0)
-    frames = rng.integers(0, 256 if dtype == np.uint8 else 2, (b, t + 1, s, *spec.frame_shape))
-    obs = torch.from_numpy(frames.astype(dtype)).to(device)
+    frames = rng.integers(0, 256 if dtype == np.uint8 else 2, (b, t + s, *spec.frame_shape))
+    steps = np.tile(np.arange(t + s, dtype=np.int32) + s, (b, 1))  # mid-episode: no blanked frames
+    obs = Unrolls(torch.from_numpy(frames.astype(dtype)).to(device), torch.from_numpy(steps).to(device))
     # Rewards, episode ends and behaviour logits like a game's, so that the loss does not fade to nothing on
     # the one batch it trains on again and again.
     reward = rng.choice([-1.0, 0.0, 1.0], (t, b), p=[0.05, 0.9, 0.05])
@@ -239,7 +241,7 @@ def _bare_learner(cfg: Config, spec, commands, out, parent: int) -> None:
     from zrl.agents.vtrace.learner import sgd_step
 
     model, opt, sched, obs, batch = _fixed_batch(cfg, spec)
-    lcfg, device = cfg.learner, obs.device
+    lcfg, device = cfg.learner, obs.frames.device
     sgd_step(model, opt, sched, obs, batch, lcfg, cfg.vtrace)  # warm-up
     out.put(0.0)  # ready
     while (seconds := _next_command(commands, parent)) is not None:
@@ -553,12 +555,12 @@ def _unit_costs(cfg: Config, spec, seconds: float, out) -> None:
     with torch.no_grad():
         inference_s = timed(lambda: net(frames, with_features=features))
     model, opt, sched, obs, batch = _fixed_batch(cfg, spec)  # the learner's threads from here on
-    sync = torch.cuda.synchronize if obs.device.type == "cuda" else (lambda: None)
+    sync = torch.cuda.synchronize if obs.frames.device.type == "cuda" else (lambda: None)
     step = lambda: sgd_step(model, opt, sched, obs, batch, cfg.learner, cfg.vtrace)  # noqa: E731
     with FlopCounterMode(display=False) as counter:
         step()
     step_s = timed(step, sync)
-    a, b = (torch.randn(MATMUL_N, MATMUL_N, device=obs.device) for _ in range(2))
+    a, b = (torch.randn(MATMUL_N, MATMUL_N, device=obs.frames.device) for _ in range(2))
     matmul_s = timed(lambda: a @ b, sync)
     out.put(
         {"inference_s": inference_s, "step_s": step_s, "step_flops": counter.get_total_flops(), "matmul_s": matmul_s}

@@ -2,6 +2,8 @@
 
 Both take a batch of stacked observations ``[N, stack, *frame_shape]`` and return
 ``Output(logits [N, A], values [N], features [N, F] or None)``. uint8 inputs are scaled to [0, 1].
+``forward_unrolls`` takes unrolls of frames instead, ``[B, T+S, *frame_shape]`` as the gatherer reads them, and
+returns the outputs of their stacked observations ``[B*(T+1)]`` (or of the steps ``at``: ``[B*len(at)]``).
 Weights cross processes as one flat float32 vector (:func:`flat_parameters` / :func:`load_flat`).
 """
 
@@ -12,16 +14,18 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from zrl.config import ModelConfig
+from zrl.gather import stack_observations
 
 
 def scaled_frames(obs: torch.Tensor, scale: bool = True) -> torch.Tensor:
-    """Observations as a torso takes them: floats, uint8 frames scaled to [0, 1] in place on their new float copy
-    (a second 3.6 MB tensor per pass of 32 Pong observations cost ~1 ms of a 20 ms IQN update, Intel Xeon,
-    2 threads). Float observations pass through as they are."""
-    return obs.float().mul_(1.0 / 255.0) if scale and obs.dtype == torch.uint8 else obs.float()
+    """Observations as a torso takes them: floats, uint8 frames scaled to [0, 1] in one pass that writes their
+    float copy in the observations' own memory layout (a second 3.6 MB tensor per pass of 32 Pong observations
+    cost ~1 ms of a 20 ms IQN update, Intel Xeon, 2 threads). Float observations pass through as they are."""
+    return torch.mul(obs, 1.0 / 255.0) if scale and obs.dtype == torch.uint8 else obs.float()
 
 
 class Output(NamedTuple):
@@ -84,6 +88,18 @@ def conv_torso(kind: str, stack: int) -> tuple[list[nn.Module], int]:
     return (small_convs(stack), SMALL_CONV_OUT) if kind == "atari_small" else (nature_convs(stack), NATURE_CONV_OUT)
 
 
+def _forward_stacks(
+    model: nn.Module,
+    frames: torch.Tensor,
+    episode_steps: torch.Tensor,
+    at: np.ndarray | None = None,
+    with_features: bool = False,
+) -> Output:
+    """A model's outputs for the stacked observations of unrolls ``[B, T+S, *shape]``, flattened to ``[B*K]``."""
+    obs = stack_observations(frames, episode_steps, model.stack, at=at)
+    return model(obs.reshape(-1, *obs.shape[2:]), with_features)
+
+
 class AtariNet(nn.Module):
     """A conv torso (Nature DQN's: conv 32x8/4, 64x4/2, 64x3/1; or ``kind = "atari_small"``: 16x8/4, 32x4/2) and a
     hidden_size layer on stacked 84x84 frames, computed channels-last."""
@@ -93,10 +109,52 @@ class AtariNet(nn.Module):
         convs, width = conv_torso(kind, stack)
         self.torso = nn.Sequential(*convs, _init(nn.Linear(width, hidden_size), math.sqrt(2)), nn.ReLU())
         self.heads = _Heads(hidden_size, num_actions, feature_size)
+        self.stack = stack
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
         x = scaled_frames(obs).contiguous(memory_format=torch.channels_last)
         return self.heads(self.torso(x), with_features)
+
+    def forward_unrolls(
+        self,
+        frames: torch.Tensor,
+        episode_steps: torch.Tensor,
+        at: np.ndarray | None = None,
+        with_features: bool = False,
+    ) -> Output:
+        """``forward(stack_observations(frames, episode_steps, stack, at))`` flattened to ``[B*K]``, without the
+        stacks: the first convolution runs once over each unroll's frames as a 3-d convolution whose depth is
+        the stack (a stack's conv output is the sum over its frames), so the S-times larger float copy of
+        the stacked observations is never made. The observations that reach back past an episode start, whose
+        older frames are blanked, go through the first convolution as stacks and replace their outputs.
+        Equal to the stacked forward up to float rounding (perf/input_prep.py has the speeds). When the
+        steps ``at`` hold fewer frames as stacks than the unroll has (K x S <= T+S), the stacks are cheaper
+        and are used."""
+        conv = self.torso[0]
+        s = self.stack
+        b = frames.shape[0]
+        steps = np.arange(frames.shape[1] - s + 1) if at is None else np.asarray(at, np.int64)
+        if len(steps) * s <= frames.shape[1]:
+            return _forward_stacks(self, frames, episode_steps, steps, with_features)
+        index = torch.from_numpy(steps).to(frames.device)
+        lo, hi = int(steps[0]), int(steps[-1]) + 1
+        in_range = hi - lo == len(steps) and bool((np.diff(steps) == 1).all())  # steps lo..hi-1: no selection
+        x = scaled_frames(frames[:, lo : hi + s - 1] if in_range else frames).unsqueeze(1)  # [B, 1, frames, H, W]
+        y = F.conv3d(x, conv.weight.unsqueeze(1), conv.bias, (1, *conv.stride))  # [B, C, windows, h, w]
+        y = y if in_range else y.index_select(2, index)
+        y = y.permute(0, 2, 3, 4, 1)  # [B, K, h, w, C]: channels-last observations
+        newest = episode_steps[:, s - 1 :].index_select(1, index)  # [B, K]: the episode step of each newest frame
+        blanked = newest < s - 1
+        if bool(blanked.any()):
+            unit, k = blanked.nonzero(as_tuple=True)
+            first = index[k]  # each blanked stack's oldest frame
+            own = frames.unfold(1, s, 1)[unit, first]  # [n, H, W, S]: only these stacks' frames
+            back = torch.arange(s - 1, -1, -1, device=frames.device)
+            own = own * (back <= newest[unit, k].unsqueeze(-1)).to(own.dtype).view(len(unit), 1, 1, s)
+            patch = conv(scaled_frames(own.permute(0, 3, 1, 2)))  # [n, C, h, w], channels-last
+            y = y.index_put((unit, k), patch.permute(0, 2, 3, 1))
+        x = y.reshape(b * len(steps), *y.shape[2:]).permute(0, 3, 1, 2)  # [B*K, C, h, w], channels-last
+        return self.heads(self.torso[1:](x), with_features)
 
 
 def _mlp(in_size: int, hidden: tuple[int, ...]) -> nn.Sequential:
@@ -111,12 +169,15 @@ class MLPNet(nn.Module):
     """Tanh MLPs on the flattened stack of vector observations: one torso for the policy and feature
     heads, a separate one for the value, so that large value errors do not swamp the policy's inputs."""
 
-    def __init__(self, in_size: int, num_actions: int, hidden: tuple[int, ...], feature_size: int, scale: bool) -> None:
+    def __init__(
+        self, in_size: int, num_actions: int, hidden: tuple[int, ...], feature_size: int, scale: bool, stack: int
+    ) -> None:
         super().__init__()
         self.torso = _mlp(in_size, hidden)
         self.value_torso = _mlp(in_size, hidden)
         self.heads = _Heads(hidden[-1], num_actions, feature_size)
         self._scale = scale
+        self.stack = stack
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
         x = obs.float() / 255.0 if self._scale else obs.float()
@@ -124,6 +185,8 @@ class MLPNet(nn.Module):
         heads = self.heads
         features = heads.feature(hidden) if with_features else None
         return Output(heads.policy(hidden), heads.value(self.value_torso(x)).squeeze(-1), features)
+
+    forward_unrolls = _forward_stacks  # vector frames are small: their stacks cost little
 
 
 IMAGE_KINDS = ("atari", "atari_small")
@@ -153,7 +216,9 @@ def build_model(
         net = AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size, kind)
         return net.to(memory_format=torch.channels_last)
     in_size = stack * int(np.prod(frame_shape))
-    return MLPNet(in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale=np.dtype(frame_dtype) == np.uint8)
+    return MLPNet(
+        in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale=np.dtype(frame_dtype) == np.uint8, stack=stack
+    )
 
 
 def flat_parameters(model: nn.Module) -> np.ndarray:

@@ -20,7 +20,7 @@ import torch
 from shm.ring import Ring
 from zrl import protocol
 from zrl.config import Config, fill_target, lr_decay_steps, needs_features, queue_capacity, replay_share
-from zrl.gather import Gatherer, stack_observations
+from zrl.gather import Gatherer
 from zrl.models import build_model, load_flat
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
@@ -124,9 +124,8 @@ class FeatureScorer:
             idx = order[lo : lo + SCORE_CHUNK]
             where = SimpleNamespace(worker_ids=worker_ids[idx], env_index=env_index[idx], first_frame=first_frames[idx])
             frames, steps, read_ok = self.gatherer.gather(where)
-            obs = stack_observations(frames, steps, self.stack, at=at)  # [n, K, S, *shape]
             with torch.no_grad(), autocast:
-                feats = self.model(obs.reshape(-1, *obs.shape[2:]), with_features=True).features
+                feats = self.model.forward_unrolls(frames, steps, at=at, with_features=True).features
             out.append(feats.float().view(len(idx), len(at), -1))
             ok[idx] = read_ok
         in_order = torch.cat(out)

@@ -16,7 +16,7 @@ from zrl import protocol
 from zrl.agents import Trained
 from zrl.algos.losses import vtrace_loss
 from zrl.config import Config, LearnerConfig, VtraceConfig, lr_decay_steps
-from zrl.gather import Gatherer, stack_observations
+from zrl.gather import Gatherer, Unrolls
 from zrl.models import build_model
 from zrl.optim import load_optimizer_state, make_optimizer
 
@@ -37,21 +37,24 @@ def sgd_step(
     model,
     optimizer,
     scheduler,
-    obs: torch.Tensor,
+    unrolls: Unrolls,
     batch: dict[str, torch.Tensor],
     cfg: LearnerConfig,
     algo: VtraceConfig = VtraceConfig(),
 ) -> Step:
-    """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on batch-major
-    observations ``[B, T+1, S, *shape]`` and time-major ``[T, B]`` batch arrays; returns the loss parts."""
-    b, steps = obs.shape[:2]
+    """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on the batch's unrolls (their
+    T+1 stacked observations each) and time-major ``[T, B]`` batch arrays; returns the loss parts."""
+    frames = unrolls.frames
+    b = frames.shape[0]
     autocast = (
-        torch.autocast(obs.device.type, dtype=torch.bfloat16) if cfg.precision == "bf16" else contextlib.nullcontext()
+        torch.autocast(frames.device.type, dtype=torch.bfloat16)
+        if cfg.precision == "bf16"
+        else contextlib.nullcontext()
     )
     with autocast:
-        out = model(obs.reshape(b * steps, *obs.shape[2:]))  # a view: no copy of the observations
-    logits = out.logits.float().view(b, steps, -1).transpose(0, 1)
-    values = out.values.float().view(b, steps).transpose(0, 1)
+        out = model.forward_unrolls(frames, unrolls.episode_steps)  # [B*(T+1)]
+    logits = out.logits.float().view(b, -1, out.logits.shape[-1]).transpose(0, 1)
+    values = out.values.float().view(b, -1).transpose(0, 1)
     loss = vtrace_loss(
         learner_logits=logits[:-1],
         behaviour_logits=batch["behaviour_logits"],
@@ -301,14 +304,15 @@ class VtraceLearner:
             keep = torch.from_numpy(np.flatnonzero(ok))
             frames, steps = frames[keep], steps[keep]
         device = self.device
-        obs = stack_observations(frames.to(device, non_blocking=True), steps.to(device, non_blocking=True), self.stack)
-        return (batch, ok, obs, batch_tensors(batch, ok, device)), torn
+        # on the CPU, views of the gatherer's buffers: the step is taken before the next batch is gathered
+        unrolls = Unrolls(frames.to(device, non_blocking=True), steps.to(device, non_blocking=True))
+        return (batch, ok, unrolls, batch_tensors(batch, ok, device)), torn
 
     def step(self, gathered: Any, learner_step: int, policy_version: int) -> Trained:
         """One V-trace update on a gathered batch (``learner_step`` is the step it takes, from 1)."""
-        batch, ok, obs, tensors = gathered
+        batch, ok, unrolls, tensors = gathered
         self.model.train()
-        step = sgd_step(self.model, self.optimizer, self.scheduler, obs, tensors, self.cfg.learner, self.cfg.vtrace)
+        step = sgd_step(self.model, self.optimizer, self.scheduler, unrolls, tensors, self.cfg.learner, self.cfg.vtrace)
         units = int(ok.sum())
         ages = sample_ages(policy_version, batch, ok, self.queues)
         metrics = {
