@@ -413,3 +413,10 @@ def test_every_key_is_declared_with_a_description():
         docs = descriptions(cls)
         assert set(docs) >= {f.name for f in dataclasses.fields(cls) if f.name not in (*config.SECTIONS, "replay")}, cls
         assert all(len(text) > 10 for text in docs.values()), cls
+
+
+@pytest.mark.parametrize("key", ["learner.device", "broker.device"])
+def test_a_device_that_is_not_one_is_named_with_the_valid_ones(key):
+    with pytest.raises(ConfigError, match=rf"{key}.*'gpu' is not one of auto, cpu, cuda, cuda:N"):
+        config.load(None, [f'{key}="gpu"'])
+    assert getattr(config.load(None, [f'{key}="cuda:1"']), key.split(".")[0]).device == "cuda:1"

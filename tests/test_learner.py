@@ -76,6 +76,11 @@ def test_the_unrolls_forward_equals_the_forward_of_the_stacks(kind):
             got = net.forward_unrolls(frames, steps, at=at, with_features=True)
         for a, b in zip(want, got):
             torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):  # broker.precision / learner.precision bf16
+        want = net(stack_observations(frames, steps, S).reshape(-1, S, 84, 84), with_features=True).features
+        got = net.forward_unrolls(frames, steps, with_features=True).features
+    assert got.dtype == want.dtype == torch.bfloat16
+    torch.testing.assert_close(got.float(), want.float(), rtol=0.02, atol=0.02)
     grads = []
     for forward in (
         lambda: net(stack_observations(frames, steps, S).reshape(-1, S, 84, 84)),

@@ -198,10 +198,9 @@ def _fixed_batch(cfg: Config, spec):
 
     from zrl.config import learner_threads
     from zrl.gather import Unrolls
-    from zrl.models import build_model
+    from zrl.models import build_model, resolve_device
     from zrl.optim import make_optimizer
     from zrl.roles.common import keep_freed_memory
-    from zrl.roles.learner import resolve_device
 
     lcfg = cfg.learner
     if cfg.run.keep_freed_memory:  # the learner role's allocator setting too

@@ -106,9 +106,9 @@ def check(cfg) -> None:
     choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
     if not cfg.env.id:
         fail("env.id", "must name an environment, e.g. ALE/Pong-v5 or CartPole-v1")
-    device = cfg.learner.device
-    if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
-        fail("learner.device", f"{device!r} is not one of auto, cpu, cuda, cuda:N")
+    for key, device in (("learner.device", cfg.learner.device), ("broker.device", cfg.broker.device)):
+        if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
+            fail(key, f"{device!r} is not one of auto, cpu, cuda, cuda:N")
     if any(width <= 0 for width in cfg.model.mlp_hidden) or not cfg.model.mlp_hidden:
         fail("model.mlp_hidden", f"needs at least one positive width, got {list(cfg.model.mlp_hidden)}")
     if cfg.transport.bind_host not in LOOPBACK_HOSTS and not cfg.transport.curve_keys:

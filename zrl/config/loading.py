@@ -42,6 +42,7 @@ SAFE_ON_RESUME = (
     "workers.stats_interval_s",
     "workers.max_weights_wait_s",
     "learner.device",
+    "broker.device",
     "learner.torch_threads",
     "broker.torch_threads",
     "broker.prefetch_batches",

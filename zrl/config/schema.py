@@ -319,6 +319,12 @@ class BrokerConfig:
     precision: Annotated[str, Meta(description="fp32, or bf16 (autocast) for the broker's feature recomputation.")] = (
         "fp32"
     )
+    device: Annotated[
+        str,
+        Meta(
+            description="cpu, cuda, cuda:N, or auto (cuda when available): where the broker recomputes features (elite and attentive replay). Frames are read on the CPU and sent there; the distances are computed on the CPU."
+        ),
+    ] = "auto"
 
 
 @dataclass(frozen=True)

@@ -221,6 +221,13 @@ def build_model(
     )
 
 
+def resolve_device(name: str) -> torch.device:
+    """A torch device from a config's ``device`` (cpu, cuda, cuda:N, or auto: cuda when available)."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
 def flat_parameters(model: nn.Module) -> np.ndarray:
     """All parameters as one contiguous float32 vector (a copy)."""
     with torch.no_grad():

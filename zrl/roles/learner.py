@@ -18,7 +18,7 @@ import zmq
 from shm.ring import Ring
 from zrl import __version__, agents, checkpoint, protocol, transport
 from zrl.config import Config, learner_threads, to_dict
-from zrl.models import flat_parameters
+from zrl.models import flat_parameters, resolve_device
 from zrl.roles.common import (
     Decoder,
     Every,
@@ -35,12 +35,6 @@ INDEX_EVERY_S = 10.0  # how often the learner asks the broker for its replay ind
 
 # An agent's step figures, by their LearnerStats names (declared there); those an agent does not report stay 0
 STEP_METRICS = tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 def rng_state(device: torch.device) -> dict:

@@ -21,7 +21,7 @@ from shm.ring import Ring
 from zrl import protocol
 from zrl.config import Config, fill_target, lr_decay_steps, needs_features, queue_capacity, replay_share
 from zrl.gather import Gatherer
-from zrl.models import build_model, load_flat
+from zrl.models import build_model, load_flat, resolve_device
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.store import Unit
@@ -93,12 +93,14 @@ def make_batch(
 
 
 class FeatureScorer:
-    """The current policy's features of stored units, recomputed from their frames in the rings."""
+    """The current policy's features of stored units, recomputed from their frames in the rings, on
+    ``broker.device`` (the frames are read on the CPU; the features come back to it)."""
 
     def __init__(self, cfg: Config, wiring, rings: list[Ring]) -> None:
         self.stack = cfg.env.frame_stack
+        self.device = resolve_device(cfg.broker.device)
         self.model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, self.stack, wiring.num_actions)
-        self.model.eval()
+        self.model.to(self.device).eval()
         self.gatherer = Gatherer(
             rings, self.stack, cfg.learner.unroll_length, SCORE_CHUNK, wiring.frame_shape, wiring.frame_dtype
         )
@@ -119,14 +121,15 @@ class FeatureScorer:
         order = np.argsort(worker_ids, kind="stable")  # the gatherer reads one ring block at a time
         out: list[torch.Tensor] = []
         ok = np.zeros(n, bool)
-        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+        device = self.device
+        autocast = torch.autocast(device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
         for lo in range(0, n, SCORE_CHUNK):
             idx = order[lo : lo + SCORE_CHUNK]
             where = SimpleNamespace(worker_ids=worker_ids[idx], env_index=env_index[idx], first_frame=first_frames[idx])
             frames, steps, read_ok = self.gatherer.gather(where)
             with torch.no_grad(), autocast:
-                feats = self.model.forward_unrolls(frames, steps, at=at, with_features=True).features
-            out.append(feats.float().view(len(idx), len(at), -1))
+                feats = self.model.forward_unrolls(frames.to(device), steps.to(device), at=at, with_features=True)
+            out.append(feats.features.float().cpu().view(len(idx), len(at), -1))
             ok[idx] = read_ok
         in_order = torch.cat(out)
         features = torch.empty_like(in_order)
