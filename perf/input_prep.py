@@ -7,8 +7,9 @@ feature pass on real Pong frames, timed with one source tree's zrl and then anot
 this one. Each round runs one process per tree (the same seeds, the same replay of random-action Pong frames),
 which times:
 
-- the learner: ``sgd_step`` on a batch of ``learner.batch_size`` units of T+1 observations, at 1 and 2 threads
-  (median of ``--repeats``);
+- the learner: ``sgd_step`` on a batch of ``learner.batch_size`` units of T+1 observations spread over the
+  replay, at 1 and 2 threads (median of ``--repeats``), and on the batch of the replay's first units, every
+  one of which holds the run's start (its first S-1 stacks blank frames: the unrolls forward's worst case);
 - the broker: a FeatureScorer's pass over a pool of lambda x B units at K compared steps, 1 thread (the
   broker's), for K in ``--steps``.
 
@@ -40,9 +41,13 @@ def measure(args) -> dict:
 
     if not Path(zrl.__file__).resolve().is_relative_to(Path(args.child).resolve()):
         raise SystemExit(f"imported {zrl.__file__}, not the tree {args.child}")
+    import zrl.gather as gather
     from zrl import config as config_mod
-    from zrl.bench.elite import M, Replay, time_learner_step
+    from zrl.agents.vtrace.broker import make_batch
+    from zrl.agents.vtrace.learner import batch_tensors, sgd_step
+    from zrl.bench.elite import M, Replay, _unit
     from zrl.envs import probe
+    from zrl.optim import make_optimizer
     from zrl.replay.sampled import compared_steps
     from zrl.roles.common import keep_freed_memory
 
@@ -53,11 +58,26 @@ def measure(args) -> dict:
     replay = Replay(cfg, spec, args.capacity, drift_steps=2, progress=lambda _: None)
     out: dict = {}
     try:
-        for threads in (1, 2):
+        lcfg, s, b = cfg.learner, cfg.env.frame_stack, cfg.learner.batch_size
+        opt, sched = make_optimizer(replay.model, lcfg, 10**6)
+        gatherer = gather.Gatherer([replay.ring], s, lcfg.unroll_length, b, spec.frame_shape, spec.frame_dtype)
+        spread = [_unit(replay.messages[k * len(replay.messages) // b], k % M) for k in range(b)]
+        run_start = [_unit(replay.messages[0], k % M) for k in range(b)]  # every unit holds the run's start
+        for name, units, threads in (("", spread, 1), ("", spread, 2), ("_run_start", run_start, 1)):
             torch.set_num_threads(threads)
-            out[f"learner_step_s_{threads}_threads"] = time_learner_step(
-                replay.model, cfg, spec, replay.ring, replay.messages, args.repeats
-            )
+            batch = make_batch(0, units)
+            frames, steps, ok = gatherer.gather(batch)
+            # each tree's learner input: unrolls (after) or stacked observations (before)
+            unrolls = hasattr(gather, "Unrolls")
+            inputs = gather.Unrolls(frames, steps) if unrolls else gather.stack_observations(frames, steps, s)
+            tensors = batch_tensors(batch, ok, torch.device("cpu"))
+            times = []
+            for _ in range(args.repeats + 1):
+                t0 = time.perf_counter()
+                sgd_step(replay.model, opt, sched, inputs, tensors, lcfg, cfg.vtrace)
+                times.append(time.perf_counter() - t0)
+            out[f"learner_step_s_{threads}_threads{name}"] = float(np.median(times[1:]))
+            out[f"blanked_stacks{name}"] = int((steps[:, s - 1 :] < s - 1).sum())
         torch.set_num_threads(1)
         _, scorer = replay.broker("elite", args.capacity, args.lam, 0, "fp32")
         units = len(replay.messages) * M
@@ -108,19 +128,19 @@ def main() -> None:
             if done.returncode:
                 raise SystemExit(f"{name} tree failed:\n{done.stderr[-3000:]}")
             runs[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
-            print(f"round {r + 1} {name}: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in runs[name][-1].items()))
+            shown = (
+                f"{k} {v}" if k.startswith("blanked") else f"{k} {v * 1000:.1f} ms" for k, v in runs[name][-1].items()
+            )
+            print(f"round {r + 1} {name}: " + ", ".join(shown))
     import numpy as np
 
-    keys = list(runs["after"][0])
-    summary = {
-        k: {
-            "before_ms": round(float(np.median([x[k] for x in runs["before"]])) * 1000, 2),
-            "after_ms": round(float(np.median([x[k] for x in runs["after"]])) * 1000, 2),
-        }
-        for k in keys
-    }
-    for v in summary.values():
-        v["after_over_before"] = round(v["after_ms"] / v["before_ms"], 3)
+    summary: dict = {}
+    for k in runs["after"][0]:
+        if k.startswith("blanked"):
+            summary[k] = runs["after"][0][k]  # the same frames in every round
+            continue
+        before, after = (round(float(np.median([x[k] for x in runs[t]])) * 1000, 2) for t in ("before", "after"))
+        summary[k] = {"before_ms": before, "after_ms": after, "after_over_before": round(after / before, 3)}
     result = {
         "command": "python perf/input_prep.py " + " ".join(sys.argv[1:]),
         "before": subprocess.run(

@@ -9,6 +9,8 @@ import json
 import pytest
 from conftest import REPO, run_command
 
+from zrl.config import ReplayConfig
+
 SMOKE = REPO / "config" / "smoke.toml"
 TINY = ["--config", SMOKE, "--seconds", "0.5"]
 MACHINE = {"date", "cpu", "cores", "logical_cpus", "ram_gib", "gpu", "platform", "versions", "command"}
@@ -91,7 +93,8 @@ def test_elite_mode_times_elite_and_attentive_batches_against_the_learner_step(t
     ]
     assert [r["sampler"] for r in result["rows"]] == ["elite", "attentive"]
     _positive(result["learner_step_s"], *(r["prepare_s"] for r in result["rows"]))
-    assert result["feature_size"] == 16 and result["capacity"] == 32 and result["feature_steps"] == 5
+    assert result["feature_size"] == 16 and result["capacity"] == 32
+    assert result["feature_steps"] == ReplayConfig().feature_steps == 0  # all steps, as the reference
 
 
 @pytest.mark.e2e

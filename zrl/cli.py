@@ -170,7 +170,10 @@ def _counts(text: str | None, flag: str) -> list[int]:
     "--lambda", "lam", type=float, default=6.0, show_default=True, help="elite: lambda, the pool is lambda x B."
 )
 @click.option(
-    "--feature-steps", type=int, default=None, help="elite: steps compared per unit (default: the config's, 5)."
+    "--feature-steps",
+    type=int,
+    default=None,
+    help="elite: steps compared per unit, 0: all (default: the config's first elite or attentive replay's, else 0).",
 )
 @click.option(
     "--precision",

@@ -24,7 +24,7 @@ class Options:
     peers: bool = True
     capacity: int = 1000
     lam: float = 6.0
-    feature_steps: int | None = None  # None: the config's first feature replay's, else 5
+    feature_steps: int | None = None  # None: the config's first feature replay's, else the default (0: all)
     precision: str = "fp32"
     repeats: int = 5
 
@@ -65,7 +65,8 @@ def run(mode: str, opt: Options, progress) -> dict:
     if mode == "elite":
         steps = opt.feature_steps
         if steps is None:
-            steps = next((r.feature_steps for r in cfg.replay if r.type in ("elite", "attentive")), 5)
+            feature_replays = (r.feature_steps for r in cfg.replay if r.type in ("elite", "attentive"))
+            steps = next(feature_replays, config_mod.ReplayConfig().feature_steps)
         return modes.elite_mode(cfg, spec, opt.capacity, opt.lam, steps, opt.precision, opt.repeats, progress)
     raise ValueError(f"unknown mode {mode!r}")
 

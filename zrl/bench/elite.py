@@ -130,12 +130,15 @@ def _unit(msg, i):
 
 
 def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
+    """Median seconds of the learner's V-trace step on one batch of units spread over the replay, as a sampled
+    batch is (units from its first message would all hold the run's start, whose blanked stacks are rare)."""
     lcfg = cfg.learner
     opt, sched = make_optimizer(model, lcfg, 10**6)
     gatherer = Gatherer(
         [ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape, spec.frame_dtype
     )
-    batch = make_batch(0, [_unit(messages[k // M], k % M) for k in range(lcfg.batch_size)])
+    b = lcfg.batch_size
+    batch = make_batch(0, [_unit(messages[k * len(messages) // b], k % M) for k in range(b)])
     frames, steps, ok = gatherer.gather(batch)
     unrolls = Unrolls(frames, steps)
     tensors = batch_tensors(batch, ok, torch.device("cpu"))
