@@ -45,7 +45,7 @@ from zrl.agents.vtrace.broker import Broker, FeatureScorer  # noqa: E402
 from zrl.bench.elite import M, behaviour_outputs, drifted, fill_ring, time_learner_step  # noqa: E402
 from zrl.bench.modes import pipeline  # noqa: E402
 from zrl.envs import probe  # noqa: E402
-from zrl.models import build_model, flat_parameters  # noqa: E402
+from zrl.models import build_model, flat_parameters, resolve_device  # noqa: E402
 from zrl.replay.elite import draw_pool, feature_distance, select  # noqa: E402
 from zrl.replay.sampled import compared_steps  # noqa: E402
 
@@ -197,6 +197,8 @@ def main() -> None:
         "feature_size": args.feature_size,
         "capacity": args.capacity,
         "broker_threads": cfg.broker.torch_threads,
+        "broker_device": str(resolve_device(cfg.broker.device)),
+        "learner_device": str(resolve_device(cfg.learner.device)),
         "learner_threads": args.learner_threads,
         "learner_step_s_median": round(learner_s, 4),
         "uniform_overlap_expected": round(1 / args.lam, 3),

@@ -420,3 +420,16 @@ def test_a_device_that_is_not_one_is_named_with_the_valid_ones(key):
     with pytest.raises(ConfigError, match=rf"{key}.*'gpu' is not one of auto, cpu, cuda, cuda:N"):
         config.load(None, [f'{key}="gpu"'])
     assert getattr(config.load(None, [f'{key}="cuda:1"']), key.split(".")[0]).device == "cuda:1"
+
+
+@pytest.mark.parametrize("key", ["learner.device", "broker.device"])
+def test_a_cuda_device_without_cuda_is_refused_before_any_process_starts(key, tmp_path):
+    import torch
+
+    from zrl.launch.checks import preflight
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cfg = config.load(REPO / "config" / "cartpole.toml", [f'{key}="cuda"', f'run.results_dir="{tmp_path}"'])
+    with pytest.raises(ConfigError, match=rf"{key}: 'cuda' but no CUDA device is available; use auto or cpu"):
+        preflight(cfg)

@@ -54,8 +54,9 @@ def _behaviour_features(model, ring, first_frame: int) -> np.ndarray:
     frames, steps, ok = Gatherer([ring], S, T, M, SHAPE, "float32").gather(where)
     assert ok.all()
     obs = stack_observations(frames, steps, S)[:, :T]
+    device = next(model.parameters()).device  # the scorer's model: broker.device, a GPU where there is one
     with torch.no_grad():
-        return model(obs.reshape(-1, S, *SHAPE), with_features=True).features.view(M, T, F).numpy()
+        return model(obs.reshape(-1, S, *SHAPE).to(device), with_features=True).features.view(M, T, F).cpu().numpy()
 
 
 def _unroll(seq: int, features: np.ndarray) -> protocol.Unroll:

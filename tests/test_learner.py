@@ -81,6 +81,12 @@ def test_the_unrolls_forward_equals_the_forward_of_the_stacks(kind):
         got = net.forward_unrolls(frames, steps, with_features=True).features
     assert got.dtype == want.dtype == torch.bfloat16
     torch.testing.assert_close(got.float(), want.float(), rtol=0.02, atol=0.02)
+    net.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # and a bf16 learner's backward through the patched stacks
+        out = net.forward_unrolls(frames, steps)
+    (out.logits.float().square().sum() + out.values.float().sum()).backward()
+    conv_grad = net.torso[0].weight.grad
+    assert conv_grad is not None and torch.isfinite(conv_grad).all() and conv_grad.abs().sum() > 0
     grads = []
     for forward in (
         lambda: net(stack_observations(frames, steps, S).reshape(-1, S, 84, 84)),

@@ -9,6 +9,7 @@ few V-trace steps on the replay, so that stored and current features differ as t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import time
@@ -27,7 +28,7 @@ from zrl.agents.vtrace.learner import batch_tensors, sgd_step
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, Gatherer, Unrolls, stack_observations
 from zrl.launch import shm_prefix
-from zrl.models import build_model, flat_parameters
+from zrl.models import build_model, flat_parameters, resolve_device
 from zrl.optim import make_optimizer
 
 M = 8  # envs in the one ring that holds the replay's frames
@@ -131,8 +132,13 @@ def _unit(msg, i):
 
 def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
     """Median seconds of the learner's V-trace step on one batch of units spread over the replay, as a sampled
-    batch is (units from its first message would all hold the run's start, whose blanked stacks are rare)."""
+    batch is (units from its first message would all hold the run's start, whose blanked stacks are rare), on
+    ``learner.device`` (there, on a copy of ``model``; on the CPU ``model`` itself takes the steps)."""
     lcfg = cfg.learner
+    device = resolve_device(lcfg.device)
+    if device.type != "cpu":
+        model = copy.deepcopy(model).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     opt, sched = make_optimizer(model, lcfg, 10**6)
     gatherer = Gatherer(
         [ring], cfg.env.frame_stack, lcfg.unroll_length, lcfg.batch_size, spec.frame_shape, spec.frame_dtype
@@ -140,12 +146,13 @@ def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
     b = lcfg.batch_size
     batch = make_batch(0, [_unit(messages[k * len(messages) // b], k % M) for k in range(b)])
     frames, steps, ok = gatherer.gather(batch)
-    unrolls = Unrolls(frames, steps)
-    tensors = batch_tensors(batch, ok, torch.device("cpu"))
+    unrolls = Unrolls(frames.to(device), steps.to(device))
+    tensors = batch_tensors(batch, ok, device)
     times = []
     for _ in range(repeats + 1):
         t0 = time.perf_counter()
         sgd_step(model, opt, sched, unrolls, tensors, lcfg, cfg.vtrace)
+        sync()
         times.append(time.perf_counter() - t0)
     return float(np.median(times[1:]))
 

@@ -392,6 +392,7 @@ def elite_mode(
     import torch
 
     from zrl.bench.elite import Replay, prepare_time, time_learner_step
+    from zrl.models import resolve_device
     from zrl.roles.common import keep_freed_memory
 
     torch.manual_seed(0)
@@ -426,6 +427,8 @@ def elite_mode(
         "feature_steps": feature_steps,
         "precision": precision,
         "broker_threads": cfg.broker.torch_threads,
+        "broker_device": str(resolve_device(cfg.broker.device)),
+        "learner_device": str(resolve_device(cfg.learner.device)),
         "learner_step_s": round(learner_s, 4),
         "rows": rows,
         "targets": [check(rows[0]["ratio_to_learner_step"], "elite_prepare_to_learner_step", lower_is_better=True)],

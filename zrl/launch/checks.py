@@ -34,13 +34,12 @@ def preflight(cfg: Config) -> envs.EnvSpec:
     except ValueError as err:
         raise ConfigError(f"model.kind: {err}") from None
     check_weights_fit(parameter_count(model))
-    if cfg.learner.device.startswith("cuda"):
-        import torch
+    for key, device in (("learner.device", cfg.learner.device), ("broker.device", cfg.broker.device)):
+        if device.startswith("cuda"):
+            import torch
 
-        if not torch.cuda.is_available():
-            raise ConfigError(
-                f"learner.device: {cfg.learner.device!r} but no CUDA device is available; use auto or cpu"
-            )
+            if not torch.cuda.is_available():
+                raise ConfigError(f"{key}: {device!r} but no CUDA device is available; use auto or cpu")
     results = Path(cfg.run.results_dir)
     try:
         results.mkdir(parents=True, exist_ok=True)
