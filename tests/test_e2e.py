@@ -185,7 +185,7 @@ def test_pong_with_queue_and_elite_replay_reports_its_figures(tmp_path, no_leaks
     index = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["replay_index"]
     elite_rows = index["replay"] == 1
     assert int(elite_rows.sum()) == 64 and int(index["counts"][elite_rows].sum()) > 0
-    assert tuple(index["features"].shape) == (64, 5, 512)  # T = 10: 5 compared steps of F = 512
+    assert tuple(index["features"].shape) == (64, 10, 512)  # T = 10: every step compared (the default), F = 512
 
 
 def test_sigterm_stops_in_order_with_exit_143(tmp_path, no_leaks):
