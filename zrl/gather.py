@@ -80,9 +80,15 @@ def stack_observations(
         index = torch.from_numpy(np.asarray(at, np.int64)).to(frames.device)
         windows, newest = windows[:, index], newest[:, index]
     steps = windows.shape[1]
-    back = torch.arange(stack - 1, -1, -1, device=frames.device)  # places back from the newest frame
-    keep = (back.view(1, 1, stack) <= newest.unsqueeze(-1)).to(frames.dtype)
+    keep = kept_frames(newest, stack).to(frames.dtype)
     return windows * keep.view(b, steps, stack, *([1] * len(shape)))
+
+
+def kept_frames(newest: torch.Tensor, stack: int) -> torch.Tensor:
+    """Which frames of each stack are kept (oldest first, ``[..., S]`` bool), from the episode step of each
+    stack's newest frame ``[...]``: a frame k places back is kept when ``k <= newest``, blanked otherwise."""
+    back = torch.arange(stack - 1, -1, -1, device=newest.device)  # places back from the newest frame
+    return back <= newest.unsqueeze(-1)
 
 
 class Unrolls(NamedTuple):

@@ -33,6 +33,7 @@ from zrl.config.checks import (
     WORKER_POLICIES,
     check,
     declared,
+    devices,
 )
 from zrl.config.defaults import defaults_toml
 from zrl.config.loading import (
@@ -111,6 +112,7 @@ __all__ = [
     "apex_anneal_steps",
     "check",
     "declared",
+    "devices",
     "defaults_toml",
     "dumps",
     "fill_target",

@@ -81,6 +81,11 @@ def _refuse(cls: type, name: str, value: Any, where: str, wrong_type: bool) -> t
     fail(key, f"must be {low or high}{hint}, got {value!r}")
 
 
+def devices(cfg) -> tuple[tuple[str, str], ...]:
+    """The config's torch devices, each with its key: the learner's and the broker's."""
+    return (("learner.device", cfg.learner.device), ("broker.device", cfg.broker.device))
+
+
 def check(cfg) -> None:
     """Raise ConfigError for impossible values and combinations (no I/O)."""
     for part in dataclasses.fields(cfg):  # each section's bounds, also where a config was built in code
@@ -106,7 +111,7 @@ def check(cfg) -> None:
     choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
     if not cfg.env.id:
         fail("env.id", "must name an environment, e.g. ALE/Pong-v5 or CartPole-v1")
-    for key, device in (("learner.device", cfg.learner.device), ("broker.device", cfg.broker.device)):
+    for key, device in devices(cfg):
         if not (device in ("auto", "cpu", "cuda") or (device.startswith("cuda:") and device[5:].isdigit())):
             fail(key, f"{device!r} is not one of auto, cpu, cuda, cuda:N")
     if any(width <= 0 for width in cfg.model.mlp_hidden) or not cfg.model.mlp_hidden:

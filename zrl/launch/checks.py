@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from zrl import agents, checkpoint, envs, protocol, transport
-from zrl.config import SAFE_ON_RESUME, TOP_KEYS, Config, ConfigError, to_dict
+from zrl.config import SAFE_ON_RESUME, TOP_KEYS, Config, ConfigError, devices, to_dict
 
 # Keys safe on resume that a deterministic run still cannot change: the worker's env count (the replayed
 # actions are per env), and the thread counts and device (floating-point sums are split by them).
@@ -34,7 +34,7 @@ def preflight(cfg: Config) -> envs.EnvSpec:
     except ValueError as err:
         raise ConfigError(f"model.kind: {err}") from None
     check_weights_fit(parameter_count(model))
-    for key, device in (("learner.device", cfg.learner.device), ("broker.device", cfg.broker.device)):
+    for key, device in devices(cfg):
         if device.startswith("cuda"):
             import torch
 

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zrl.config import ModelConfig
-from zrl.gather import stack_observations
+from zrl.gather import kept_frames, stack_observations
 
 
 def scaled_frames(obs: torch.Tensor, scale: bool = True) -> torch.Tensor:
@@ -151,8 +151,7 @@ class AtariNet(nn.Module):
             unit, k = blanked.nonzero(as_tuple=True)
             first = index[k]  # each blanked stack's oldest frame
             own = frames.unfold(1, s, 1)[unit, first]  # [n, H, W, S]: only these stacks' frames
-            back = torch.arange(s - 1, -1, -1, device=frames.device)
-            own = own * (back <= newest[unit, k].unsqueeze(-1)).to(own.dtype).view(len(unit), 1, 1, s)
+            own = own * kept_frames(newest[unit, k], s).to(own.dtype).view(len(unit), 1, 1, s)
             patch = conv(scaled_frames(own.permute(0, 3, 1, 2)))  # [n, C, h, w]: own is channels-last already
             y = y.index_put((unit, k), patch.permute(0, 2, 3, 1))
         x = y.reshape(b * len(steps), *y.shape[2:]).permute(0, 3, 1, 2)  # [B*K, C, h, w], channels-last
