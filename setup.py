@@ -9,14 +9,23 @@ setup(
     description="Distributed reinforcement learning for Atari and Gymnasium on ZeroMQ and shared memory",
     python_requires=">=3.11",
     packages=find_packages(include=["zrl", "zrl.*", "shm", "shm.*"]),
-    package_data={"zrl.bench": ["reference/*.json"]},
+    package_data={"zrl.bench": ["reference/*.json"], "zrl.dashboard": ["page.html"]},
     install_requires=requirements,
     extras_require={
         # matplotlib draws zrl-bench learning's curves (tests check the PNG)
         # and ruff lints and formats (pyproject.toml; .ci/run enforces both): one fast tool for what flake8,
         # isort, pyupgrade and black did apart
         # msgpack: tests/test_protocol.py reads and forges the wire form with an implementation other than zrl's
-        "test": ["pytest==9.2.0", "pytest-timeout==2.4.0", "matplotlib==3.11.2", "ruff==0.17.6", "msgpack==1.2.4"],
+        # selenium: drives Debian's Chromium (through its chromedriver) for the dashboard's browser test; 4.51, as
+        # 4.52 needs a certifi newer than the package index here holds
+        "test": [
+            "pytest==9.2.0",
+            "pytest-timeout==2.4.0",
+            "matplotlib==3.11.2",
+            "ruff==0.17.6",
+            "msgpack==1.2.4",
+            "selenium==4.51.0",
+        ],
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py
         "peers": ["envpool==1.2.5", "opencv-python-headless==5.0.0.93", "matplotlib==3.11.2"],
@@ -29,6 +38,8 @@ setup(
             "zrl-keys=zrl.cli:keys_main",
             "zrl-sweep=zrl.cli:sweep_main",
             "zrl-report=zrl.cli:report_main",
+            "zrl-plot=zrl.cli:plot_main",
+            "zrl-dashboard=zrl.cli:dashboard_main",
         ]
     },
 )

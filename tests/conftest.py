@@ -217,6 +217,19 @@ def csv_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(fh))
 
 
+def tensorboard_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the TensorBoard event files in ``folder``, by tag, in the order TensorBoard reads them
+    (file by file, oldest first), read with TensorBoard's own loader."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    out: dict[str, list[tuple[int, float]]] = {}
+    for path in sorted(folder.glob("events.out.tfevents.*")):
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                out.setdefault(value.tag, []).append((event.step, value.tensor.float_val[0]))
+    return out
+
+
 def assert_loadable(run_dir: Path) -> Path:
     """The run's latest checkpoint, after checking that it loads into the model its own config builds, has
     stepped, and holds finite weights."""

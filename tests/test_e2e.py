@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, assert_loadable, command, csv_rows, run_command
+from conftest import REPO, assert_loadable, command, csv_rows, run_command, tensorboard_scalars
 
 from zrl import checkpoint
 
@@ -48,6 +48,15 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     assert {e["worker_id"] for e in episodes} <= {"0", "1"}
     assert "learner steps" in result.stdout and "exit 0" in result.stdout
     assert_loadable(run_dir)
+    # TensorBoard events beside the CSV files: the return per episode and every metrics.csv figure, at frames.
+    scalars = tensorboard_scalars(run_dir)
+    assert [v for _, v in scalars["episodes/raw_return"]] == [float(e["raw_return"]) for e in episodes]
+    steps = [s for s, _ in scalars["learner/learner_step"]]
+    assert steps == sorted(set(steps)) and steps[-1] == int(last["env_frames"])
+    assert scalars["learner/learner_step"][-1][1] == int(last["learner_step"])
+    assert {"run/frames_per_s", "learner/total_loss", "time_share/workers/env_step", "broker/replay_size_0"} <= set(
+        scalars
+    )
 
 
 def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split(tmp_path, no_leaks):
@@ -293,6 +302,14 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     assert sum(1 for line in (run_dir / "metrics.csv").read_text().splitlines() if line.startswith("wall_time")) == 1
     assert (run_dir / "checkpoints" / "best.pt").is_file()
     checkpoint.load(run_dir / "checkpoints" / "best.pt")
+    # The TensorBoard curves run on across the restart in a second event file: no step repeats or goes back.
+    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 2
+    scalars = tensorboard_scalars(run_dir)
+    for tag, points in scalars.items():
+        tag_steps = [step for step, _ in points]
+        assert tag_steps == sorted(set(tag_steps)), f"{tag}: {tag_steps}"
+    assert scalars["learner/learner_step"][-1] == (frames[-1], float(steps[-1]))
+    assert len(scalars["episodes/raw_return"]) == len(episodes)
 
 
 # One worker of 2 envs in lockstep with the learner; a learner step trains B x T x frame skip = 2 x 5 x 4 frames.

@@ -12,7 +12,7 @@ from conftest import REPO
 
 pytestmark = pytest.mark.unit
 
-PROGRAMS = ("zrl.roles", "zrl.launch", "zrl.bench", "zrl.cli", "zrl.evaluate", "zrl.experiment")
+PROGRAMS = ("zrl.roles", "zrl.launch", "zrl.bench", "zrl.cli", "zrl.evaluate", "zrl.experiment", "zrl.dashboard")
 
 
 def _modules() -> dict[str, Path]:

@@ -70,9 +70,37 @@ def _usage_error(prog: str, message: str) -> None:
 )
 @click.option("--init-optimizer", is_flag=True, help="With --init-from: take the checkpoint's optimiser state too.")
 @click.option("--quiet", is_flag=True, help="No progress output (the log and CSV files are still written).")
+@click.option(
+    "--dashboard",
+    is_flag=True,
+    help="Serve a live page of the run on 127.0.0.1 (its address is printed): the learning curve, rates, each "
+    "role's time split and the bottleneck, lag, replay, processes, warnings.",
+)
+@click.option(
+    "--port", type=int, default=None, help="With --dashboard: the page's TCP port; 0, the default, picks a free one."
+)
+@click.option(
+    "--dashboard-host",
+    type=str,
+    default=None,
+    metavar="HOST",
+    help="With --dashboard: serve on this address instead of 127.0.0.1. Any address but a loopback one needs a "
+    "token, printed once with the address; requests without it get 403.",
+)
 @click.version_option(__version__, prog_name="zrl")
 def launch_main(
-    config_path, workers, envs_per_worker, sets, replay_json, resume_ref, init_from, init_optimizer, quiet
+    config_path,
+    workers,
+    envs_per_worker,
+    sets,
+    replay_json,
+    resume_ref,
+    init_from,
+    init_optimizer,
+    quiet,
+    dashboard,
+    port,
+    dashboard_host,
 ) -> None:
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
@@ -85,6 +113,7 @@ def launch_main(
             raise ConfigError("--resume continues a run and --init-from starts a new one; give one of them")
         if init_optimizer and init_from is None:
             raise ConfigError("--init-optimizer goes with --init-from CHECKPOINT")
+        page = _page_address(dashboard, port, dashboard_host)
         if resume_ref is not None:
             if config_path is not None and resume_ref != "auto":
                 raise ConfigError(
@@ -92,10 +121,10 @@ def launch_main(
                     "change safe keys with --set or the options"
                 )
             probe_cfg = config_mod.load(config_path, sets, options)
-            code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet)
+            code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet, dashboard=page)
         else:
             cfg = config_mod.load(config_path, sets, options)
-            code = launch(cfg, quiet=quiet, init_from=init_from, init_optimizer=init_optimizer)
+            code = launch(cfg, quiet=quiet, init_from=init_from, init_optimizer=init_optimizer, dashboard=page)
     except ConfigError as err:
         _usage_error("zrl-launch", str(err))
     except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: nothing was started
@@ -106,6 +135,69 @@ def launch_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.exit(code)
+
+
+def _page_address(dashboard: bool, port: int | None, host: str | None) -> tuple[str, int] | None:
+    """zrl-launch's (host, port) for the dashboard, None without --dashboard."""
+    if not dashboard:
+        for flag, value in (("--port", port), ("--dashboard-host", host)):
+            if value is not None:
+                raise ConfigError(f"{flag} goes with --dashboard")
+        return None
+    return _checked_address(host or "127.0.0.1", 0 if port is None else port, "--dashboard-host")
+
+
+def _checked_address(host: str, port: int, host_flag: str) -> tuple[str, int]:
+    """(host, port) once both look right."""
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port}: a TCP port is 0 (a free one) to 65535")
+    if not host or any(c.isspace() for c in host):
+        raise ConfigError(f"{host_flag} {host!r}: give an address to serve on, such as 127.0.0.1 or 0.0.0.0")
+    return host, port
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("run", type=str)
+@click.option("--port", type=int, default=0, show_default=True, help="TCP port; 0 picks a free one.")
+@click.option(
+    "--host",
+    type=str,
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to serve on. Any address but a loopback one needs a token, printed once with the address; "
+    "requests without it get 403.",
+)
+def dashboard_main(run, port, host) -> None:
+    """Serve a run's page, live or finished, until Ctrl-C: zrl-dashboard results/ALE-Pong-v5_1764000000
+
+    The same page as zrl-launch --dashboard: the learning curve, rates, each role's time split with the
+    bottleneck named, policy lag and sample age, replay figures, processes and warnings. Read-only."""
+    from pathlib import Path
+
+    from zrl.dashboard import Dashboard, is_run
+
+    try:
+        if not is_run(Path(run)):
+            raise ConfigError(
+                f"{run}: not a zrl run folder (a run folder holds config.toml, metrics.csv, episodes.csv)"
+            )
+        page = Dashboard(*_checked_address(host, port, "--host"))
+    except ConfigError as err:
+        _usage_error("zrl-dashboard", str(err))
+    import threading
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    page.serve(run)
+    click.echo(f"dashboard: {page.url} (Ctrl-C to stop)")
+    try:
+        while not stop.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # closing is not cut short by a second Ctrl-C
+        page.close()
 
 
 def _counts(text: str | None, flag: str) -> list[int]:
@@ -192,6 +284,13 @@ def _counts(text: str | None, flag: str) -> list[int]:
     "lists; by default half, all and twice the cores x 2, 4, 8 envs); prints the best for this machine, the "
     "one whose learner trains the most per second.",
 )
+@click.option(
+    "--observers",
+    is_flag=True,
+    help="pipeline: the run with nothing watching it, with TensorBoard events, and with the dashboard and an "
+    "open page reading it, in turn, --rounds times; learner steps/s and frames/s of each, and ratios.",
+)
+@click.option("--rounds", type=int, default=2, show_default=True, help="pipeline --observers: rounds of the three.")
 @click.option("--frames", type=int, default=None, help="learning: each run's budget of env frames.")
 @click.option(
     "--seeds",
@@ -240,6 +339,8 @@ def bench_main(
     precision,
     repeats,
     suggest,
+    observers,
+    rounds,
     frames,
     seeds,
     runs,
@@ -277,8 +378,12 @@ def bench_main(
             )
             return
         seconds = 5.0 if seconds is None else seconds
-        if seconds <= 0 or (warmup is not None and warmup < 0) or capacity < 1 or repeats < 1 or lam < 1:
-            raise ConfigError("--seconds must be > 0, --warmup >= 0, --capacity and --repeats >= 1, --lambda >= 1")
+        if seconds <= 0 or (warmup is not None and warmup < 0) or capacity < 1 or repeats < 1 or lam < 1 or rounds < 1:
+            raise ConfigError(
+                "--seconds must be > 0, --warmup >= 0, --capacity, --repeats and --rounds >= 1, --lambda >= 1"
+            )
+        if observers and mode != "pipeline":
+            raise ConfigError("--observers goes with the pipeline mode: zrl-bench pipeline --observers")
         opt = bench.Options(
             config_path=config_path,
             sets=list(sets),
@@ -294,6 +399,8 @@ def bench_main(
             feature_steps=feature_steps,
             precision=precision,
             repeats=repeats,
+            observers=observers,
+            rounds=rounds,
         )
         name = "suggest" if suggest else mode
         result = bench.run(name, opt, progress=lambda text: click.echo(f"zrl-bench: {text} ...", err=True))
@@ -520,3 +627,36 @@ def report_main(paths, out, svg, reps) -> None:
     if out:
         for path in report.write(built, out, svg):
             click.echo(f"wrote {path}", err=True)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("runs", nargs=-1, required=True, metavar="RUN...")
+@click.option(
+    "--out",
+    default=None,
+    metavar="FILE.png|FILE.svg",
+    help="The picture (SVG where it ends in .svg). Default: RUN/plots/curves.png (metrics.png with --metrics) for "
+    "one run, zrl-plot.png in this folder for several.",
+)
+@click.option("--svg", is_flag=True, help="An SVG copy beside the PNG too (FILE.svg).")
+@click.option("--metrics", is_flag=True, help="One run's health (losses, throughput, time split, replay) instead.")
+def plot_main(runs, out, svg, metrics) -> None:
+    """Draw runs' pictures from their CSV files, as they stand (a run still writing too):
+    zrl-plot results/ALE-Pong-v5_1795270480 results/ALE-Pong-v5_1795274127 --out pong.png
+
+    Return (the 100-episode mean raw return) against env frames and against wall time; runs of one config over
+    seeds as their mean with a 95% bootstrap band. --metrics: one run's health against wall time: return, losses,
+    gradient norm, learning rate, policy lag, throughput, each role's time split, step costs, replay, drops, elite
+    distances, restarts and errors."""
+    from zrl.experiment import plot
+
+    try:
+        written = plot.plot(
+            list(runs), out, svg, metrics, note=lambda text: click.echo(f"zrl-plot: note: {text}", err=True)
+        )
+    except ConfigError as err:
+        _usage_error("zrl-plot", str(err))
+    except OSError as err:  # --out in a folder that cannot be written
+        _usage_error("zrl-plot", f"cannot write {err.filename or 'the picture'}: {err.strerror or err}")
+    for path in written:
+        click.echo(f"wrote {path}", err=True)

@@ -1,8 +1,13 @@
-"""Append-only CSV files of a run (episodes.csv, metrics.csv), flushed row by row."""
+"""Append-only CSV files of a run (episodes.csv, metrics.csv), flushed row by row; reading them back, whole or as
+they grow, with a torn last line left out; and what the time_* columns say: each role's time split and the
+pipeline's bottleneck."""
 
 from __future__ import annotations
 
 import csv
+import io
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +80,209 @@ class CsvLog:
 
 def _fmt(value: Any) -> Any:
     return f"{value:.6g}" if isinstance(value, float) else value
+
+
+# -- TensorBoard ------------------------------------------------------------------------------------------------
+
+_ROLE_OF = {
+    stat.column: message.__name__.removesuffix("Stats").lower().replace("worker", "workers")
+    for message in STATS_MESSAGES
+    for _, stat in message.STATS
+}
+"""Each role's metrics.csv column and the role it comes from (learner, broker, workers): its TensorBoard group."""
+_NOT_SCALARS = {"wall_time", "elapsed_s", "env_frames"}
+
+
+def tensorboard_tag(column: str) -> str:
+    """A metrics.csv column's TensorBoard tag: ``<role>/<column>`` for the roles' figures, ``run/<column>`` for the
+    launcher's own."""
+    return f"{_ROLE_OF.get(column, 'run')}/{column}"
+
+
+class TensorBoardLog:
+    """The run's figures as TensorBoard events in the run folder, at env-frame steps: every number of a
+    metrics.csv row (its ``<role>/<column>`` tag; each section's seconds per second of run since the row before as
+    ``time_share/<role>/<section>``; each replay table's size apart) and each episode's raw return, length and the
+    100-episode mean then (``episodes/...``). Steps only move forward: a metrics row at or behind the last step
+    written, as a resumed run's first rows may be, is left out, and an episode is placed one frame past the last
+    one when workers' reports cross. A resumed run goes on after the last steps its files say were written:
+    ``metrics_after``, the largest env frames of its metrics.csv, and ``episodes_after``, the last episode's step
+    (``episode_steps`` over its episodes.csv)."""
+
+    def __init__(
+        self, run_dir: str | Path, metrics_after: int = -1, episodes_after: int = -1, flush_s: float = 5.0
+    ) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self._writer = SummaryWriter(log_dir=str(run_dir), flush_secs=max(1, round(flush_s)))
+        self._metrics_step, self._episode_step = metrics_after, episodes_after
+        self._last_row: dict | None = None
+
+    def metrics(self, row: dict) -> None:
+        step = int(number(row, "env_frames") or 0)
+        last, self._last_row = self._last_row, row
+        if step <= self._metrics_step:
+            return
+        self._metrics_step = step
+        add, wall = self._writer.add_scalar, number(row, "wall_time")
+        for column, value in row.items():
+            if column in _NOT_SCALARS:
+                continue
+            if column == "replay_sizes":
+                for i, size in enumerate(str(value).split()):
+                    add(f"broker/replay_size_{i}", int(size), step, walltime=wall)
+                continue
+            value = number(row, column)
+            if value is not None and not column.startswith("time_"):
+                add(tensorboard_tag(column), value, step, walltime=wall)
+        shares = time_shares(last, row) if last is not None else None
+        for group, sections in SECTIONS.items() if shares else ():
+            for section in sections:
+                add(f"time_share/{group}/{section}", shares[section], step, walltime=wall)
+
+    def episode(self, row: dict, mean_return_100: float) -> None:
+        (step,) = episode_steps([row], self._episode_step)
+        self._episode_step = step
+        wall = number(row, "wall_time")
+        self._writer.add_scalar("episodes/raw_return", float(row["raw_return"]), step, walltime=wall)
+        self._writer.add_scalar("episodes/mean_return_100", mean_return_100, step, walltime=wall)
+        self._writer.add_scalar("episodes/length_frames", int(row["length_frames"]), step, walltime=wall)
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+# -- reading ------------------------------------------------------------------------------------------------
+
+
+class CsvFollower:
+    """A run's CSV file read as it grows: ``poll()`` returns the rows completed since the last call. A line not
+    yet ended by a newline (a row being written, or torn by a crash) is left for a later call; a line whose
+    fields do not match the header is skipped and counted in ``skipped``. A file that shrank or was replaced is
+    read again from its start (``poll`` then returns every row, and ``reset`` is True once)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.header: list[str] | None = None
+        self.skipped = 0
+        self.reset = False
+        self._offset = 0
+        self._inode: int | None = None
+        self.pending = b""  # the bytes after the last newline at the last poll
+
+    def poll(self) -> list[dict[str, str]]:
+        try:
+            with open(self.path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                if st.st_ino != self._inode or st.st_size < self._offset:
+                    self.reset = self._inode is not None
+                    self._inode, self._offset, self.header, self.skipped = st.st_ino, 0, None, 0
+                fh.seek(self._offset)
+                data = fh.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.pending = data[end:]
+        self._offset += end
+        rows: list[dict[str, str]] = []
+        for fields in csv.reader(io.StringIO(data[:end].decode("utf-8", errors="replace"))):
+            if self.header is None:
+                self.header = fields
+            elif len(fields) == len(self.header):
+                rows.append(dict(zip(self.header, fields)))
+            elif fields:
+                self.skipped += 1
+        return rows
+
+
+def read_csv(path: str | Path) -> tuple[list[dict[str, str]], list[str]]:
+    """Every complete row of a run's CSV file, and a note for each thing left out: a torn last line (no newline:
+    cut short mid-write), lines whose fields do not match the header. ([], [a note]) for a missing file."""
+    path = Path(path)
+    if not path.is_file():
+        return [], [f"{path}: no such file"]
+    follower = CsvFollower(path)
+    rows = follower.poll()
+    notes = []
+    if follower.pending.strip():
+        notes.append(f"{path}: skipped a torn last line ({len(follower.pending)} bytes with no newline)")
+    if follower.skipped:
+        notes.append(f"{path}: skipped {follower.skipped} malformed lines (fields not matching the header)")
+    return rows, notes
+
+
+def number(row: dict, key: str) -> float | None:
+    """A row's cell (a CSV string, or a number as the launcher's rows hold it) as a float; None where it is empty,
+    missing, not a number, nan or infinite. A zero is a zero."""
+    value = row.get(key)
+    if value is None or value == "":
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def episode_steps(rows: list[dict], last: int = -1) -> list[int]:
+    """The TensorBoard step of each episodes.csv row in order: its env frames, or one frame past the step before
+    where the workers' reports crossed, so that steps only go forward (``TensorBoardLog.episode``'s rule)."""
+    steps = []
+    for row in rows:
+        last = max(int(number(row, "env_frames") or 0), last + 1)
+        steps.append(last)
+    return steps
+
+
+# -- time split -----------------------------------------------------------------------------------------------
+
+SECTIONS = {
+    "workers": ("env_step", "inference", "ring_write", "send", "weights_wait"),
+    "broker": ("broker_insert", "broker_sample"),
+    "learner": ("learner_wait", "learner_gather", "learner_step", "learner_publish"),
+}
+"""Each role's named timed sections: metrics.csv's ``time_<section>_s`` columns (the workers' summed)."""
+IDLE = {"weights_wait", "learner_wait"}  # waiting, not working
+SECTION_LABELS = {
+    "env_step": "env step",
+    "inference": "inference",
+    "ring_write": "ring write",
+    "send": "send",
+    "weights_wait": "waiting for weights",
+    "broker_insert": "insert",
+    "broker_sample": "sample",
+    "learner_wait": "waiting for batches",
+    "learner_gather": "gather",
+    "learner_step": "forward/backward",
+    "learner_publish": "publish",
+}
+
+
+def time_shares(first: dict, last: dict) -> dict[str, float] | None:
+    """Seconds each section took per second of run between two metrics.csv rows (workers summed); None where the
+    rows span no time or lack the columns."""
+    start, end = number(first, "elapsed_s"), number(last, "elapsed_s")
+    if start is None or end is None or end <= start:
+        return None
+    out = {}
+    for group in SECTIONS.values():
+        for s in group:
+            a, b = number(first, f"time_{s}_s"), number(last, f"time_{s}_s")
+            if a is None or b is None:
+                return None
+            out[s] = round(max(0.0, b - a) / (end - start), 4)
+    return out
+
+
+def bottleneck(shares: dict[str, float], workers: int) -> tuple[str, str]:
+    """Which role limits the pipeline, and its busiest section, from each role's share of its time: the learner
+    when it waits under a tenth of its time, the broker when it is busy over 0.8 of a core, the workers else."""
+    learner_busy = sum(shares[s] for s in SECTIONS["learner"] if s not in IDLE)
+    learner_idle = shares["learner_wait"] / max(1e-9, learner_busy + shares["learner_wait"])
+    broker_busy = sum(shares[s] for s in SECTIONS["broker"])
+    if learner_idle < 0.10:
+        return "learner", max((s for s in SECTIONS["learner"] if s not in IDLE), key=shares.get)
+    if broker_busy > 0.8:
+        return "broker", max(SECTIONS["broker"], key=shares.get)
+    section = max((s for s in SECTIONS["workers"] if s not in IDLE), key=shares.get)
+    return f"workers ({workers})", section

@@ -27,6 +27,8 @@ class Options:
     feature_steps: int | None = None  # None: the config's first feature replay's, else the default (0: all)
     precision: str = "fp32"
     repeats: int = 5
+    observers: bool = False  # pipeline: with and without TensorBoard and the dashboard, in turn
+    rounds: int = 2
 
 
 def run(mode: str, opt: Options, progress) -> dict:
@@ -49,6 +51,8 @@ def run(mode: str, opt: Options, progress) -> dict:
             return modes.suggest(
                 opt.config_path, list(opt.sets), opt.seconds, warmup, progress, opt.workers, opt.envs_per_worker
             )
+        if opt.observers:
+            return modes.observers_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         return modes.pipeline_mode(
             cfg, spec, opt.config_path, list(opt.sets), opt.seconds, warmup, progress, limit=opt.ceiling
         )
@@ -69,21 +73,6 @@ def run(mode: str, opt: Options, progress) -> dict:
             steps = next(feature_replays, config_mod.ReplayConfig().feature_steps)
         return modes.elite_mode(cfg, spec, opt.capacity, opt.lam, steps, opt.precision, opt.repeats, progress)
     raise ValueError(f"unknown mode {mode!r}")
-
-
-LABELS = {
-    "env_step": "env step",
-    "inference": "inference",
-    "ring_write": "ring write",
-    "send": "send",
-    "weights_wait": "waiting for weights",
-    "broker_insert": "insert",
-    "broker_sample": "sample",
-    "learner_wait": "waiting for batches",
-    "learner_gather": "gather",
-    "learner_step": "forward/backward",
-    "learner_publish": "publish",
-}
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
@@ -188,6 +177,23 @@ def render(mode: str, result: dict) -> str:
             f"learner step, B={result['batch_size']} x T={result['unroll_length']}: {result['learner_step_s']} s"
         )
         out.append(_table(result["rows"], ["sampler", "prepare_s", "ratio_to_learner_step"]))
+    elif mode == "pipeline" and "summary" in result:
+        out.append(f"{result['workers']} workers x {result['envs_per_worker']} envs, {result['rounds']} rounds:")
+        out.append(_table(result["rows"], ["round", "observer", "learner_steps_per_s", "frames_per_s", "page_updates"]))
+        out.append("mean over the rounds, and the mean of each round's ratio to the unwatched run:")
+        out.append(
+            _table(
+                result["summary"],
+                [
+                    "observer",
+                    "learner_steps_per_s",
+                    "frames_per_s",
+                    "learner_ratio",
+                    "learner_ratio_range",
+                    "frames_ratio",
+                ],
+            )
+        )
     elif mode in ("pipeline", "suggest"):
         rows = result["rows"] if mode == "suggest" else [result]
         out.append(_table(rows, ["workers", "envs_per_worker", "frames_per_s", "learner_steps_per_s", "policy_lag"]))
@@ -195,7 +201,8 @@ def render(mode: str, result: dict) -> str:
             per = result["seconds_per_second"]
             role, section = result["bottleneck"]["role"], result["bottleneck"]["section"]
             out.append("time per second of run (workers summed):")
-            from zrl.bench.modes import SECTIONS
+            from zrl.metrics import SECTION_LABELS as LABELS
+            from zrl.metrics import SECTIONS
 
             for group, sections in SECTIONS.items():
                 out.append(

@@ -15,6 +15,7 @@ import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from zrl import envs as zenvs
+from zrl import metrics
 from zrl.bench import envs as benv
 from zrl.bench import transport as btransport
 from zrl.bench.facts import cores
@@ -437,19 +439,22 @@ def elite_mode(
 
 # -- pipeline ----------------------------------------------------------------------------------------------
 
-SECTIONS = {
-    "workers": ("env_step", "inference", "ring_write", "send", "weights_wait"),
-    "broker": ("broker_insert", "broker_sample"),
-    "learner": ("learner_wait", "learner_gather", "learner_step", "learner_publish"),
-}
-IDLE = {"weights_wait", "learner_wait"}  # waiting, not working
-
-
 LAUNCH = "import sys; sys.argv[0] = 'zrl-launch'; from zrl.cli import launch_main; launch_main()"
 
 
-def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, warmup: float, sets: list[str]) -> dict:
-    """The real zrl-launch for warm-up + seconds (run.max_seconds); figures from its metrics.csv after the warm-up."""
+def pipeline(
+    config_path: str | None,
+    workers: int,
+    envs: int,
+    seconds: float,
+    warmup: float,
+    sets: list[str],
+    args: tuple[str, ...] = (),
+    watch: Callable[[Path, threading.Event], dict] | None = None,
+) -> dict:
+    """The real zrl-launch for warm-up + seconds (run.max_seconds); figures from its metrics.csv after the warm-up.
+    ``args``: more options for zrl-launch; ``watch(results, done)``: runs in a thread beside it, from its start
+    until ``done`` is set at its end, and returns figures for the result's ``watch`` entry."""
     with _workdir() as tmp:
         cmd = [
             sys.executable,
@@ -468,16 +473,27 @@ def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, w
             "--set",
             f"run.max_seconds={warmup + seconds}",
             "--quiet",
+            *args,
         ]
         if config_path:
             cmd += ["--config", str(Path(config_path).resolve())]
         for item in sets:
             cmd += ["--set", item]
         cmd += ["--set", f'run.results_dir="{Path(tmp) / "results"}"']  # last: it wins over the config's
+        finished, watched = threading.Event(), {}
+        watcher = threading.Thread(
+            target=lambda: watched.update(watch(Path(tmp) / "results", finished)), name="zrl-bench-watch", daemon=True
+        )
+        if watch is not None:
+            watcher.start()
         try:
             done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=warmup + seconds + 300)
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"zrl-launch did not stop within {warmup + seconds + 300:g} s") from None
+        finally:
+            finished.set()
+            if watch is not None:
+                watcher.join(30)
         if done.returncode != 0:
             raise RuntimeError(f"zrl-launch exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
         found = list(Path(tmp).glob("results/*/metrics.csv"))
@@ -494,9 +510,10 @@ def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, w
     last = rows[-1]
     window = float(last["elapsed_s"]) - float(first["elapsed_s"])
     delta = lambda col: float(last[col] or 0) - float(first[col] or 0)  # noqa: E731
-    times = {s: round(delta(f"time_{s}_s") / window, 4) for group in SECTIONS.values() for s in group}
+    times = metrics.time_shares(first, last)
     steps = delta("learner_step")
     return {
+        **({"watch": watched} if watch is not None else {}),
         "workers": workers,
         "envs_per_worker": envs,
         "window_s": round(window, 1),
@@ -508,19 +525,8 @@ def pipeline(config_path: str | None, workers: int, envs: int, seconds: float, w
 
 
 def bottleneck(result: dict) -> tuple[str, str]:
-    """Which role limits the pipeline, and its busiest section, from each role's share of its time."""
-    per = result["seconds_per_second"]
-    n = result["workers"]
-    learner_busy = sum(per[s] for s in SECTIONS["learner"] if s not in IDLE)
-    learner_idle = per["learner_wait"] / max(1e-9, learner_busy + per["learner_wait"])
-    broker_busy = sum(per[s] for s in SECTIONS["broker"])
-    if learner_idle < 0.10:
-        section = max((s for s in SECTIONS["learner"] if s not in IDLE), key=per.get)
-        return "learner", section
-    if broker_busy > 0.8:
-        return "broker", max(SECTIONS["broker"], key=per.get)
-    section = max((s for s in SECTIONS["workers"] if s not in IDLE), key=per.get)
-    return f"workers ({n})", section
+    """Which role limits the pipeline, and its busiest section (``metrics.bottleneck``)."""
+    return metrics.bottleneck(result["seconds_per_second"], result["workers"])
 
 
 def _unit_costs(cfg: Config, spec, seconds: float, out) -> None:
@@ -646,6 +652,87 @@ def pipeline_mode(
             check(result["limit"]["ratio_to_matmul"], "learner_ratio_to_matmul"),
         ]
     return result
+
+
+OBSERVERS = ("none", "tensorboard", "dashboard")
+"""What may watch a run: nothing, TensorBoard events (run.tensorboard), the live dashboard with a page open."""
+
+
+def read_dashboard(results: Path, done: threading.Event) -> dict:
+    """An open dashboard page, as a browser keeps one: find the address the run logs, then take its stream of
+    updates until the run ends. How many updates came, and how many bytes."""
+    import re
+    import urllib.request
+
+    address = None
+    while address is None and not done.wait(0.2):
+        for log in results.glob("*/zrl.log"):
+            found = re.search(r"dashboard at (http://\S+/)", log.read_text(errors="replace"))
+            address = found.group(1) if found else None
+    events = size = 0
+    if address is None:
+        return {"events": 0, "bytes": 0}
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1, never through a proxy
+    while not done.is_set():  # as a browser does, it reconnects when the stream drops
+        try:
+            with direct.open(address + "api/stream", timeout=10) as stream:
+                for line in stream:
+                    size += len(line)
+                    events += line.startswith(b"data: ")
+                    if done.is_set():
+                        break
+        except Exception:  # the run ended and its page server with it, or the stream dropped
+            done.wait(1.0)
+    return {"events": events, "bytes": size}
+
+
+def observers_mode(
+    config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
+) -> dict:
+    """The real pipeline with nothing watching it, with TensorBoard events, and with the dashboard and a page
+    reading its stream, in turn, ``rounds`` times, the order rotating from round to round (so that the machine's
+    drift, and any cost of going first or last, falls on each alike): each one's
+    learner steps/s and frames/s, and the mean of its per-round ratios to the unwatched run beside it."""
+    workers, envs = cfg.workers.count, cfg.workers.envs_per_worker
+    rows = []
+    for r in range(1, rounds + 1):
+        for observer in OBSERVERS[r % 3 :] + OBSERVERS[: r % 3]:  # each in each place of a round, in turn
+            progress(f"round {r}/{rounds}: {observer}, {warmup:g} s warm-up + {seconds:g} s")
+            extra = [*sets, f"run.tensorboard={'true' if observer == 'tensorboard' else 'false'}"]
+            args, watch = (("--dashboard",), read_dashboard) if observer == "dashboard" else ((), None)
+            result = pipeline(config_path, workers, envs, seconds, warmup, extra, args, watch)
+            rows.append(
+                {
+                    "round": r,
+                    "observer": observer,
+                    "learner_steps_per_s": result["learner_steps_per_s"],
+                    "frames_per_s": result["frames_per_s"],
+                    "page_updates": result.get("watch", {}).get("events", ""),
+                }
+            )
+    summary = []
+    for observer in OBSERVERS:
+        ratios = {"learner_steps_per_s": [], "frames_per_s": []}
+        for r in range(1, rounds + 1):
+            this = next(x for x in rows if x["round"] == r and x["observer"] == observer)
+            base = next(x for x in rows if x["round"] == r and x["observer"] == "none")
+            for key in ratios:
+                ratios[key].append(this[key] / base[key] if base[key] else float("nan"))
+        mine = [x for x in rows if x["observer"] == observer]
+        summary.append(
+            {
+                "observer": observer,
+                "learner_steps_per_s": round(float(np.mean([x["learner_steps_per_s"] for x in mine])), 3),
+                "frames_per_s": round(float(np.mean([x["frames_per_s"] for x in mine])), 1),
+                "learner_ratio": round(float(np.mean(ratios["learner_steps_per_s"])), 3),
+                "learner_ratio_range": [
+                    round(min(ratios["learner_steps_per_s"]), 3),
+                    round(max(ratios["learner_steps_per_s"]), 3),
+                ],
+                "frames_ratio": round(float(np.mean(ratios["frames_per_s"])), 3),
+            }
+        )
+    return {"workers": workers, "envs_per_worker": envs, "rounds": rounds, "rows": rows, "summary": summary}
 
 
 def suggest(

@@ -41,6 +41,12 @@ class RunConfig:
     log_interval_s: Annotated[
         float, Meta(gt=0, description="Seconds between progress lines and rows of metrics.csv.")
     ] = 5.0
+    tensorboard: Annotated[
+        bool,
+        Meta(
+            description="Also write every figure of metrics.csv and episodes.csv as TensorBoard events in the run folder (tensorboard --logdir results), at env-frame steps. Needs the tensorboard package, which the install includes; without it the run says so once and goes on."
+        ),
+    ] = True
     checkpoint_every_steps: Annotated[
         int,
         Meta(

@@ -31,7 +31,6 @@ from zrl import scores as reference_scores
 from zrl.bench.learning import WINDOW, read_curve, run_config
 from zrl.config import ConfigError
 from zrl.experiment import stats
-from zrl.experiment.sweep import read_index
 
 GRID_POINTS = 80
 
@@ -91,6 +90,8 @@ def _loose_label(folder: Path) -> str:
 
 def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
     """The runs the arguments name, and a line for each sweep run left out (not done)."""
+    from zrl.experiment.sweep import read_index  # here: the sweep runner brings torch, which zrl-plot need not load
+
     runs, left_out = [], []
     for arg in paths:
         path = Path(arg)

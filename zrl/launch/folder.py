@@ -1,7 +1,8 @@
 """A run folder, ``results/<env>_<unix_ts>/``: made new or found again (``--resume``), locked for one launcher
 at a time, checked for disk room, and while the launcher runs in it: ``config.toml`` (the resolved config),
-``zrl.log`` (the launcher's log), ``episodes.csv`` and ``metrics.csv`` open for writing, ``checkpoints/``
-(written by the learner; best.pt and best.json kept here), and no partial checkpoint left at the end."""
+``zrl.log`` (the launcher's log), ``episodes.csv`` and ``metrics.csv`` open for writing, with TensorBoard events
+beside them (run.tensorboard), ``checkpoints/`` (written by the learner; best.pt and best.json kept here), and no
+partial checkpoint left at the end."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from zrl import agents, checkpoint, envs
 from zrl.config import Config, ConfigError, dumps
-from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog
+from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog, TensorBoardLog, episode_steps, number, read_csv
 
 LOCK_NAME = ".zrl-launch.lock"
 
@@ -143,6 +144,7 @@ class RunFolder:
         log.setLevel(logging.INFO)
         self.episodes: CsvLog | None = None
         self.metrics: CsvLog | None = None
+        self.events: TensorBoardLog | None = None
 
     @property
     def checkpoints(self) -> Path:
@@ -151,6 +153,32 @@ class RunFolder:
     def open_csvs(self) -> None:
         self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS)
         self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS)
+
+    def open_events(self, flush_s: float) -> str | None:
+        """Write TensorBoard events beside the CSV files, a resumed run's after the steps its CSV files say were
+        written; a note to say when the tensorboard package is missing. Before open_csvs."""
+        metrics, _ = read_csv(self.path / "metrics.csv")
+        episodes, _ = read_csv(self.path / "episodes.csv")
+        metrics_after = max((int(number(r, "env_frames") or 0) for r in metrics), default=-1)
+        episodes_after = (episode_steps(episodes) or [-1])[-1]
+        try:
+            self.events = TensorBoardLog(self.path, metrics_after, episodes_after, flush_s)
+        except ImportError as err:
+            return (
+                f"run.tensorboard: no TensorBoard events ({err}); install the tensorboard package, or set "
+                "run.tensorboard = false to silence this"
+            )
+        return None
+
+    def write_metrics(self, row: dict) -> None:
+        self.metrics.write(row)
+        if self.events is not None:
+            self.events.metrics(row)
+
+    def write_episode(self, row: dict, mean_return_100: float) -> None:
+        self.episodes.write(row)
+        if self.events is not None:
+            self.events.episode(row, mean_return_100)
 
     def latest_checkpoint(self) -> Path | None:
         return checkpoint.latest(self.checkpoints)
@@ -169,9 +197,9 @@ class RunFolder:
 
     def close_files(self) -> None:
         remove_partials(self.checkpoints)  # a learner killed mid-write
-        for csv_log in (self.episodes, self.metrics):
-            if csv_log is not None:
-                csv_log.close()
+        for log_file in (self.episodes, self.metrics, self.events):
+            if log_file is not None:
+                log_file.close()
 
     def close_log(self) -> None:
         log.removeHandler(self._handler)

@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zrl import __version__, checkpoint, envs, protocol, transport
 from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
@@ -22,7 +23,12 @@ from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
 from zrl.roles.common import StartFrom, WorkerStart
 
+if TYPE_CHECKING:
+    from zrl.dashboard import Dashboard
+
 log = logging.getLogger("zrl")
+
+DASHBOARD_LINGER_S = 2.5  # after the run, open pages have this long to show its end before the page server stops
 
 
 class Launcher:
@@ -39,8 +45,10 @@ class Launcher:
         env_frames_start: int = 0,
         sample_calls: tuple[int, ...] = (),
         lock: RunLock | None = None,
+        dashboard: Dashboard | None = None,
     ) -> None:
         self.cfg = cfg
+        self.dashboard = dashboard  # bound already; it serves once the run folder exists
         self.spec = spec
         self.console = Console(quiet)
         self.tally = Tally(frames_start=env_frames_start)
@@ -64,9 +72,15 @@ class Launcher:
             self.folder = RunFolder(run_dir, cfg)
             try:
                 self._introduce(*swept)
+                if self.dashboard is not None:
+                    self._serve_dashboard()
                 return self._run()
             finally:
-                self.folder.close_log()
+                try:
+                    if self.dashboard is not None:  # closed already unless the run failed to start
+                        self.dashboard.close()
+                finally:
+                    self.folder.close_log()
         finally:
             lock.release()
 
@@ -99,9 +113,20 @@ class Launcher:
             say(f"removed {len(segments)} stale shared-memory segments and {len(folders)} socket folders")
         say(f"run folder {run_dir}")
 
+    def _serve_dashboard(self) -> None:
+        """Serve the live page, and say where (even with --quiet: the address, and its token, are said once)."""
+        self.dashboard.serve(self.folder.path)
+        where = f"http://{self.dashboard.host}:{self.dashboard.port}/"
+        log.info("dashboard at %s%s", where, " (with a token, said on the terminal)" if self.dashboard.token else "")
+        print(f"dashboard: {self.dashboard.url}", flush=True)
+
     def _run(self) -> int:
         cfg, folder = self.cfg, self.folder
+        note = folder.open_events(cfg.run.log_interval_s) if cfg.run.tensorboard else None
         folder.open_csvs()
+        if note:
+            log.warning(note)
+            self.console.say(note)
         wiring = self.wiring = Wiring(
             cfg,
             self.spec,
@@ -164,6 +189,8 @@ class Launcher:
             wiring.close()
             folder.close_files()
             self._final_report(code)
+            if self.dashboard is not None:  # open pages get the run's end first (signals are ignored still)
+                self.dashboard.close(linger_s=DASHBOARD_LINGER_S)
             sup.restore_signals()
         return code
 
@@ -187,11 +214,11 @@ class Launcher:
                 return EXIT_FAILED
             if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
-                self.folder.metrics.write(t.metrics_row(now - start, 0.0, 0.0))
+                self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
                 return EXIT_OK
             if now >= next_report:
                 fps, sps = t.rates(now)
-                self.folder.metrics.write(t.metrics_row(now - start, fps, sps))
+                self.folder.write_metrics(t.metrics_row(now - start, fps, sps))
                 line = progress_line(t, now - start, fps, fill)
                 log.info(line)
                 self.console.line(line)
@@ -235,7 +262,7 @@ class Launcher:
             return
         row = t.take(msg)
         if row is not None:
-            self.folder.episodes.write(row)
+            self.folder.write_episode(row, t.mean_return())
         if (
             isinstance(msg, protocol.LearnerStats)
             and msg.checkpoint_path
@@ -268,37 +295,73 @@ class Launcher:
             self.console.say(f"continue this run with: zrl-launch --resume {self.folder.path}")
 
 
-def launch(cfg: Config, quiet: bool = False, init_from: str | None = None, init_optimizer: bool = False) -> int:
+def open_dashboard(where: tuple[str, int] | None) -> Dashboard | None:
+    """The dashboard's socket for ``(host, port)``, bound before anything else is made (a port in use is a
+    ConfigError that leaves nothing behind); None without --dashboard."""
+    if where is None:
+        return None
+    from zrl.dashboard import Dashboard  # the page's package reads run folders as this package lays them out
+
+    return Dashboard(*where)
+
+
+def launch(
+    cfg: Config,
+    quiet: bool = False,
+    init_from: str | None = None,
+    init_optimizer: bool = False,
+    dashboard: tuple[str, int] | None = None,
+) -> int:
     """Check, then run; ConfigError before anything is created if the config cannot work.
-    ``init_from``: a new run that starts from a checkpoint's weights (and optimiser state if asked)."""
-    spec = preflight(cfg)
-    cfg = resolve_model_kind(cfg, spec)
-    start = None
-    if init_from is not None:
-        state = usable_checkpoint(Path(init_from), cfg, spec)
-        theirs = state.get("config", {}).get("learner", {}).get("optimizer")
-        if init_optimizer and theirs != cfg.learner.optimizer:
-            raise ConfigError(
-                f"--init-optimizer: {init_from} holds {theirs} state and this run uses "
-                f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}"
-            )
-        start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
-        del state
-    return Launcher(cfg, spec, quiet, start=start).run()
+    ``init_from``: a new run that starts from a checkpoint's weights (and optimiser state if asked);
+    ``dashboard``: (host, port) of the live page, bound first."""
+    page = open_dashboard(dashboard)
+    try:
+        spec = preflight(cfg)
+        cfg = resolve_model_kind(cfg, spec)
+        start = None
+        if init_from is not None:
+            state = usable_checkpoint(Path(init_from), cfg, spec)
+            theirs = state.get("config", {}).get("learner", {}).get("optimizer")
+            if init_optimizer and theirs != cfg.learner.optimizer:
+                raise ConfigError(
+                    f"--init-optimizer: {init_from} holds {theirs} state and this run uses "
+                    f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}"
+                )
+            start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
+            del state
+        return Launcher(cfg, spec, quiet, start=start, dashboard=page).run()
+    finally:
+        if page is not None:
+            page.close()
 
 
-def resume(ref: str, probe_cfg: Config, sets: list[str], options: dict, quiet: bool = False) -> int:
+def resume(
+    ref: str,
+    probe_cfg: Config,
+    sets: list[str],
+    options: dict,
+    quiet: bool = False,
+    dashboard: tuple[str, int] | None = None,
+) -> int:
     """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change.
     The folder is locked first: a second launcher into it is refused, naming the one that holds it."""
-    run_dir = find_run(ref, probe_cfg)
-    lock = RunLock(run_dir)
+    page = open_dashboard(dashboard)
     try:
-        return _resume(run_dir, sets, options, quiet, lock)
+        run_dir = find_run(ref, probe_cfg)
+        lock = RunLock(run_dir)
+        try:
+            return _resume(run_dir, sets, options, quiet, lock, page)
+        finally:
+            lock.release()
     finally:
-        lock.release()
+        if page is not None:
+            page.close()
 
 
-def _resume(run_dir: Path, sets: list[str], options: dict, quiet: bool, lock: RunLock) -> int:
+def _resume(
+    run_dir: Path, sets: list[str], options: dict, quiet: bool, lock: RunLock, dashboard: Dashboard | None
+) -> int:
     from zrl import config as config_mod
 
     stored = run_dir / "config.toml"
@@ -337,6 +400,7 @@ def _resume(run_dir: Path, sets: list[str], options: dict, quiet: bool, lock: Ru
             env_frames_start=int(state["env_frames"]),
             sample_calls=calls,
             lock=lock,
+            dashboard=dashboard,
         )
         launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
         return launcher.run()
