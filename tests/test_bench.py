@@ -98,6 +98,35 @@ def test_elite_mode_times_elite_and_attentive_batches_against_the_learner_step(t
 
 
 @pytest.mark.e2e
+def test_pipeline_observers_runs_each_watcher_in_turn_and_a_page_reads_the_dashboard(tmp_path, no_leaks):
+    doc = _bench(
+        tmp_path,
+        "pipeline",
+        "--observers",
+        "--rounds",
+        1,
+        "--config",
+        SMOKE,
+        "--seconds",
+        2,
+        "--warmup",
+        6,
+        "--workers",
+        1,
+        "--envs-per-worker",
+        2,
+    )
+    result = doc["result"]
+    assert [r["observer"] for r in result["rows"]] == ["tensorboard", "dashboard", "none"]  # round 1's order
+    for row in result["rows"]:
+        _positive(row["learner_steps_per_s"], row["frames_per_s"])
+    dashboard = next(r for r in result["rows"] if r["observer"] == "dashboard")
+    assert dashboard["page_updates"] >= 3  # the client read the page's stream while the run went
+    none = next(s for s in result["summary"] if s["observer"] == "none")
+    assert none["learner_ratio"] == 1.0 and "learner_ratio_range" in doc["stdout"]
+
+
+@pytest.mark.e2e
 def test_pipeline_mode_breaks_the_time_down_by_role_and_names_the_bottleneck(tmp_path, no_leaks):
     doc = _bench(
         tmp_path, "pipeline", "--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1, "--envs-per-worker", 2
