@@ -16,6 +16,8 @@ import re
 from zrl.errors import ConfigError
 
 NAMESPACE_VAR = "ZRL_NAMESPACE"
+LOCK_NAME = ".zrl-launch.lock"
+"""A run folder's lock file, which holds its launcher's pid (zrl/launch/folder.py takes it; the dashboard reads it)."""
 _NAMESPACE_RE = re.compile(r"[A-Za-z0-9]{1,32}")
 
 

@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from zrl.config import ConfigError
 from zrl.dashboard.view import RunView
+from zrl.errors import ConfigError
 
 log = logging.getLogger("zrl")
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from zrl.launch.folder import LOCK_NAME
 from zrl.metrics import SECTION_LABELS, SECTIONS, CsvFollower, bottleneck, number, time_shares
+from zrl.namespace import LOCK_NAME
 
 WINDOW = 100  # episodes in the moving mean
 MAX_POINTS = 600  # points per curve sent to the page; older ones are thinned

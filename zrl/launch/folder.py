@@ -17,8 +17,7 @@ from pathlib import Path
 from zrl import agents, checkpoint, envs
 from zrl.config import Config, ConfigError, dumps
 from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog, TensorBoardLog, episode_steps, number, read_csv
-
-LOCK_NAME = ".zrl-launch.lock"
+from zrl.namespace import LOCK_NAME
 
 log = logging.getLogger("zrl")
 

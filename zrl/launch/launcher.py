@@ -122,11 +122,6 @@ class Launcher:
 
     def _run(self) -> int:
         cfg, folder = self.cfg, self.folder
-        note = folder.open_events(cfg.run.log_interval_s) if cfg.run.tensorboard else None
-        folder.open_csvs()
-        if note:
-            log.warning(note)
-            self.console.say(note)
         wiring = self.wiring = Wiring(
             cfg,
             self.spec,
@@ -139,6 +134,11 @@ class Launcher:
         sup.catch_signals()
         code = EXIT_OK
         try:
+            note = folder.open_events(cfg.run.log_interval_s) if cfg.run.tensorboard else None
+            folder.open_csvs()
+            if note:
+                log.warning(note)
+                self.console.say(note)
             try:
                 wiring.open()
             except OSError as err:  # no room in /dev/shm for the rings
