@@ -22,6 +22,7 @@ from zrl.namespace import LOCK_NAME
 
 WINDOW = 100  # episodes in the moving mean
 MAX_POINTS = 600  # points per curve sent to the page; older ones are thinned
+RATE_WINDOW_S = 10.0  # learner steps/s is taken over about this many seconds of metrics rows
 SPLIT_WINDOW_S = 30.0  # the time split and the rates are taken over about this many seconds of metrics rows
 LOG_LINES = 12  # warnings and restarts kept from zrl.log
 GPU_EVERY_S = 2.0
@@ -137,7 +138,7 @@ class RunView:
         self._series = _Curve(
             ("minutes", "frames_per_s", "learner_steps_per_s", "policy_lag", "sample_age_mean", "replay_size")
         )
-        self._prev: dict | None = None
+        self._recent: deque[tuple[float, float | None]] = deque()  # (elapsed, learner step) of the last rows
         self._warnings: deque[str] = deque(maxlen=LOG_LINES)
         self._restarts: deque[str] = deque(maxlen=LOG_LINES)
         self._ended: str | None = None
@@ -156,13 +157,18 @@ class RunView:
                 continue
             if self._start_wall is None:
                 self._start_wall = wall - elapsed
-            prev = self._prev
-            steps_per_s = None
-            if prev is not None:
-                de = elapsed - (number(prev, "elapsed_s") or 0.0)
-                ds = (number(row, "learner_step") or 0.0) - (number(prev, "learner_step") or 0.0)
-                steps_per_s = round(ds / de, 3) if de > 0 and ds >= 0 else None
-            self._prev = row
+            # Learner steps/s over the last RATE_WINDOW_S: the learner reports on its own clock, so between two
+            # rows a few seconds apart its count moves by one report or by two, and a row-to-row rate jumps.
+            steps = number(row, "learner_step")
+            recent = self._recent
+            if recent and elapsed < recent[-1][0]:  # a resumed run starts its clock again
+                recent.clear()
+            recent.append((elapsed, steps))
+            while len(recent) > 2 and elapsed - recent[1][0] >= RATE_WINDOW_S:
+                recent.popleft()
+            (e0, s0), steps_per_s = recent[0], None
+            if elapsed > e0 and steps is not None and s0 is not None and steps >= s0:
+                steps_per_s = round((steps - s0) / (elapsed - e0), 3)
             row["learner_steps_per_s"] = steps_per_s
             self._last_row = row
             if (number(row, "frames_per_s") or 0) > 0:  # the final row of a run has no rates
