@@ -12,6 +12,7 @@ from conftest import REPO, run_command
 from zrl.config import ReplayConfig
 
 SMOKE = REPO / "config" / "smoke.toml"
+SHORT_PIPELINE = ("--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1)  # a few seconds of zrl-launch
 TINY = ["--config", SMOKE, "--seconds", "0.5"]
 MACHINE = {"date", "cpu", "cores", "logical_cpus", "ram_gib", "gpu", "platform", "versions", "command"}
 
@@ -105,14 +106,7 @@ def test_pipeline_observers_runs_each_watcher_in_turn_and_a_page_reads_the_dashb
         "--observers",
         "--rounds",
         1,
-        "--config",
-        SMOKE,
-        "--seconds",
-        2,
-        "--warmup",
-        6,
-        "--workers",
-        1,
+        *SHORT_PIPELINE,
         "--envs-per-worker",
         2,
     )
@@ -128,9 +122,7 @@ def test_pipeline_observers_runs_each_watcher_in_turn_and_a_page_reads_the_dashb
 
 @pytest.mark.e2e
 def test_pipeline_mode_breaks_the_time_down_by_role_and_names_the_bottleneck(tmp_path, no_leaks):
-    doc = _bench(
-        tmp_path, "pipeline", "--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1, "--envs-per-worker", 2
-    )
+    doc = _bench(tmp_path, "pipeline", *SHORT_PIPELINE, "--envs-per-worker", 2)
     result = doc["result"]
     _positive(result["frames_per_s"], result["window_s"])
     per = result["seconds_per_second"]
@@ -177,14 +169,7 @@ def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
     doc = _bench(
         tmp_path,
         "--suggest",
-        "--config",
-        SMOKE,
-        "--seconds",
-        2,
-        "--warmup",
-        6,
-        "--workers",
-        1,
+        *SHORT_PIPELINE,
         "--envs-per-worker",
         "1,2",
     )

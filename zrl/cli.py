@@ -148,9 +148,7 @@ def _page_address(dashboard: bool, port: int | None, host: str | None) -> tuple[
 
 
 def _checked_address(host: str, port: int, host_flag: str) -> tuple[str, int]:
-    """(host, port) once both look right."""
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port {port}: a TCP port is 0 (a free one) to 65535")
+    """(host, port) once the host looks like an address (the port's range is the Dashboard's own check)."""
     if not host or any(c.isspace() for c in host):
         raise ConfigError(f"{host_flag} {host!r}: give an address to serve on, such as 127.0.0.1 or 0.0.0.0")
     return host, port

@@ -155,37 +155,53 @@ class TensorBoardLog:
 # -- reading ------------------------------------------------------------------------------------------------
 
 
-class CsvFollower:
-    """A run's CSV file read as it grows: ``poll()`` returns the rows completed since the last call. A line not
-    yet ended by a newline (a row being written, or torn by a crash) is left for a later call; a line whose
-    fields do not match the header is skipped and counted in ``skipped``. A file that shrank or was replaced is
-    read again from its start (``poll`` then returns every row, and ``reset`` is True once)."""
+class LineFollower:
+    """A file read as it grows: ``poll()`` returns the complete lines (bytes, newline included) written since the
+    last call. A line not yet ended by a newline (being written, or torn by a crash) is left for a later call, in
+    ``pending``. A file that shrank or was replaced is read again from its start, and ``reset`` is True once."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.header: list[str] | None = None
-        self.skipped = 0
         self.reset = False
+        self.pending = b""
+        self.from_start = True  # the last poll read the file from its start
         self._offset = 0
         self._inode: int | None = None
-        self.pending = b""  # the bytes after the last newline at the last poll
 
-    def poll(self) -> list[dict[str, str]]:
+    def poll(self) -> bytes:
         try:
             with open(self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())
                 if st.st_ino != self._inode or st.st_size < self._offset:
                     self.reset = self._inode is not None
-                    self._inode, self._offset, self.header, self.skipped = st.st_ino, 0, None, 0
+                    self._inode, self._offset = st.st_ino, 0
+                self.from_start = self._offset == 0
                 fh.seek(self._offset)
                 data = fh.read()
         except OSError:
-            return []
+            return b""
         end = data.rfind(b"\n") + 1
         self.pending = data[end:]
         self._offset += end
+        return data[:end]
+
+
+class CsvFollower(LineFollower):
+    """A run's CSV file read as it grows (``LineFollower``): ``poll()`` returns the rows completed since the last
+    call. A line whose fields do not match the header is skipped and counted in ``skipped``. After a reset (a
+    replaced file) the header is read again and ``poll`` returns every row."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self.header: list[str] | None = None
+        self.skipped = 0
+
+    def poll(self) -> list[dict[str, str]]:
+        lines = super().poll()
+        if self.from_start:  # a new file, or one replaced: its first line is the header
+            self.header, self.skipped = None, 0
         rows: list[dict[str, str]] = []
-        for fields in csv.reader(io.StringIO(data[:end].decode("utf-8", errors="replace"))):
+        for fields in csv.reader(io.StringIO(lines.decode("utf-8", errors="replace"))):
             if self.header is None:
                 self.header = fields
             elif len(fields) == len(self.header):
@@ -274,13 +290,17 @@ def time_shares(first: dict, last: dict) -> dict[str, float] | None:
     return out
 
 
+def learner_wait_share(shares: dict[str, float]) -> float:
+    """The share of the learner's time it spent waiting for batches."""
+    busy = sum(shares[s] for s in SECTIONS["learner"] if s not in IDLE)
+    return shares["learner_wait"] / max(1e-9, busy + shares["learner_wait"])
+
+
 def bottleneck(shares: dict[str, float], workers: int) -> tuple[str, str]:
     """Which role limits the pipeline, and its busiest section, from each role's share of its time: the learner
     when it waits under a tenth of its time, the broker when it is busy over 0.8 of a core, the workers else."""
-    learner_busy = sum(shares[s] for s in SECTIONS["learner"] if s not in IDLE)
-    learner_idle = shares["learner_wait"] / max(1e-9, learner_busy + shares["learner_wait"])
     broker_busy = sum(shares[s] for s in SECTIONS["broker"])
-    if learner_idle < 0.10:
+    if learner_wait_share(shares) < 0.10:
         return "learner", max((s for s in SECTIONS["learner"] if s not in IDLE), key=shares.get)
     if broker_busy > 0.8:
         return "broker", max(SECTIONS["broker"], key=shares.get)

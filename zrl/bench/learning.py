@@ -9,7 +9,6 @@ Reference curves live in ``zrl/bench/reference/*.json``, each with where its fig
 
 from __future__ import annotations
 
-import csv
 import json
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from collections import deque
 from pathlib import Path
 
 from zrl.config import ConfigError
+from zrl.metrics import read_csv
 
 REFERENCES = Path(__file__).with_name("reference")
 WINDOW = 100  # episodes in the moving mean, as in the issue's and the papers' "100-episode mean"
@@ -32,12 +32,8 @@ def references(env_id: str | None = None) -> list[dict]:
 
 
 def metrics_rows(metrics: Path) -> list[dict]:
-    """The rows of a run's metrics.csv ([] where it cannot be read yet)."""
-    try:
-        with open(metrics) as fh:
-            return list(csv.DictReader(fh))
-    except OSError:
-        return []
+    """The complete rows of a run's metrics.csv ([] where it cannot be read yet; a torn last line left out)."""
+    return read_csv(metrics)[0]
 
 
 def read_curve(run_dir: str | Path) -> dict:
@@ -58,21 +54,20 @@ def read_curve(run_dir: str | Path) -> dict:
     totals = np.array([float(r["env_frames"] or 0) for r in rows])
     window: deque[float] = deque(maxlen=WINDOW)
     points, returns = [], []
-    with open(episodes) as fh:
-        ordered = sorted(csv.DictReader(fh), key=lambda row: float(row["wall_time"]))  # workers report apart
-        for row in ordered:
-            window.append(float(row["raw_return"]))
-            returns.append(window[-1])
-            ended = float(row["wall_time"])
-            frames = max(int(row["env_frames"]), int(np.interp(ended, times, totals)))
-            points.append(
-                {
-                    "episode": int(row["episode"]),
-                    "env_frames": frames,
-                    "minutes": round((ended - start) / 60.0, 3),
-                    "mean_return_100": round(sum(window) / len(window), 3),
-                }
-            )
+    ordered = sorted(read_csv(episodes)[0], key=lambda row: float(row["wall_time"]))  # workers report apart
+    for row in ordered:
+        window.append(float(row["raw_return"]))
+        returns.append(window[-1])
+        ended = float(row["wall_time"])
+        frames = max(int(row["env_frames"]), int(np.interp(ended, times, totals)))
+        points.append(
+            {
+                "episode": int(row["episode"]),
+                "env_frames": frames,
+                "minutes": round((ended - start) / 60.0, 3),
+                "mean_return_100": round(sum(window) / len(window), 3),
+            }
+        )
     for earlier, later in zip(reversed(points[:-1]), reversed(points)):  # frames never fall between episodes
         earlier["env_frames"] = min(earlier["env_frames"], later["env_frames"])
     last = rows[-1]

@@ -17,7 +17,16 @@ from pathlib import Path
 
 import psutil
 
-from zrl.metrics import SECTION_LABELS, SECTIONS, CsvFollower, bottleneck, number, time_shares
+from zrl.metrics import (
+    SECTION_LABELS,
+    SECTIONS,
+    CsvFollower,
+    LineFollower,
+    bottleneck,
+    learner_wait_share,
+    number,
+    time_shares,
+)
 from zrl.namespace import LOCK_NAME
 
 WINDOW = 100  # episodes in the moving mean
@@ -93,8 +102,7 @@ class _Curve:
 
 def _why(role: str, section: str, shares: dict[str, float]) -> str:
     """One sentence on how ``metrics.bottleneck`` named ``role``."""
-    busy = sum(shares[s] for s in SECTIONS["learner"] if s != "learner_wait")
-    waits = shares["learner_wait"] / max(1e-9, busy + shares["learner_wait"])
+    waits = learner_wait_share(shares)
     if role == "learner":
         return (
             f"The learner waits for batches {waits:.0%} of its time (under 10%): it trains as fast as it can; "
@@ -116,8 +124,7 @@ class RunView:
         self.min_interval_s = min_interval_s
         self._metrics = CsvFollower(self.path / "metrics.csv")
         self._episodes = CsvFollower(self.path / "episodes.csv")
-        self._log_offset = 0
-        self._log_rest = b""
+        self._log = LineFollower(self.path / "zrl.log")
         self._config: dict = {}
         self._fresh()
         self._procs: dict[int, psutil.Process] = {}
@@ -208,20 +215,13 @@ class RunView:
             )
 
     def _read_log(self) -> None:
-        path = self.path / "zrl.log"
-        try:
-            with open(path, "rb") as fh:
-                size = fh.seek(0, 2)
-                if size < self._log_offset:
-                    self._log_offset, self._log_rest = 0, b""
-                fh.seek(self._log_offset)
-                data = self._log_rest + fh.read(4_000_000)
-                self._log_offset = fh.tell()
-        except OSError:
-            return
-        end = data.rfind(b"\n") + 1
-        self._log_rest = data[end:]
-        for line in data[:end].decode("utf-8", errors="replace").splitlines():
+        data = self._log.poll()
+        if self._log.reset:
+            self._log.reset = False
+            self._warnings.clear()
+            self._restarts.clear()
+            self._ended = None
+        for line in data.decode("utf-8", errors="replace").splitlines():
             match = _LOG_LINE.match(line)
             if not match:
                 continue
