@@ -29,10 +29,9 @@ setup(
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py
         "peers": ["envpool==1.2.5", "opencv-python-headless==5.0.0.93", "matplotlib==3.11.2"],
-        # beyond one machine (issue "5 of 7", in progress): zstandard compresses a remote worker's frames (zstd
-        # level 1: 2-4x smaller than lz4 on Atari frames at about the same speed, perf/frame_compression.py);
-        # lz4 only for that comparison
-        "cluster": ["zstandard==0.25.0", "lz4==4.4.5"],
+        # beyond one machine: lz4 only for perf/frame_compression.py's comparison (zstandard, which won it, is a
+        # requirement: the ingest and zrl-worker use it)
+        "cluster": ["lz4==4.4.5"],
     },
     entry_points={
         "console_scripts": [
@@ -40,6 +39,7 @@ setup(
             "zrl-bench=zrl.cli:bench_main",
             "zrl-eval=zrl.cli:eval_main",
             "zrl-keys=zrl.cli:keys_main",
+            "zrl-worker=zrl.cli:worker_main",
             "zrl-sweep=zrl.cli:sweep_main",
             "zrl-report=zrl.cli:report_main",
             "zrl-plot=zrl.cli:plot_main",

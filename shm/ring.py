@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import mmap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -160,7 +161,18 @@ class Ring:
     @classmethod
     def create(cls, name: str, spec: RingSpec) -> Ring:
         """Create the segment (this process owns it), all stamps -1, head 0."""
-        segment = Segment.create(name, spec.nbytes)
+        return cls._initialised(Segment.create(name, spec.nbytes), spec)
+
+    @classmethod
+    def private(cls, spec: RingSpec) -> Ring:
+        """A ring in this process's own memory, which no other process can attach: the same slots, stamps and
+        reads, for a writer whose frames leave the process some other way (a socket)."""
+        return cls._initialised(_PrivateMemory(spec.nbytes), spec)
+
+    @classmethod
+    def _initialised(cls, segment, spec: RingSpec) -> Ring:
+        """A new ring over ``segment``'s bytes: all stamps -1, head 0 (the segment is closed and unlinked if
+        that fails)."""
         try:
             ring = cls(segment, spec)
             header = ring._hdr
@@ -338,6 +350,27 @@ class Ring:
 
     def __repr__(self) -> str:
         return f"Ring({self.segment.name!r}, capacity={self.capacity}, fields={list(self.spec.fields)})"
+
+
+class _PrivateMemory:
+    """Anonymous memory with the part of Segment's interface a Ring uses."""
+
+    def __init__(self, nbytes: int) -> None:
+        self._mmap: mmap.mmap | None = mmap.mmap(-1, nbytes)
+        self.buf = memoryview(self._mmap)
+        self.name = "<private>"
+
+    def close(self) -> None:
+        if self._mmap is not None:
+            try:
+                self.buf.release()
+                self._mmap.close()
+            except BufferError:  # a view outlives the ring: the memory goes with the last one
+                pass
+            self._mmap = None
+
+    def unlink(self) -> None:
+        pass
 
 
 def _check_header(segment: Segment, spec: RingSpec) -> None:

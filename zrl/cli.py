@@ -558,13 +558,35 @@ def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, comp
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("folder")
-def keys_main(folder) -> None:
+@click.option(
+    "--client",
+    "client",
+    default=None,
+    metavar="NAME",
+    help="Add a key for one remote worker host to the existing FOLDER: FOLDER/clients/NAME/, to copy to that "
+    "host for zrl-worker --keys, authorized by FOLDER/authorized/NAME.key (delete it to revoke the host).",
+)
+def keys_main(folder, client) -> None:
     """Make a folder of CurveZMQ keys for transport.curve_keys: zrl-keys ~/.zrl/keys
 
     It holds a server and a client certificate (secret files mode 0600) and authorized/, the client public
-    keys that bound sockets admit. An existing folder is never overwritten."""
-    from zrl.transport import make_curve_keys
+    keys that bound sockets admit. An existing folder is never overwritten. zrl-keys --client NAME FOLDER adds
+    one remote worker host's own key to it."""
+    from zrl.transport import make_client_keys, make_curve_keys
 
+    if client is not None:
+        try:
+            target = make_client_keys(folder, client)
+        except ConfigError as err:
+            _usage_error("zrl-keys", str(err))
+        except OSError as err:
+            _usage_error("zrl-keys", f"cannot write the key of {client!r} into {folder} ({err.strerror or err})")
+        click.echo(
+            f"wrote {target}: copy that folder to the host {client!r} and give it to zrl-worker --keys there "
+            f"(its secret never needs to leave that host again); revoke it by deleting "
+            f"{os.path.join(folder, 'authorized', client + '.key')}"
+        )
+        return
     if os.path.lexists(folder):
         _usage_error("zrl-keys", f"{folder} already exists; keys are never overwritten, give a new folder")
     try:
@@ -658,3 +680,53 @@ def plot_main(runs, out, svg, metrics) -> None:
         _usage_error("zrl-plot", f"cannot write {err.filename or 'the picture'}: {err.strerror or err}")
     for path in written:
         click.echo(f"wrote {path}", err=True)
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--connect",
+    required=True,
+    metavar="tcp://HOST:PORT",
+    help="The run's gate, as the launcher printed it and wrote it to <run>/connect.txt.",
+)
+@click.option(
+    "--keys",
+    default="",
+    envvar="ZRL_KEYS",
+    metavar="DIR",
+    help="This host's key folder (zrl-keys --client NAME on the learner's host made it). Needed unless the run "
+    "listens on loopback without keys. Default: $ZRL_KEYS.",
+)
+@click.option(
+    "--envs-per-worker",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Envs this worker steps; the run's workers.envs_per_worker, which it checks (default: the run's).",
+)
+@click.option("--run", "run", default="", metavar="NAME", help="Join only the run of this name (its folder's).")
+def worker_main(connect, keys, envs_per_worker, run) -> None:
+    """Work for a run on another host: zrl-worker --connect tcp://HOST:PORT --keys DIR
+
+    It takes the run's config from the learner's host, plays its env here and sends the frames to the run's
+    ingest over TCP (zstd-compressed, CurveZMQ-encrypted). It waits and joins again, with backoff, while the
+    learner is not up or restarts. Ctrl-C or SIGTERM leaves the run in order. Exit 0 when stopped, 2 when the
+    run refuses it (another run, a misfit) or its options are wrong."""
+    from zrl.roles import remote
+
+    if not connect.startswith("tcp://") or ":" not in connect[6:]:
+        _usage_error("zrl-worker", f"--connect {connect!r}: give tcp://HOST:PORT, as the run's connect.txt has it")
+    signals: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: signals.append(signum))
+    try:
+        code = remote.serve(
+            connect,
+            keys,
+            envs_per_worker,
+            run,
+            say=lambda text: click.echo(f"zrl-worker: {text}", err=True),
+            stopping=lambda: bool(signals),
+        )
+    except ConfigError as err:
+        _usage_error("zrl-worker", str(err))
+    sys.exit(code)

@@ -26,7 +26,7 @@ EPISODE_COLUMNS = (
     "env_index",
 )
 
-STATS_MESSAGES = (protocol.LearnerStats, protocol.WorkerStats, protocol.BrokerStats)
+STATS_MESSAGES = (protocol.LearnerStats, protocol.WorkerStats, protocol.BrokerStats, protocol.IngestStats)
 """The roles' reports whose fields marked ``protocol.Stat`` are columns of metrics.csv: the declaration gives each
 column's name, how the launcher combines the workers' reports, and what it means (``METRIC_DOCS``)."""
 

@@ -71,6 +71,14 @@ __all__ = [
     "Transitions",
     "TransitionBatch",
     "PriorityUpdate",
+    "Join",
+    "Welcome",
+    "Refused",
+    "Ack",
+    "Leave",
+    "RemoteData",
+    "Notice",
+    "IngestStats",
     "decode",
     "encode_weights",
     "decode_weights",
@@ -567,6 +575,98 @@ class PriorityUpdate(_Message, tag="priority_update", eq=False):
     priorities: Annotated[np.ndarray, Array("float32", "B")]
 
 
+# Remote workers (zrl-worker on another host) and the ingest role (zrl/roles/ingest.py), on the ingest's gate: a
+# ROUTER on tcp, with CurveZMQ beyond loopback. A remote worker's messages name no ring and no slot: the ingest
+# knows which slot a connection holds.
+
+
+class Join(_Message, tag="join"):
+    """remote worker -> ingest: admit me. ``run``: the run (its folder's name) the worker was started for, ""
+    for whichever listens; ``host``: where it runs, for the run's log."""
+
+    run: Text
+    host: Text
+    pid: Count
+    envs_per_worker: Count
+    zrl_version: Text
+
+
+class Welcome(_Message, tag="welcome"):
+    """ingest -> remote worker: you are worker ``worker_id`` (its ``generation``-th worker, which had played
+    ``env_frames`` in this launch) of run ``run``; ``config``: the run's resolved config (TOML), the one source of
+    the worker's settings; ``env_spec``: what its envs must give (checked on the worker's host); weights are
+    broadcast on ``weights_port`` of the gate's host."""
+
+    run: Text
+    worker_id: Count
+    generation: Count
+    env_frames: Count
+    env_frames_start: Count
+    weights_port: Count
+    env_spec: Text
+    config: Text
+
+
+class Refused(_Message, tag="refused"):
+    """ingest -> remote worker: a message was refused, and why; ``final`` 1: do not join again (another run, a
+    worker that cannot fit it), 0: join again (a slot may free up, the run may have restarted)."""
+
+    reason: Text
+    final: Annotated[int, Meta(ge=0, le=1)]
+
+
+class Ack(_Message, tag="ack"):
+    """ingest -> remote worker, for each of its heartbeats: the session is alive, and ``live_workers`` share
+    the learner's appetite now."""
+
+    live_workers: Count
+
+
+class Leave(_Message, tag="leave"):
+    """remote worker -> ingest: I am stopping; free my slot now rather than when my heartbeats stop."""
+
+    reason: Text
+
+
+class RemoteData(_Message, tag="remote_data", eq=False):
+    """remote worker -> ingest: the ``count`` ring slots the worker wrote since its last RemoteData (its own
+    frame numbers from ``first_frame``), compressed with zstd (each slot's fields, field by field as the ring
+    lays them out), then one ``message`` (an encoded Unroll or Transitions) that may name only frames sent in
+    this session. ``seq`` numbers the session's RemoteData from 0."""
+
+    seq: Count
+    first_frame: Count
+    count: Count
+    frames: Annotated[np.ndarray, Array("uint8", "Z")]
+    message: Annotated[np.ndarray, Array("uint8", "K")]
+
+
+class Notice(_Message, tag="notice"):
+    """role -> launcher (on the stats channel): something the run's log and live line should say (a remote
+    worker joined or left, a key was refused)."""
+
+    role: Text
+    pid: int
+    text: Text
+
+
+class IngestStats(_Message, tag="ingest_stats"):
+    """ingest -> launcher, about once a second: the remote workers' traffic (cumulative)."""
+
+    pid: int
+    time: float
+    remote_workers: Annotated[Count, Stat("remote workers joined now")]
+    remote_joins: Annotated[Count, Stat("times a remote worker joined (rejoins included)")]
+    remote_frames: Annotated[Count, Stat("env observation frames received from remote workers")]
+    remote_bytes: Annotated[Count, Stat("bytes received from remote workers, compressed frames and messages")]
+    remote_raw_bytes: Annotated[Count, Stat("those frames' bytes after decompression")]
+    remote_refused: Annotated[
+        Count, Stat("remote messages refused: malformed, forged, out of order, from no session or another run")
+    ]
+    remote_auth_refused: Annotated[Count, Stat("connections refused by CurveZMQ: a key not (or no longer) authorized")]
+    ingest_busy_s: Annotated[float, Stat("seconds the ingest spent checking, decompressing, writing and forwarding")]
+
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Unroll,
     Batch,
@@ -582,6 +682,14 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Transitions,
     TransitionBatch,
     PriorityUpdate,
+    Join,
+    Welcome,
+    Refused,
+    Ack,
+    Leave,
+    RemoteData,
+    Notice,
+    IngestStats,
 )
 assert set(MESSAGE_TYPES) == set(_REGISTRY.values())
 
@@ -600,6 +708,14 @@ Message = (
     | Transitions
     | TransitionBatch
     | PriorityUpdate
+    | Join
+    | Welcome
+    | Refused
+    | Ack
+    | Leave
+    | RemoteData
+    | Notice
+    | IngestStats
 )
 
 

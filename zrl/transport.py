@@ -14,8 +14,10 @@ included, uses them. Traffic is encrypted, and a peer without an authorized key 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,8 @@ class Endpoints:
     weights_req: str  # workers DEALER -> learner ROUTER (bind): current weights on (re)start
     stats: str  # every role PUSH -> launcher PULL (bind): stats, heartbeats, episodes
     priorities: str  # Ape-X: learner PUSH -> broker PULL (bind): the trained transitions' new priorities
+    gate: str = ""  # remote workers DEALER -> ingest ROUTER (bind, tcp): a run with workers.remote
+    remote_weights: str = ""  # ingest PUB (bind, tcp) -> remote workers SUB: the learner's weights, passed on
 
 
 CURVE_FILES = ("server.key", "server.key_secret", "client.key", "client.key_secret")
@@ -74,6 +78,38 @@ def make_curve_keys(folder: str) -> None:
         raise
 
 
+CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def make_client_keys(folder: str, name: str) -> Path:
+    """A key pair for one remote worker host, ``<folder>/clients/<name>/`` (its client certificate and a copy of
+    the server's public key: what that host's zrl-worker --keys needs), authorized by
+    ``<folder>/authorized/<name>.key``; deleting that file revokes it. The folder is one zrl-keys made; the
+    client's folder, returned, is to be copied to the host."""
+    if not CLIENT_NAME.fullmatch(name) or name == "client":
+        raise ConfigError(
+            f"zrl-keys --client: {name!r} is not a usable name (letters, digits, '_', '.' and '-', not 'client')"
+        )
+    root = Path(folder).expanduser()
+    load_curve_keys(str(root))  # a server folder, whole and private
+    authorized = root / "authorized" / f"{name}.key"
+    target = root / "clients" / name
+    if authorized.exists() or target.exists():
+        raise ConfigError(f"zrl-keys --client: {name!r} exists already ({target}); give another name")
+    (root / "clients").mkdir(mode=0o700, exist_ok=True)
+    target.mkdir(mode=0o700)
+    try:
+        _, secret = zmq.auth.create_certificates(str(target), "client")
+        os.chmod(secret, 0o600)
+        (target / "server.key").write_bytes((root / "server.key").read_bytes())
+        authorized.write_bytes((target / "client.key").read_bytes())
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        authorized.unlink(missing_ok=True)
+        raise
+    return target
+
+
 def _z85_key(path: Path, key: bytes | None, what: str) -> bytes:
     """A CurveZMQ key as it must be: 40 Z85 characters, 32 bytes decoded."""
     try:
@@ -91,24 +127,8 @@ def load_curve_keys(folder: str) -> CurveKeys:
     """The keys of a folder ``make_curve_keys`` made; ConfigError naming the file that is missing, unreadable,
     readable by others, or not a key."""
     key = "transport.curve_keys"
-    if not zmq.has("curve"):
-        raise ConfigError(f"{key}: this libzmq was built without CURVE; install pyzmq's wheel, which has it")
-    root = Path(folder).expanduser()
-    if not root.is_dir():
-        raise ConfigError(f"{key}: {root} is not a folder; make one with zrl-keys {root}")
-    keys: dict[str, bytes] = {}
-    for name in CURVE_FILES:
-        path = root / name
-        secret_file = name.endswith("_secret")
-        if secret_file and path.is_file() and path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ConfigError(f"{key}: {path} can be read by other users; chmod 600 {path}")
-        try:
-            public, secret = zmq.auth.load_certificate(str(path))
-        except (OSError, ValueError) as err:
-            raise ConfigError(
-                f"{key}: {path}: not a readable CurveZMQ certificate ({err}); make the folder with zrl-keys"
-            ) from None
-        keys[name] = _z85_key(path, secret, "secret") if secret_file else _z85_key(path, public, "public")
+    root = _key_folder(folder, key, f"zrl-keys {Path(folder).expanduser()}")
+    keys = _load_certificates(root, CURVE_FILES, key)
     authorized = root / "authorized"
     clients = sorted(authorized.glob("*.key")) if authorized.is_dir() else []
     if not clients:
@@ -128,6 +148,92 @@ def load_curve_keys(folder: str) -> CurveKeys:
     )
 
 
+def _key_folder(folder: str, key: str, how: str) -> Path:
+    """``folder`` as a Path, once this libzmq has CURVE and the folder exists; ConfigError under ``key`` saying
+    ``how`` to make one otherwise."""
+    if not zmq.has("curve"):
+        raise ConfigError(f"{key}: this libzmq was built without CURVE; install pyzmq's wheel, which has it")
+    root = Path(folder).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"{key}: {root} is not a folder; make one with {how}")
+    return root
+
+
+def _load_certificates(root: Path, names: tuple[str, ...], key: str) -> dict[str, bytes]:
+    """The keys of ``names`` in ``root`` (``*_secret``: the secret key, which only its owner may read; the others:
+    the public key); ConfigError under ``key`` naming the file that is missing, readable by others or no key."""
+    keys: dict[str, bytes] = {}
+    for name in names:
+        path = root / name
+        secret_file = name.endswith("_secret")
+        if secret_file and path.is_file() and path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise ConfigError(f"{key}: {path} can be read by other users; chmod 600 {path}")
+        try:
+            public, secret = zmq.auth.load_certificate(str(path))
+        except (OSError, ValueError) as err:
+            raise ConfigError(
+                f"{key}: {path}: not a readable CurveZMQ certificate ({err}); make the folder with zrl-keys"
+            ) from None
+        keys[name] = _z85_key(path, secret, "secret") if secret_file else _z85_key(path, public, "public")
+    return keys
+
+
+CLIENT_FILES = ("server.key", "client.key", "client.key_secret")
+
+
+def load_client_keys(folder: str, key: str = "--keys") -> CurveKeys:
+    """A remote worker's keys: its client certificate and the server's public key (a folder zrl-keys --client
+    made, or a whole key folder); ConfigError naming the file that is wrong."""
+    root = _key_folder(folder, key, "zrl-keys --client NAME on the learner's host")
+    keys = _load_certificates(root, CLIENT_FILES, key)
+    return CurveKeys(keys["server.key"], b"", keys["client.key"], keys["client.key_secret"], "")
+
+
+class AuthorizedKeys:
+    """The client keys a server admits, read from its ``authorized/`` folder again at most every ``every_s``
+    seconds, so that a key deleted there is refused from then on: by name (the file's stem) for each z85 public
+    key, with the connections refused counted. Its ``callback`` is the ZAP authenticator's check
+    (:func:`check_clients`), which runs in the authenticator's thread."""
+
+    def __init__(self, folder: str, every_s: float = 1.0) -> None:
+        self.folder, self.every_s = Path(folder), every_s
+        self.names: dict[str, str] = {}
+        self.refused = 0
+        self._read_at = -float("inf")
+        self.reload()
+
+    def reload(self, now: float | None = None) -> dict[str, str]:
+        """Read the folder again if it was read more than ``every_s`` ago; z85 key -> name."""
+        now = time.monotonic() if now is None else now
+        if now - self._read_at >= self.every_s:
+            self._read_at = now
+            names = {}
+            for path in sorted(self.folder.glob("*.key")):
+                try:
+                    public, _ = zmq.auth.load_certificate(str(path))
+                except (OSError, ValueError):
+                    continue
+                if public:
+                    names[public.decode("ascii")] = path.stem
+            self.names = names
+        return self.names
+
+    def name_of(self, z85_key: str) -> str | None:
+        return self.reload().get(z85_key)
+
+    def callback(self, domain: str, z85_key: bytes) -> bool:
+        allowed = self.name_of(z85_key.decode("ascii")) is not None
+        if not allowed:
+            self.refused += 1
+        return allowed
+
+
+def check_clients(ctx: zmq.Context, keys: AuthorizedKeys) -> None:
+    """Have ``ctx``'s authenticator (a context that binds, with keys) admit the clients ``keys`` names, read anew
+    as the folder changes, rather than the folder as it was when the context was made."""
+    _authenticators[id(ctx)].configure_curve_callback(domain="*", credentials_provider=keys)
+
+
 _curve: CurveKeys | None = None
 _authenticators: dict[int, ThreadAuthenticator] = {}
 
@@ -139,10 +245,19 @@ def configure(cfg: TransportConfig) -> None:
     _curve = load_curve_keys(cfg.curve_keys) if cfg.curve_keys else None
 
 
-def context(cfg: TransportConfig, binds: bool = True) -> zmq.Context:
-    """This process's context, after :func:`configure`; with keys, a ZAP authenticator that admits only the
-    authorized client keys to the sockets it binds (``binds``). Close with :func:`term`."""
-    configure(cfg)
+def configure_client(folder: str) -> None:
+    """A remote worker's sockets from now on: CURVE clients with the keys of ``folder`` (:func:`load_client_keys`);
+    plain with "" (a learner on loopback)."""
+    global _curve
+    _curve = load_client_keys(folder) if folder else None
+
+
+def context(cfg: TransportConfig | None, binds: bool = True) -> zmq.Context:
+    """This process's context, after :func:`configure` (``cfg`` None: keep what :func:`configure_client` set);
+    with keys, a ZAP authenticator that admits only the authorized client keys to the sockets it binds
+    (``binds``). Close with :func:`term`."""
+    if cfg is not None:
+        configure(cfg)
     ctx = zmq.Context()
     if _curve is not None and binds:
         auth = ThreadAuthenticator(ctx)
@@ -171,22 +286,45 @@ def plan_endpoints(cfg: TransportConfig, private_dir: str) -> Endpoints:
     """ipc files in the private folder, or tcp ports on the bind host chosen by the OS now."""
     if cfg.kind == "ipc":
         return Endpoints(**{n: f"ipc://{os.path.join(private_dir, n)}" for n in ENDPOINT_NAMES})
-    # Ports the OS hands out now; they are released at once for the roles to bind. Another program
-    # could take one in between: the role that binds then fails, and the run stops with its error.
+    ports = free_ports(cfg.bind_host, len(ENDPOINT_NAMES))
+    return Endpoints(**{n: f"tcp://{cfg.bind_host}:{p}" for n, p in zip(ENDPOINT_NAMES, ports)})
+
+
+def free_ports(host: str, n: int) -> list[int]:
+    """``n`` tcp ports the OS hands out now on ``host``; they are released at once for the roles to bind. Another
+    program could take one in between: the role that binds then fails, and the run stops with its error."""
     ctx = zmq.Context()
-    ports = {}
-    probes = []
+    ports, probes = [], []
     try:
-        for n in ENDPOINT_NAMES:
+        for _ in range(n):
             sock = ctx.socket(zmq.PULL)
             sock.setsockopt(zmq.LINGER, 0)
             probes.append(sock)
-            ports[n] = sock.bind_to_random_port(f"tcp://{cfg.bind_host}")
+            ports.append(sock.bind_to_random_port(f"tcp://{host}"))
     finally:
         for sock in probes:
             sock.close()
         ctx.term()
-    return Endpoints(**{n: f"tcp://{cfg.bind_host}:{p}" for n, p in ports.items()})
+    return ports
+
+
+def plan_remote(cfg: TransportConfig) -> tuple[str, str]:
+    """Where the ingest binds for remote workers: the gate and the weights it passes on (the port after the gate's
+    when ``remote_port`` is fixed; ports the OS picks otherwise), on ``bind_host``."""
+    gate, weights = (cfg.remote_port, cfg.remote_port + 1) if cfg.remote_port else free_ports(cfg.bind_host, 2)
+    return f"tcp://{cfg.bind_host}:{gate}", f"tcp://{cfg.bind_host}:{weights}"
+
+
+def public_host(cfg: TransportConfig) -> str:
+    """The name remote workers reach this host by: ``public_host``, else ``bind_host``, else (bound to every
+    interface) this machine's name."""
+    import socket as _socket
+
+    if cfg.public_host:
+        return cfg.public_host
+    if cfg.bind_host in ("0.0.0.0", "::", "*"):
+        return _socket.getfqdn()
+    return cfg.bind_host
 
 
 MESSAGE_SLACK_BYTES = 64 * 1024  # a weights message's header on top of the schema's largest payload

@@ -74,6 +74,7 @@ from zrl.config.sizing import (
     split_note,
     unrolls_per_version,
     usable_cores,
+    worker_slots,
 )
 from zrl.errors import ConfigError
 
@@ -131,4 +132,5 @@ __all__ = [
     "to_dict",
     "unrolls_per_version",
     "usable_cores",
+    "worker_slots",
 ]

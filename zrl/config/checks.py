@@ -147,6 +147,8 @@ def _check_deterministic(cfg) -> None:
     why = "run.deterministic needs"
     if cfg.workers.count != 1:
         fail("workers.count", f"{cfg.workers.count}: {why} a single worker (workers.count = 1)")
+    if cfg.workers.remote:
+        fail("workers.remote", f"{cfg.workers.remote}: {why} a single local worker (workers.remote = 0)")
     if len(cfg.replay) != 1 or cfg.replay[0].type != "queue":
         fail("replay", f"{why} a single queue replay (sampled replays draw at random, in time with the workers)")
     if cfg.learner.batch_size % cfg.workers.envs_per_worker:

@@ -209,6 +209,13 @@ class WorkersConfig:
     restart_window_s: Annotated[
         float, Meta(gt=0, description="The window over which workers.max_restarts counts one worker's restarts.")
     ] = 300.0
+    remote: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Workers on other hosts the run admits beside its local ones (zrl-worker --connect, or zrl-launch --ray): each has a ring here, written by the ingest role from the frames it sends over TCP. The run goes on without them until they join and after they leave. 0: none, and no ingest.",
+        ),
+    ] = 0
     policy: Annotated[
         str,
         Meta(
@@ -431,6 +438,20 @@ class TransportConfig:
         str,
         Meta(
             description="Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback."
+        ),
+    ] = ""
+    remote_port: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=65534,
+            description="The tcp port on bind_host where remote workers (workers.remote) connect; their weights go out on the next port. 0: ports the OS picks, written to the run's connect.txt (fix one for a firewall).",
+        ),
+    ] = 0
+    public_host: Annotated[
+        str,
+        Meta(
+            description="The host name remote workers use to reach this one, in the zrl-worker line the launcher prints and writes to connect.txt. Empty: bind_host, or this machine's name when bind_host is 0.0.0.0.",
         ),
     ] = ""
     hwm: Annotated[

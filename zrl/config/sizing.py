@@ -45,8 +45,15 @@ def needs_features(cfg: Config) -> bool:
     return any(r.type in FEATURE_REPLAYS for r in cfg.replay)
 
 
-def unrolls_per_version(cfg: Config) -> float:
-    """How many unrolls each worker may send per new weights version, on average (0: no limit).
+def worker_slots(cfg: Config) -> int:
+    """Workers the run has rings (and ids) for: its local ones, then ``workers.remote`` for other hosts."""
+    return cfg.workers.count + cfg.workers.remote
+
+
+def unrolls_per_version(cfg: Config, workers: int = 0) -> float:
+    """How many unrolls each of ``workers`` workers (0: every worker slot, as sizing assumes) may send per new
+    weights version, on average (0: no limit). Workers pass how many are live now: a run whose remote workers
+    have not joined shares the budget among the local ones.
 
     All workers together send ``produce_ratio`` times the fresh share of a batch per version (a version
     covers ``publish_every`` learner steps), so the learner always has fresh data and little is produced
@@ -60,7 +67,7 @@ def unrolls_per_version(cfg: Config) -> float:
     if not cfg.workers.produce_ratio:
         return 0
     units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every * fresh_share(cfg)
-    return units / (cfg.workers.count * cfg.workers.envs_per_worker)
+    return units / ((workers or worker_slots(cfg)) * cfg.workers.envs_per_worker)
 
 
 def learner_threads(cfg: Config) -> int:
@@ -98,7 +105,7 @@ def split_note(cfg: Config) -> str | None:
 def queue_capacity(cfg: Config, rep: ReplayConfig) -> int:
     """A queue holds at least what one batch takes from it and what the workers send per weights version,
     so that throttled workers never wait on a learner that starves (the reference's capacity 1 queue)."""
-    per_version = math.ceil(unrolls_per_version(cfg) - 1e-9) * cfg.workers.count * cfg.workers.envs_per_worker
+    per_version = math.ceil(unrolls_per_version(cfg) - 1e-9) * worker_slots(cfg) * cfg.workers.envs_per_worker
     return max(rep.capacity, replay_share(cfg, rep), per_version)
 
 

@@ -129,7 +129,7 @@ class Launcher:
             sample_calls=self.sample_calls,
             replay_from=self.start.path if self.resume_dir and cfg.run.deterministic else "",
         )
-        stop = wiring.stop_flag()
+        stop = self.stop = wiring.stop_flag()
         sup = self.supervisor = Supervisor(cfg, self.console, lambda i, start: wiring.worker(i, stop, start))
         sup.catch_signals()
         code = EXIT_OK
@@ -164,6 +164,10 @@ class Launcher:
                 "zrl-learner": wiring.learner(stop, str(folder.path), self.start),
                 **{f"zrl-worker-{i}": wiring.worker(i, stop, WorkerStart()) for i in range(cfg.workers.count)},
             }
+            if cfg.workers.remote:
+                procs["zrl-ingest"] = wiring.ingest(stop, folder.path.name)
+                self._admit_remote()
+            stop.live_workers = cfg.workers.count
             start = time.monotonic()
             for name, proc in procs.items():
                 sup.start(name, proc, start)
@@ -194,6 +198,17 @@ class Launcher:
             sup.restore_signals()
         return code
 
+    def _admit_remote(self) -> None:
+        """Say, and write to connect.txt, the line a remote host runs to work for this run."""
+        cfg, line = self.cfg, self.wiring.connect_line(self.folder.path.name)
+        (self.folder.path / "connect.txt").write_text(line + "\n")
+        log.info("%d remote worker slots; a remote host joins with: %s", cfg.workers.remote, line)
+        keys = " (ZRL_KEYS: its folder from zrl-keys --client NAME)" if cfg.transport.curve_keys else ""
+        self.console.say(
+            f"{cfg.workers.remote} remote worker slots; on each remote host{keys} run "
+            f"(also in {self.folder.path / 'connect.txt'}):\n  {line}"
+        )
+
     def _watch(self, start: float) -> int:
         """Take the roles' reports, keep them alive, write metrics.csv and the live line every
         run.log_interval_s, until the budget or the time limit is reached, a signal comes or a role is lost."""
@@ -203,6 +218,7 @@ class Launcher:
         t.rates(start)
         while True:
             self._drain(cfg.transport.poll_timeout_ms)
+            self.stop.live_workers = cfg.workers.count + (t.ingest.remote_workers if t.ingest else 0)
             code = sup.signal_code()  # after the drain: a process-group SIGTERM may already have stopped children
             if code is not None:
                 return code

@@ -60,7 +60,9 @@ def _sender(msg) -> str | None:
         return "zrl-broker"
     if isinstance(msg, protocol.LearnerStats):
         return "zrl-learner"
-    if isinstance(msg, protocol.RoleError):
+    if isinstance(msg, protocol.IngestStats):
+        return "zrl-ingest"
+    if isinstance(msg, (protocol.RoleError, protocol.Notice)):
         return msg.role
     return None
 
@@ -84,6 +86,7 @@ class Supervisor:
         self.retired: set[int] = set()  # the processes of replaced workers
         self.last_seen: dict[str, float] = {}  # when each role last sent something
         self.worker_restarts = 0
+        self.remote = range(cfg.workers.count, cfg.workers.count + cfg.workers.remote)  # their reports: the ingest's
         self._old_handlers: dict = {}
 
     # -- signals ---------------------------------------------------------------------------------------------
@@ -133,12 +136,22 @@ class Supervisor:
         role = _sender(msg)
         if role is None:
             raise protocol.ProtocolError(f"{type(msg).__name__}: not a stats message")
+        if isinstance(msg, (protocol.Episode, protocol.WorkerStats)) and msg.worker_id in self.remote:
+            # a remote worker's report, which the ingest passes on in its own name; no heartbeat is kept: the run
+            # goes on without remote workers, and the ingest frees the slot of one that went silent
+            if msg.pid != self.pids.get("zrl-ingest"):
+                raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not zrl-ingest of this run")
+            return True
         current = self.pids.get(role) == msg.pid  # only the processes this launcher started report
         if not current and msg.pid not in self.retired:
             raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not {role} of this run")
         if isinstance(msg, protocol.RoleError):
             self.tracebacks[msg.role] = msg.traceback
             log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, msg.traceback.rstrip())
+        elif isinstance(msg, protocol.Notice):
+            log.info("%s: %s", msg.role, msg.text)
+            self.console.line("")
+            self.console.say(msg.text)
         elif current:
             self.last_seen[role] = now
             self.reported.add(role)

@@ -41,6 +41,7 @@ class Tally:
     workers: dict[int, protocol.WorkerStats] = field(default_factory=dict)
     broker: protocol.BrokerStats | None = None
     learner: protocol.LearnerStats | None = None
+    ingest: protocol.IngestStats | None = None  # a run with remote workers
     returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
     scores_5min: deque = field(default_factory=lambda: deque(maxlen=100))  # and SABER-style, capped at 5 minutes
     scores_30min: deque = field(default_factory=lambda: deque(maxlen=100))  # and at 30 minutes
@@ -88,6 +89,8 @@ class Tally:
             self.broker = msg
         elif isinstance(msg, protocol.LearnerStats):
             self.learner = msg
+        elif isinstance(msg, protocol.IngestStats):
+            self.ingest = msg
         return None
 
     def rates(self, now: float) -> tuple[float, float]:
@@ -142,7 +145,7 @@ class Tally:
             "worker_restarts": self.worker_restarts,
             "stats_decode_errors": self.stats_errors,
         }
-        for reports in (list(self.workers.values()), [self.broker], [self.learner]):
+        for reports in (list(self.workers.values()), [self.broker], [self.learner], [self.ingest]):
             row.update(stat_columns([r for r in reports if r is not None]))
         row.update(self.interval_figures())
         return row

@@ -10,6 +10,7 @@ namespace (zrl/namespace.py), so that it sweeps only its own namespace's.
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import shutil
@@ -22,16 +23,24 @@ import zmq
 
 import shm
 from shm.ring import Ring, RingSpec
-from zrl import agents, envs, transport
-from zrl.config import Config
+from zrl import envs, transport
+from zrl.config import Config, worker_slots
 from zrl.namespace import private_prefix, shm_prefix
-from zrl.roles import broker, learner, worker
-from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart
+from zrl.roles import broker, ingest, learner, worker
+from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart, make_ring_spec
 
 _open_wiring = None  # the Wiring open in this process: the one its fork server serves
 
 # What the fork server imports once, so that no role pays for it (torch alone is about a second of CPU).
-FORKSERVER_PRELOAD = ["torch", "zrl.envs", "zrl.models", "zrl.roles.broker", "zrl.roles.learner", "zrl.roles.worker"]
+FORKSERVER_PRELOAD = [
+    "torch",
+    "zrl.envs",
+    "zrl.models",
+    "zrl.roles.broker",
+    "zrl.roles.learner",
+    "zrl.roles.worker",
+    "zrl.roles.ingest",
+]
 
 
 def role_context() -> mp.context.BaseContext:
@@ -91,31 +100,20 @@ def _stop_fork_server() -> None:
     forkserver._forkserver._stop()
 
 
-def ring_slots(cfg: Config) -> int:
-    """Ring slots per worker: workers.ring_slots, or (0, auto) as many as the agent's replay may still need."""
-    return cfg.workers.ring_slots or agents.get(cfg.algo).ring_slots(cfg)
-
-
-def make_ring_spec(cfg: Config, spec: envs.EnvSpec) -> RingSpec:
-    """A worker's ring: per slot one frame of each of its envs and each env's step within its episode."""
-    m = cfg.workers.envs_per_worker
-    return RingSpec(
-        ring_slots(cfg), {"frame": ((m, *spec.frame_shape), spec.frame_dtype), "episode_step": ((m,), "int32")}
-    )
-
-
 def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring]) -> None:
-    """Create every worker's ring into ``rings`` (named for this process, so that a later launch can sweep them
-    if it dies); an OSError that says what they need when /dev/shm has no room. The caller unlinks them."""
-    for i in range(cfg.workers.count):
+    """Create every worker's ring into ``rings``, the local workers' and then the remote slots' (named for this
+    process, so that a later launch can sweep them if it dies); an OSError that says what they need when /dev/shm
+    has no room. The caller unlinks them."""
+    slots = worker_slots(cfg)
+    for i in range(slots):
         name = shm.segment_name(shm_prefix(), run_id, os.getpid(), f"ring{i}")
         try:
             rings.append(Ring.create(name, ring_spec))
         except OSError as err:
             raise OSError(
                 f"cannot create shared memory for ring {i}: {err.strerror or err}; the rings need "
-                f"{cfg.workers.count * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
-                "workers.ring_slots or workers.count, or give /dev/shm more room)"
+                f"{slots * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
+                "workers.ring_slots, workers.count or workers.remote, or give /dev/shm more room)"
             ) from None
 
 
@@ -182,6 +180,9 @@ class Wiring:
         self.ring_spec = make_ring_spec(cfg, spec)
         create_rings(cfg, self.ring_spec, self.run_id, self.rings)
         self.endpoints = transport.plan_endpoints(cfg.transport, self.private)
+        if cfg.workers.remote:
+            gate, weights = transport.plan_remote(cfg.transport)
+            self.endpoints = dataclasses.replace(self.endpoints, gate=gate, remote_weights=weights)
         self.stats = self.socket(zmq.PULL, hwm=10_000, bind=self.endpoints.stats)
         self.roles = RunWiring(
             self.endpoints,
@@ -219,6 +220,20 @@ class Wiring:
     def learner(self, stop: StopFlag, run_dir: str, start: StartFrom | None = None) -> mp.Process:
         return self.mp_ctx.Process(
             target=learner.run, name="zrl-learner", args=(self.cfg, self.roles, run_dir, stop, start)
+        )
+
+    def ingest(self, stop: StopFlag, run_name: str) -> mp.Process:
+        """The role that admits remote workers (workers.remote) on the gate, for the run called ``run_name``."""
+        return self.mp_ctx.Process(target=ingest.run, name=ingest.NAME, args=(self.cfg, self.roles, stop, run_name))
+
+    def connect_line(self, run_name: str) -> str:
+        """The command a remote host runs to work for this run; "$ZRL_KEYS" stands for that host's key folder."""
+        gate = self.endpoints.gate
+        port = gate.rsplit(":", 1)[1]
+        keys = ' --keys "$ZRL_KEYS"' if self.cfg.transport.curve_keys else ""
+        return (
+            f"zrl-worker --connect tcp://{transport.public_host(self.cfg.transport)}:{port}{keys} "
+            f"--envs-per-worker {self.cfg.workers.envs_per_worker} --run {run_name}"
         )
 
     def worker(self, worker_id: int, stop: StopFlag, start: WorkerStart = WorkerStart()) -> mp.Process:

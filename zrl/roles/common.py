@@ -19,11 +19,31 @@ import zmq
 from shm import pid_alive
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
+from zrl.config import Config
 from zrl.namespace import role_title
 from zrl.transport import Endpoints
 
 _PR_SET_PDEATHSIG = 1
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+
+
+def ring_slots(cfg: Config) -> int:
+    """Ring slots per worker: workers.ring_slots, or (0, auto) as many as the agent's replay may still need."""
+    return cfg.workers.ring_slots or _agent(cfg.algo).ring_slots(cfg)
+
+
+def make_ring_spec(cfg: Config, spec) -> RingSpec:
+    """A worker's ring: per slot one frame of each of its envs and each env's step within its episode."""
+    m = cfg.workers.envs_per_worker  # spec: the env's (zrl.envs.EnvSpec)
+    return RingSpec(
+        ring_slots(cfg), {"frame": ((m, *spec.frame_shape), spec.frame_dtype), "episode_step": ((m,), "int32")}
+    )
+
+
+def _agent(name: str):
+    from zrl import agents
+
+    return agents.get(name)
 
 
 @dataclass(frozen=True)
@@ -43,13 +63,32 @@ class RunWiring:
     replay_from: str = ""  # deterministic resume: the checkpoint whose trained actions the worker plays again first
 
 
+def env_spec_text(wiring: RunWiring) -> str:
+    """What a remote worker's envs must give, as the Welcome says it and the worker compares it."""
+    shape = "x".join(str(n) for n in wiring.frame_shape)
+    return (
+        f"frames {shape} {wiring.frame_dtype}, {wiring.num_actions} actions, {wiring.frames_per_step} frames per step"
+    )
+
+
 class StopFlag:
     """The launcher's stop request, shared with the roles: one byte of shared memory, read and written without a
     lock, so that a role killed at any instant cannot leave it held (as a killed reader can an mp.Event's lock,
-    which would then block the launcher's own stop)."""
+    which would then block the launcher's own stop). Beside it, how many workers are live (the local ones and
+    the remote ones that have joined), which the workers' pacing shares the learner's appetite among."""
 
     def __init__(self, ctx) -> None:
         self._flag = ctx.RawValue(ctypes.c_bool, False)
+        self._live = ctx.RawValue(ctypes.c_int, 0)
+
+    @property
+    def live_workers(self) -> int:
+        """Workers live now; 0 until the launcher says."""
+        return int(self._live.value)
+
+    @live_workers.setter
+    def live_workers(self, n: int) -> None:
+        self._live.value = n
 
     def set(self) -> None:
         self._flag.value = True
@@ -272,18 +311,24 @@ def frames_past_ring(worker_id: int, env_frames: int, rings: list[Ring], frames_
     return 0 <= worker_id < len(rings) and env_frames > rings[worker_id].head * frames_per_slot
 
 
+def worker_env(cfg, worker_id: int, offset: int):
+    """Worker ``worker_id``'s vector env, seeded apart from every other worker's (``offset`` moves a resumed or
+    restarted worker onto new games)."""
+    from zrl.envs import make_vector_env
+
+    m = cfg.workers.envs_per_worker
+    return make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + offset) % 2**31)
+
+
 class WorkerLink:
     """A worker's env, ring and sockets, closed together: its vector env (seeded apart per worker; ``offset``
     moves a resumed or restarted worker onto new games), the ring it writes, a PUSH for its experience
     (``out``), a PUSH for its stats and episodes, and its weights feed."""
 
     def __init__(self, worker_id: int, cfg, wiring: RunWiring, stop_event, offset: int) -> None:
-        from zrl.envs import make_vector_env
-
-        m = cfg.workers.envs_per_worker
         self.worker_id, self.frames_per_step = worker_id, wiring.frames_per_step
         with contextlib.ExitStack() as opened:
-            self.env = make_vector_env(cfg.env, m, seed=(cfg.run.seed * 100_003 + worker_id * m + offset) % 2**31)
+            self.env = worker_env(cfg, worker_id, offset)
             opened.callback(self.env.close)
             self.ring = Ring.attach(wiring.ring_names[worker_id], wiring.ring_spec)
             opened.callback(self.ring.close)
@@ -295,6 +340,10 @@ class WorkerLink:
             opened.callback(self.stats.close)
             self.weights = WeightsFeed(self.ctx, wiring, worker_id, cfg.transport.poll_timeout_ms, stop_event)
             self._close = opened.pop_all().close
+
+    def send(self, message: bytes, timeout_ms: int) -> bool:
+        """Send one of the actor's messages to the broker; False if it stayed full for ``timeout_ms``."""
+        return transport.send(self.out, message, timeout_ms)
 
     def send_stats(
         self, env_steps: int, sent: int, policy_version: int, weight_updates: int, timing: dict[str, float]

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from zrl import agents, transport
-from zrl.config import Config
+from zrl.config import Config, worker_slots
 from zrl.gather import ActingStack
 from zrl.models import load_flat
 from zrl.roles.common import (
@@ -52,7 +52,9 @@ class Worker:
     ``policy_version``, ``learner_step``, ``env_steps``, ``env_frames``, ``weight_updates``, ``weights`` (the
     feed), ``poll_ms``, ``max_weights_wait_s``; and calls: ``advance``, ``use``, ``heartbeat``, ``stopping``."""
 
-    def __init__(self, worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart) -> None:
+    def __init__(
+        self, worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart, make_link=WorkerLink
+    ) -> None:
         # A resumed run (env_frames_start > 0) plays new episodes, not the first run's again; a deterministic
         # one plays the first run's again, up to where the checkpoint left off (replay_from). A restarted worker
         # (generation > 0) plays new episodes too.
@@ -60,7 +62,8 @@ class Worker:
         self.worker_id, self.cfg, self.wiring, self.stop_event = worker_id, cfg, wiring, stop_event
         self.m, self.frames_per_step = cfg.workers.envs_per_worker, wiring.frames_per_step
         self.poll_ms, self.max_weights_wait_s = cfg.transport.poll_timeout_ms, cfg.workers.max_weights_wait_s
-        self.link = WorkerLink(worker_id, cfg, wiring, stop_event, offset)
+        # the env, the ring and the sockets: WorkerLink's shm ring, or a remote worker's (zrl/roles/remote.py)
+        self.link = make_link(worker_id, cfg, wiring, stop_event, offset)
         self.env, self.ring, self.weights = self.link.env, self.link.ring, self.link.weights
         try:
             actor = agents.get(cfg.algo).actor_part()
@@ -73,6 +76,11 @@ class Worker:
         self.policy_version = self.learner_step = 0
         self.timing = {"step": 0.0, "inference": 0.0, "ring_write": 0.0, "send": 0.0, "weights_wait": 0.0}
         self.report = Every(cfg.workers.stats_interval_s)
+
+    @property
+    def live_workers(self) -> int:
+        """How many workers share the learner's appetite now (the stop flag says; every slot if it does not)."""
+        return getattr(self.stop_event, "live_workers", 0) or worker_slots(self.cfg)
 
     @property
     def env_frames(self) -> int:
@@ -135,7 +143,7 @@ class Worker:
             out = actor.record(self, action, step, slot)
             if out is not None:
                 timing["inference"] += out.inference_s
-                while not transport.send(self.link.out, out.message, self.poll_ms):
+                while not self.link.send(out.message, self.poll_ms):
                     if self.stopping():
                         return
                 self.seq += 1

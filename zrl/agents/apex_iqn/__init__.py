@@ -23,9 +23,11 @@ def ring_slots(cfg) -> int:
     """The replay's transitions, one frame each, spread over the workers (twice a fair share, so that a worker
     may run at twice the others' pace), plus a worker's block awaiting its priorities, the n-step window and
     the stacks."""
+    from zrl.config import worker_slots
+
     m, apex = cfg.workers.envs_per_worker, cfg.apex
     capacity = cfg.replay[0].capacity
-    per_worker = min(capacity, math.ceil(2 * capacity / cfg.workers.count))
+    per_worker = min(capacity, math.ceil(2 * capacity / worker_slots(cfg)))
     return math.ceil((per_worker + apex.priority_batch) / m) + apex.n_step + 2 * cfg.env.frame_stack + 2
 
 

@@ -17,7 +17,7 @@ from zrl import protocol
 from zrl.agents import Outgoing
 from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
 from zrl.algos.iqn import NStep
-from zrl.config import Config
+from zrl.config import Config, worker_slots
 from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_apex_model
 
@@ -39,7 +39,7 @@ class ApexActor:
             cfg.model, apex, wiring.frame_shape, wiring.frame_dtype, cfg.env.frame_stack, wiring.num_actions
         )
         self.model.train(apex.noisy)  # noisy layers draw new noise on every forward pass: that is the exploration
-        epsilons = worker_epsilons(cfg.workers.count, apex.epsilon, apex.epsilon_alpha)
+        epsilons = worker_epsilons(worker_slots(cfg), apex.epsilon, apex.epsilon_alpha)
         self.epsilon = 0.0 if apex.noisy else float(epsilons[worker_id])
         self.rng = np.random.default_rng([cfg.run.seed, worker_id, offset])
         self.generator = torch.Generator().manual_seed(int(self.rng.integers(2**62)))
@@ -109,12 +109,12 @@ class ApexActor:
     def weights_taken(self, versions: int) -> None:
         pass
 
-    def _allowed(self, learner_step: int) -> float:
+    def _allowed(self, learner_step: int, workers: int) -> float:
         """The env steps this worker may have taken while the learner is at ``learner_step``: its share of the
         transitions the replay waits for and of those the learner's weights and one version more account for,
-        plus a block awaiting its priorities."""
+        plus a block awaiting its priorities; ``workers``: how many share them now (the live ones)."""
         apex, cfg = self.apex, self.cfg
-        share = (apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio) / cfg.workers.count
+        share = (apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio) / workers
         return share + apex.priority_batch
 
     def pace(self, worker) -> bool:
@@ -122,10 +122,13 @@ class ApexActor:
         learner's latest weights, and one version more, account for, past the transitions the replay waits for
         to start), wait for them, at most ``workers.max_weights_wait_s``. False if the run stops meanwhile."""
         worker.use(worker.weights.newer(worker.policy_version, 0))
-        if not self.per_version or worker.env_steps <= self._allowed(worker.learner_step):
+        if not self.per_version or worker.env_steps <= self._allowed(worker.learner_step, worker.live_workers):
             return True  # the common case: not ahead, and no clock read
         deadline = time.perf_counter() + worker.max_weights_wait_s
-        while worker.env_steps > self._allowed(worker.learner_step) and time.perf_counter() < deadline:
+        while (
+            worker.env_steps > self._allowed(worker.learner_step, worker.live_workers)
+            and time.perf_counter() < deadline
+        ):
             if worker.stopping():
                 return False
             wait_ms = min(worker.poll_ms, int((deadline - time.perf_counter()) * 1000) + 1)

@@ -15,7 +15,7 @@ import numpy as np
 
 from shm.ring import Ring
 from zrl import protocol
-from zrl.config import Config, apex_anneal_steps
+from zrl.config import Config, apex_anneal_steps, worker_slots
 from zrl.replay.prioritized import ApexReplay
 
 
@@ -32,7 +32,7 @@ class ApexBroker:
             cfg.replay[0].capacity,
             cfg.learner.batch_size,
             apex.learn_start,
-            cfg.workers.count,
+            worker_slots(cfg),
             cfg.workers.envs_per_worker,
             wiring.num_actions,
             apex.n_step,

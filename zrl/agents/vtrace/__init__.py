@@ -23,11 +23,11 @@ def ring_slots(cfg) -> int:
     the ready batches and the learner's batch. A worker produces M units per T slots; its ring keeps twice
     its fair share of them (all of them with one or two workers), so a worker may run at twice the others'
     pace before its oldest replayed units are dropped as stale (counted in metrics.csv)."""
-    from zrl.config import queue_capacity
+    from zrl.config import queue_capacity, worker_slots
 
     held = max(queue_capacity(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
     in_flight = held + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
-    per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
+    per_worker = min(in_flight, math.ceil(2 * in_flight / worker_slots(cfg)))
     unrolls_per_env = math.ceil(per_worker / cfg.workers.envs_per_worker) + 2
     return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
 

@@ -118,6 +118,9 @@ class VtraceActor:
         """After an unroll was sent: take new weights, and wait for them while this worker is ahead; False if the
         run stops meanwhile."""
         self.budget = max(self.budget - 1.0, 0.0)
+        if self.rate and not self.deterministic:  # shared among the workers live now (remote ones come and go)
+            self.rate = unrolls_per_version(self.cfg, worker.live_workers)
+            self.most = max(math.ceil(self.rate - 1e-9), 1)
         if self.deterministic:
             # Lockstep: unroll n is played with weights version n // max_ahead, no sooner and no later.
             due = self.played // self.max_ahead

@@ -19,7 +19,15 @@ import torch
 
 from shm.ring import Ring
 from zrl import protocol
-from zrl.config import Config, fill_target, lr_decay_steps, needs_features, queue_capacity, replay_share
+from zrl.config import (
+    Config,
+    fill_target,
+    lr_decay_steps,
+    needs_features,
+    queue_capacity,
+    replay_share,
+    worker_slots,
+)
 from zrl.gather import Gatherer
 from zrl.models import build_model, load_flat, resolve_device
 from zrl.replay.queue import QueueReplay
@@ -50,8 +58,8 @@ def units_of(msg: protocol.Unroll) -> list[Unit]:
 def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
     """Why a well-formed unroll message cannot be from this run's workers (a forged or damaged message), or None.
     The schema checks types and shapes; this checks them against the run."""
-    if not 0 <= msg.worker_id < cfg.workers.count:
-        return f"worker_id {msg.worker_id} is not one of the {cfg.workers.count} workers"
+    if not 0 <= msg.worker_id < worker_slots(cfg):
+        return f"worker_id {msg.worker_id} is not one of the {worker_slots(cfg)} workers"
     m, t = cfg.workers.envs_per_worker, cfg.learner.unroll_length
     if (msg.num_envs, msg.length) != (m, t):
         return f"{msg.num_envs} envs x {msg.length} steps, not {m} x {t}"

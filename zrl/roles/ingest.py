@@ -1,0 +1,388 @@
+"""The ingest: where workers on other hosts deliver (zrl-worker, or zrl-launch --ray's actors; zrl/roles/remote.py).
+
+It binds the run's gate, a ROUTER on tcp (CurveZMQ beyond loopback, each client key checked against the
+authorized folder as it is now), and a PUB that passes the learner's weights on. A remote worker joins and is given
+a slot, one of the ``workers.remote`` rings the launcher made, with the run's config; from then on it sends, with
+each of its messages (V-trace's unrolls, Ape-X's transitions), the frames it wrote since the one before, compressed
+with zstd. The ingest checks them (the session's numbering, the sizes, the frame numbers the message names),
+writes them into the slot's ring and forwards the message to the broker in the slot's name, as a local worker would
+have sent it: the broker, the learner's gather and every replay see one more local worker. A remote worker's stats
+and episodes go on to the launcher the same way. What it refuses it counts (IngestStats) and answers with a
+Refused; it never writes a slot that is not the sender's, and a sender names no slot.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import msgspec
+import numpy as np
+import zmq
+import zstandard
+
+from shm.ring import Ring
+from zrl import __version__, protocol, transport
+from zrl.config import Config, dumps
+from zrl.roles.common import Decoder, Every, RunWiring, crash_report, env_spec_text, should_stop, start_role
+
+NAME = "zrl-ingest"
+STATS_EVERY_S = 1.0
+HANDLE_AT_MOST = 256  # gate messages per turn, so that weights and the stats keep their turn
+
+
+def run(cfg: Config, wiring: RunWiring, stop_event, run_name: str) -> None:
+    start_role(NAME, wiring.launcher_pid)
+    transport.configure(cfg.transport)
+    with crash_report(NAME, wiring):
+        ingest = Ingest(cfg, wiring, stop_event, run_name)
+        try:
+            ingest.run()
+        finally:
+            ingest.close()
+
+
+@dataclass
+class Session:
+    """One remote worker's admission: its connection (``rid``), key, slot and place in its numbering."""
+
+    rid: bytes
+    key: str  # its CurveZMQ public key, z85 ("" on loopback without keys)
+    who: str  # its key's name and host, for the log
+    slot: int  # which remote slot: worker id workers.count + slot
+    worker_id: int
+    start: int  # the ring frame its first frame went to: its messages may name frames from here on
+    last_heard: float
+    seq: int = 0  # the RemoteData it sends next
+    offset: int | None = None  # ring frame = its own frame number + offset, known from its first RemoteData
+    next_frame: int = 0  # its own number of the frame it sends next
+
+
+class Refusal(Exception):
+    """A remote message refused: the reason, and whether the session ends with it."""
+
+    def __init__(self, reason: str, ends_session: bool = False) -> None:
+        super().__init__(reason)
+        self.ends_session = ends_session
+
+
+class Ingest:
+    def __init__(self, cfg: Config, wiring: RunWiring, stop_event, run_name: str) -> None:
+        self.cfg, self.wiring, self.stop_event, self.run_name = cfg, wiring, stop_event, run_name
+        self.local = cfg.workers.count
+        self.poll_ms = cfg.transport.poll_timeout_ms
+        self.config_text = dumps(cfg)
+        self.spec_text = env_spec_text(wiring)
+        self.rings: list[Ring] = []
+        self.ctx = transport.context(cfg.transport)
+        self.sockets: list[zmq.Socket] = []
+        try:
+            for name in wiring.ring_names[self.local :]:
+                self.rings.append(Ring.attach(name, wiring.ring_spec))
+            self.keys = None
+            if cfg.transport.curve_keys:
+                self.keys = transport.AuthorizedKeys(transport.load_curve_keys(cfg.transport.curve_keys).authorized)
+                transport.check_clients(self.ctx, self.keys)
+            ep = wiring.endpoints
+            self.gate = self._socket(zmq.ROUTER, hwm=max(1000, cfg.transport.hwm), bind=ep.gate)
+            self.gate.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a worker that reconnects takes its routing id back
+            self.pub = self._socket(zmq.PUB, hwm=2, bind=ep.remote_weights)
+            self.to_broker = self._socket(zmq.PUSH, hwm=cfg.transport.hwm, connect=ep.unrolls)
+            self.stats = self._socket(zmq.PUSH, hwm=1000, connect=ep.stats)
+            self.sub = self._socket(zmq.SUB, hwm=1, connect=ep.weights)
+            self.req = self._socket(zmq.DEALER, hwm=4, connect=ep.weights_req)
+        except BaseException:
+            self.close()
+            raise
+        self.weights_port = int(ep.remote_weights.rsplit(":", 1)[1])
+        self.decoded = Decoder()
+        self.sessions: dict[bytes, Session] = {}
+        self.free = list(range(len(self.rings)))
+        self.slot_seq = [0] * len(self.rings)  # the next message number each slot forwards to the broker
+        self.slot_frames = [0] * len(self.rings)  # each slot's env frames in this launch (its workers' counts go on)
+        self.generation = [0] * len(self.rings)
+        self.current: bytes | None = None  # the learner's newest weights
+        self.version = -1
+        self.asked_at = -float("inf")
+        self.waiting: list[bytes] = []  # remote weights requests waiting for the first weights
+        self.frame_bytes = [
+            (name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
+            for name, (shape, dtype) in wiring.ring_spec.fields.items()
+        ]
+        self.slot_bytes = sum(n for *_, n in self.frame_bytes)
+        self.unzip = zstandard.ZstdDecompressor()
+        self.counts = dict(joins=0, frames=0, bytes=0, raw_bytes=0)
+        self.busy_s = 0.0
+
+    def _socket(self, kind: int, **kwargs) -> zmq.Socket:
+        sock = transport.socket(self.ctx, kind, **kwargs)
+        self.sockets.append(sock)
+        return sock
+
+    def close(self) -> None:
+        for sock in self.sockets:
+            sock.close()
+        self.sockets.clear()
+        transport.term(self.ctx)
+        for ring in self.rings:
+            ring.close()
+        self.rings.clear()
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        poller = zmq.Poller()
+        for sock in (self.gate, self.sub, self.req):
+            poller.register(sock, zmq.POLLIN)
+        report = Every(STATS_EVERY_S)
+        while not should_stop(self.stop_event):
+            ready = dict(poller.poll(self.poll_ms))
+            if self.sub in ready or self.req in ready:
+                self._take_weights()
+            if self.current is None and time.monotonic() - self.asked_at > 1.0:
+                self.asked_at = time.monotonic()
+                transport.send_nowait(self.req, protocol.WeightsRequest(worker_id=0).encode())
+            if self.gate in ready:
+                for _ in range(HANDLE_AT_MOST):
+                    try:
+                        frames = self.gate.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    self._handle(frames)
+            if report.due():
+                self._expire()
+                self._send_stats()
+        for rid in list(self.sessions):
+            self._reply(rid, protocol.Refused(reason="the run is stopping", final=0))
+
+    def _take_weights(self) -> None:
+        """The learner's newest weights, from its broadcast or an answer to this role's request: kept, passed on
+        to the remote workers, and given to those that asked before there were any."""
+        for sock in (self.sub, self.req):
+            while True:
+                data = transport.recv(sock, 0)
+                if data is None:
+                    break
+                try:
+                    version, _, _ = protocol.decode_weights(data)
+                except protocol.ProtocolError:
+                    self.decoded.refuse()
+                    continue
+                if version > self.version:
+                    self.version, self.current = version, data
+                    self.pub.send(data, zmq.NOBLOCK, copy=False)
+        if self.current is not None:
+            for rid in self.waiting:
+                self._send(rid, self.current)
+            self.waiting.clear()
+
+    # -- a remote message --------------------------------------------------------------------------------------
+    def _handle(self, frames: list[zmq.Frame]) -> None:
+        rid = frames[0].bytes
+        if len(frames) != 2:
+            self._refuse(rid, "a message of one frame was expected")
+            return
+        payload = frames[1]
+        key = payload.get("User-Id") if self.keys is not None else ""
+        self.counts["bytes"] += len(payload)
+        session = self.sessions.get(rid)
+        if self.keys is not None and self.keys.name_of(key) is None:  # revoked since it connected
+            if session is not None:
+                self._end(session, "its key is no longer authorized")
+            self._refuse(rid, "this worker's key is not authorized (any more)", final=1)
+            return
+        msg = self.decoded(payload.buffer, protocol.Message)
+        if msg is None:
+            self._refuse(rid, "not a zrl message of this version")
+            return
+        try:
+            if isinstance(msg, protocol.Join):
+                self._join(rid, key, msg)
+            elif isinstance(msg, protocol.WeightsRequest):
+                if self.current is None:
+                    self.waiting = self.waiting[-999:] + [rid]
+                else:
+                    self._send(rid, self.current)
+            elif session is None:
+                raise Refusal("this connection has not joined (the run may have restarted): join again")
+            elif session.key != key:
+                raise Refusal("a message from another key than the one that joined", ends_session=True)
+            elif isinstance(msg, protocol.RemoteData):
+                t0 = time.perf_counter()
+                try:
+                    self._data(session, msg)
+                finally:
+                    self.busy_s += time.perf_counter() - t0
+            elif isinstance(msg, protocol.WorkerStats):
+                session.last_heard = time.monotonic()
+                self.slot_frames[session.slot] = msg.env_frames
+                self._report(msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid()))
+                self._reply(rid, protocol.Ack(live_workers=self.local + len(self.sessions)))
+            elif isinstance(msg, protocol.Episode):
+                self._report(msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid()))
+            elif isinstance(msg, protocol.Leave):
+                self._end(session, f"left ({msg.reason})" if msg.reason else "left")
+            else:
+                raise Refusal(f"a {type(msg).__name__} has no business on the gate")
+        except Refusal as refusal:
+            self.decoded.refuse()
+            if refusal.ends_session and rid in self.sessions:
+                self._end(self.sessions[rid], f"was refused: {refusal}")
+            self._refuse(rid, str(refusal), counted=False)
+
+    def _join(self, rid: bytes, key: str, msg: protocol.Join) -> None:
+        cfg = self.cfg
+        if msg.run and msg.run != self.run_name:
+            raise Refusal(f"this is run {self.run_name}, not {msg.run}", ends_session=True)
+        if msg.envs_per_worker != cfg.workers.envs_per_worker:
+            raise Refusal(
+                f"this run's workers step {cfg.workers.envs_per_worker} envs each, not {msg.envs_per_worker}: give "
+                f"--envs-per-worker {cfg.workers.envs_per_worker} or leave it out",
+                ends_session=True,
+            )
+        old = self.sessions.get(rid)
+        if old is not None:
+            self._end(old, "joined again")
+        if not self.free:
+            self._refuse(
+                rid,
+                f"all {len(self.rings)} remote worker slots of this run are taken (workers.remote = {len(self.rings)})",
+                final=0,
+                counted=False,
+            )
+            return
+        slot = self.free.pop(0)
+        name = self.keys.name_of(key) if self.keys is not None else None
+        who = f"{name + ' on ' if name else ''}{msg.host or '?'} (pid {msg.pid})"
+        session = Session(rid, key, who, slot, self.local + slot, self.rings[slot].head, time.monotonic())
+        self.sessions[rid] = session
+        self.generation[slot] += 1
+        self.counts["joins"] += 1
+        self._reply(
+            rid,
+            protocol.Welcome(
+                run=self.run_name,
+                worker_id=session.worker_id,
+                generation=self.generation[slot],
+                env_frames=self.slot_frames[slot],
+                env_frames_start=self.wiring.env_frames_start,
+                weights_port=self.weights_port,
+                env_spec=self.spec_text,
+                config=self.config_text,
+            ),
+        )
+        version = "" if msg.zrl_version == __version__ else f", zrl {msg.zrl_version} (this host: {__version__})"
+        self._notice(f"remote worker {who} joined as zrl-worker-{session.worker_id}{version}")
+
+    def _data(self, session: Session, msg: protocol.RemoteData) -> None:
+        """Check a RemoteData whole, then write its frames into the session's ring and forward its message."""
+        ring = self.rings[session.slot]
+        if msg.seq != session.seq:
+            raise Refusal(f"message {msg.seq} where {session.seq} was due (one was lost)", ends_session=True)
+        if session.offset is not None and msg.first_frame != session.next_frame:
+            raise Refusal(f"frames from {msg.first_frame} where {session.next_frame} were due", ends_session=True)
+        if msg.count > ring.capacity // 2:
+            raise Refusal(f"{msg.count} frames in one message, more than half the ring ({ring.capacity})")
+        offset = ring.head - msg.first_frame if session.offset is None else session.offset
+        fields = self._inflate(msg.frames, msg.count)
+        try:
+            inner = protocol.decode(msg.message)
+        except protocol.ProtocolError as err:
+            raise Refusal(f"its message does not decode ({err})", ends_session=True) from None
+        if not isinstance(inner, (protocol.Unroll, protocol.Transitions)):
+            raise Refusal(f"its message is a {type(inner).__name__}, not an Unroll or Transitions", True)
+        if inner.worker_id != session.worker_id:
+            raise Refusal(f"its message names worker {inner.worker_id}, not {session.worker_id}", ends_session=True)
+        low, high = session.start, ring.head + msg.count  # the frames it may name: this session's, once written
+        if isinstance(inner, protocol.Unroll):
+            first = inner.first_frame + offset
+            if not (low <= first and first + inner.length < high):
+                raise Refusal("its unroll names frames it has not sent", ends_session=True)
+            out = msgspec.structs.replace(inner, seq=self.slot_seq[session.slot], first_frame=first)
+        else:
+            frame, next_frame = inner.frame + offset, inner.next_frame + offset
+            if inner.count and not (low <= frame.min() and next_frame.max() < high and (next_frame >= frame).all()):
+                raise Refusal("its transitions name frames it has not sent", ends_session=True)
+            out = msgspec.structs.replace(inner, seq=self.slot_seq[session.slot], frame=frame, next_frame=next_frame)
+        data = out.encode()
+        for k in range(msg.count):
+            ring.write(**{name: values[k] for name, values in fields.items()})
+        session.offset, session.seq = offset, session.seq + 1
+        session.next_frame = msg.first_frame + msg.count
+        session.last_heard = time.monotonic()
+        self.counts["frames"] += msg.count * self.cfg.workers.envs_per_worker
+        self.counts["raw_bytes"] += msg.count * self.slot_bytes
+        while not transport.send(self.to_broker, data, self.poll_ms):  # the broker's backpressure reaches the gate
+            if should_stop(self.stop_event):
+                return
+        self.slot_seq[session.slot] += 1
+
+    def _inflate(self, frames: np.ndarray, count: int) -> dict[str, np.ndarray]:
+        """``count`` slots' fields from their zstd bytes: exactly that many bytes, or a Refusal (no more are ever
+        decompressed than the slots hold)."""
+        want = count * self.slot_bytes
+        try:
+            raw = self.unzip.stream_reader(frames.data).read(want + 1) if want else b""
+        except zstandard.ZstdError as err:
+            raise Refusal(f"its frames do not decompress ({err})", ends_session=True) from None
+        if len(raw) != want:
+            raise Refusal(f"its frames hold {len(raw)}{'+' if len(raw) > want else ''} bytes, not {want}", True)
+        buf, at, fields = np.frombuffer(raw, np.uint8), 0, {}
+        for name, shape, dtype, nbytes in self.frame_bytes:
+            fields[name] = buf[at : at + count * nbytes].view(dtype).reshape(count, *shape)
+            at += count * nbytes
+        return fields
+
+    # -- sessions, replies, reports ----------------------------------------------------------------------------
+    def _end(self, session: Session, why: str) -> None:
+        if self.sessions.pop(session.rid, None) is None:
+            return
+        self.free.append(session.slot)
+        self._notice(f"remote worker {session.who} (zrl-worker-{session.worker_id}) {why}; its slot is free")
+
+    def _expire(self) -> None:
+        """End the sessions that went silent, or whose key was revoked."""
+        now, limit = time.monotonic(), max(self.cfg.run.heartbeat_timeout_s, 10.0)
+        for session in list(self.sessions.values()):
+            if now - session.last_heard > limit:
+                self._end(session, f"sent nothing for {now - session.last_heard:.0f} s")
+            elif self.keys is not None and self.keys.name_of(session.key) is None:
+                self._end(session, "lost its authorization (its key was removed from authorized/)")
+                self._refuse(session.rid, "this worker's key is not authorized any more", final=1, counted=False)
+
+    def _refuse(self, rid: bytes, reason: str, final: int = 0, counted: bool = True) -> None:
+        if counted:
+            self.decoded.refuse()
+        self._reply(rid, protocol.Refused(reason=reason[: protocol.TRACEBACK_CHARS], final=final))
+
+    def _reply(self, rid: bytes, msg) -> None:
+        self._send(rid, msg.encode())
+
+    def _send(self, rid: bytes, data: bytes) -> None:
+        try:
+            self.gate.send_multipart([rid, data], zmq.NOBLOCK, copy=False)
+        except zmq.Again:  # that worker is not reading: it finds out when its heartbeats go unanswered
+            pass
+
+    def _report(self, msg) -> None:
+        transport.send_nowait(self.stats, msg.encode())
+
+    def _notice(self, text: str) -> None:
+        self._report(protocol.Notice(role=NAME, pid=os.getpid(), text=text))
+
+    def _send_stats(self) -> None:
+        c = self.counts
+        self._report(
+            protocol.IngestStats(
+                pid=os.getpid(),
+                time=time.time(),
+                remote_workers=len(self.sessions),
+                remote_joins=c["joins"],
+                remote_frames=c["frames"],
+                remote_bytes=c["bytes"],
+                remote_raw_bytes=c["raw_bytes"],
+                remote_refused=self.decoded.errors,
+                remote_auth_refused=self.keys.refused if self.keys is not None else 0,
+                ingest_busy_s=self.busy_s,
+            )
+        )

@@ -1,0 +1,297 @@
+"""A worker on another host: ``zrl-worker --connect tcp://HOST:PORT`` (or a zrl-launch --ray actor).
+
+It runs the one worker loop (zrl/roles/worker.py) with a RemoteLink in place of the shared-memory one: its frames
+go into a ring in its own memory, and with each of its messages it sends the frames written since the one before,
+zstd-compressed (level 1: 58-192x smaller on Atari frames at 1-2 us a frame; perf/frame_compression.py), to the
+run's ingest (zrl/roles/ingest.py), which writes them into the slot's ring on the learner's host. Its stats and
+episodes go the same way; the learner's weights come from the ingest's PUB, and on (re)start by asking the gate.
+
+``serve`` is the process: join (the run's config comes back: the learner's host is the one source of it), work
+until the session ends, and join again with backoff while the learner is not up, restarts, or drops the worker.
+"""
+
+from __future__ import annotations
+
+import os
+import socket as _socket
+import time
+import tomllib
+from collections.abc import Callable
+
+import numpy as np
+import zmq
+import zstandard
+
+from shm.ring import Ring
+from zrl import __version__, protocol, transport
+from zrl.roles.common import (
+    RunWiring,
+    WeightsFeed,
+    WorkerLink,
+    WorkerStart,
+    env_spec_text,
+    make_ring_spec,
+    should_stop,
+    worker_env,
+)
+from zrl.transport import ENDPOINT_NAMES, Endpoints
+
+JOIN_WAIT_S = 5.0  # how long a join waits for the gate's answer before it tries again
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # the waits between tries, the last repeated
+PROGRESS_EVERY_S = 10.0
+CHECK_EVERY_S = 0.05  # how often the loop's stop check looks at the gate
+
+
+def silence_limit(cfg) -> float:
+    """How long either side of a session waits for the other before it gives the session up."""
+    return max(cfg.run.heartbeat_timeout_s, 10.0)
+
+
+class Session:
+    """One admission to a run, and the stop check of the worker loop that runs under it (``is_set``): the session
+    ends when the process is asked to stop, when the ingest refuses the worker, or when its heartbeats go
+    unanswered for ``silence_s``. ``live_workers`` is what the ingest said last."""
+
+    def __init__(self, ctx: zmq.Context, gate: zmq.Socket, welcome: protocol.Welcome, stopping, silence_s: float):
+        self.ctx, self.gate, self.welcome, self.stopping, self.silence_s = ctx, gate, welcome, stopping, silence_s
+        self.live_workers = 0
+        self.last_heard = time.monotonic()
+        self.refused: protocol.Refused | None = None
+        self.lost = False
+        self._next_check = 0.0
+
+    def is_set(self) -> bool:
+        if self.refused is not None or self.lost or self.stopping():
+            return True
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + CHECK_EVERY_S
+        while (data := transport.recv(self.gate, 0)) is not None:
+            try:
+                msg = protocol.decode(data)
+            except protocol.ProtocolError:
+                continue
+            if isinstance(msg, protocol.Ack):
+                self.last_heard, self.live_workers = now, msg.live_workers
+            elif isinstance(msg, protocol.Refused):
+                self.refused = msg
+                return True
+        if now - self.last_heard > self.silence_s:
+            self.lost = True
+        return self.lost
+
+
+class RemoteLink(WorkerLink):
+    """A remote worker's env, private ring and sockets: ``send`` puts the frames written since the last message in
+    front of each message (RemoteData); ``stats`` and ``out`` are both the session's gate."""
+
+    def __init__(self, worker_id: int, cfg, wiring: RunWiring, session: Session, offset: int) -> None:
+        self.worker_id, self.frames_per_step = worker_id, wiring.frames_per_step
+        self.session, self.say = session, None
+        self.env = worker_env(cfg, worker_id, offset)
+        self.ring = Ring.private(wiring.ring_spec)
+        self.out = self.stats = session.gate
+        self.weights = WeightsFeed(session.ctx, wiring, worker_id, cfg.transport.poll_timeout_ms, session)
+        self.zip = zstandard.ZstdCompressor(level=1)
+        self.sent_to = self.seq = 0
+        self.pending: tuple[int, bytes] | None = None  # a RemoteData made and not yet sent (backpressure)
+        self.bytes_sent = self.frames_sent = 0
+        self.started = self.progress_at = time.monotonic()
+
+    def send(self, message: bytes, timeout_ms: int) -> bool:
+        if self.pending is None:
+            head = self.ring.head
+            data = protocol.RemoteData(
+                seq=self.seq,
+                first_frame=self.sent_to,
+                count=head - self.sent_to,
+                frames=self._deflate(self.sent_to, head),
+                message=np.frombuffer(message, np.uint8),
+            ).encode()
+            self.pending = (head, data)
+        head, data = self.pending
+        if not transport.send(self.out, data, timeout_ms):
+            return False
+        self.frames_sent += head - self.sent_to
+        self.sent_to, self.seq, self.pending = head, self.seq + 1, None
+        self.bytes_sent += len(data)
+        return True
+
+    def _deflate(self, first: int, head: int) -> np.ndarray:
+        """Slots ``first`` to ``head`` (exclusive), field by field, as one zstd frame."""
+        slots = np.arange(first, head) % self.ring.capacity
+        stream = self.zip.compressobj()
+        parts = [stream.compress(np.ascontiguousarray(field[slots])) for field in self.ring.fields.values()]
+        parts.append(stream.flush())
+        return np.frombuffer(b"".join(parts), np.uint8)
+
+    def send_stats(self, env_steps, sent, policy_version, weight_updates, timing) -> None:
+        super().send_stats(env_steps, sent, policy_version, weight_updates, timing)
+        now = time.monotonic()
+        if self.say is not None and now - self.progress_at >= PROGRESS_EVERY_S:
+            self.progress_at = now
+            frames = env_steps * self.frames_per_step
+            rate = self.bytes_sent / max(now - self.started, 1e-9)
+            per_frame = self.bytes_sent / max(self.frames_sent * self.ring.spec.fields["frame"][0][0], 1)
+            self.say(
+                f"zrl-worker-{self.worker_id}: {frames:,} env frames, {self.bytes_sent / 1e6:,.1f} MB sent "
+                f"({rate / 1e3:,.0f} kB/s, {per_frame:,.0f} B per observation), weights version {policy_version}"
+            )
+
+    def close(self) -> None:
+        self.weights.close()
+        self.env.close()
+        self.ring.close()
+
+
+def _wiring(connect: str, welcome: protocol.Welcome, cfg) -> RunWiring:
+    """The worker's view of the run: the gate for weights requests, the ingest's PUB for broadcasts, and its ring's
+    layout from its own env (which must give what the run's does)."""
+    from zrl import envs
+
+    spec = envs.probe(cfg.env)
+    host = connect.rsplit(":", 1)[0]
+    endpoints = Endpoints(
+        **{name: "" for name in ENDPOINT_NAMES} | {"weights": f"{host}:{welcome.weights_port}", "weights_req": connect}
+    )
+    return RunWiring(
+        endpoints,
+        (),
+        make_ring_spec(cfg, spec),
+        spec.frame_shape,
+        spec.frame_dtype,
+        spec.num_actions,
+        spec.frames_per_step,
+        0,
+        env_frames_start=welcome.env_frames_start,
+    )
+
+
+def _join(gate: zmq.Socket, join: bytes, stopping) -> protocol.Welcome | protocol.Refused | None:
+    """Send a Join and wait up to JOIN_WAIT_S for the answer; None if none came (or the process stops)."""
+    if not transport.send(gate, join, 1000):
+        return None
+    deadline = time.monotonic() + JOIN_WAIT_S
+    while not stopping() and time.monotonic() < deadline:
+        data = transport.recv(gate, 100)
+        if data is None:
+            continue
+        try:
+            msg = protocol.decode(data)
+        except protocol.ProtocolError:
+            continue
+        if isinstance(msg, (protocol.Welcome, protocol.Refused)):
+            return msg
+    return None
+
+
+def serve(
+    connect: str,
+    keys: str,
+    envs_per_worker: int | None,
+    run: str,
+    say: Callable[[str], None],
+    stopping: Callable[[], bool],
+) -> int:
+    """Work for the run whose gate is ``connect`` (tcp://HOST:PORT) until ``stopping()``: join, run the worker loop,
+    join again when the session ends. ``keys``: this host's client key folder ("" on loopback without CurveZMQ);
+    ``run``: the run's name it must be ("" for whichever listens). The exit code: 0 when stopped, 2 when the run
+    refuses this worker for good (another run, a misfit) or this host cannot play its env."""
+    transport.configure_client(keys)
+    ctx = transport.context(None, binds=False)
+    join = protocol.Join(
+        run=run,
+        host=_socket.gethostname(),
+        pid=os.getpid(),
+        envs_per_worker=envs_per_worker or 0,
+        zrl_version=__version__,
+    ).encode()
+    tries = 0
+    try:
+        while not stopping():
+            gate = transport.socket(ctx, zmq.DEALER, hwm=64)
+            gate.setsockopt(zmq.ROUTING_ID, os.urandom(16))  # its own for this session, kept across reconnects
+            gate.connect(connect)
+            try:
+                answer = _join(gate, join, stopping)
+                if stopping():
+                    break
+                if isinstance(answer, protocol.Welcome):
+                    tries = 0
+                    code = _work(ctx, gate, connect, answer, envs_per_worker, say, stopping)
+                    if code is not None:
+                        return code
+                    continue
+                if isinstance(answer, protocol.Refused) and answer.final:
+                    say(f"refused by {connect}: {answer.reason}")
+                    return 2
+                why = f"refused: {answer.reason}" if answer is not None else f"no answer within {JOIN_WAIT_S:g} s"
+                wait = BACKOFF_S[min(tries, len(BACKOFF_S) - 1)]
+                tries += 1
+                say(f"{connect}: {why} (try {tries}); trying again in {wait:g} s")
+                _sleep(wait, stopping)
+            finally:
+                gate.close()
+        return 0
+    finally:
+        transport.term(ctx)
+
+
+def _sleep(seconds: float, stopping) -> None:
+    deadline = time.monotonic() + seconds
+    while not stopping() and time.monotonic() < deadline:
+        time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+def _work(ctx, gate, connect: str, welcome: protocol.Welcome, envs_per_worker, say, stopping) -> int | None:
+    """One session: the worker loop under the run's config. The exit code when the process should end, None to
+    join again."""
+    import torch
+
+    from zrl.config import ConfigError, from_dict
+    from zrl.roles.worker import Worker
+
+    try:
+        cfg = from_dict(tomllib.loads(welcome.config), f"the config of run {welcome.run}")
+        wiring = _wiring(connect, welcome, cfg)
+    except (ConfigError, tomllib.TOMLDecodeError, ValueError) as err:
+        _leave(gate, "cannot play the run's env here")
+        say(f"run {welcome.run}: cannot take its config or make its env on this host: {err}")
+        return 2
+    mine = env_spec_text(wiring)
+    if mine != welcome.env_spec:
+        _leave(gate, "its env differs here")
+        say(f"run {welcome.run}'s env gives {welcome.env_spec}; on this host it gives {mine} (another ale-py?)")
+        return 2
+    say(
+        f"joined run {welcome.run} as zrl-worker-{welcome.worker_id} ({cfg.env.id}, {cfg.workers.envs_per_worker} "
+        f"envs); weights from port {welcome.weights_port}"
+    )
+    session = Session(ctx, gate, welcome, stopping, silence_limit(cfg))
+    torch.set_num_threads(cfg.workers.torch_threads)
+    worker = Worker(
+        welcome.worker_id,
+        cfg,
+        wiring,
+        session,
+        WorkerStart(welcome.generation, welcome.env_frames),
+        make_link=RemoteLink,
+    )
+    worker.link.say = say
+    try:
+        worker.run()
+    finally:
+        worker.link.close()
+    if should_stop(session) and stopping():
+        _leave(gate, "stopped")
+        return 0
+    if session.refused is not None:
+        say(f"refused by {connect}: {session.refused.reason}")
+        return 2 if session.refused.final else None
+    say(f"{connect} has not answered for {session.silence_s:g} s; joining again")
+    return None
+
+
+def _leave(gate: zmq.Socket, reason: str) -> None:
+    transport.send(gate, protocol.Leave(reason=reason).encode(), 200)
