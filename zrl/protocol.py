@@ -582,7 +582,8 @@ class PriorityUpdate(_Message, tag="priority_update", eq=False):
 
 class Join(_Message, tag="join"):
     """remote worker -> ingest: admit me. ``run``: the run (its folder's name) the worker was started for, ""
-    for whichever listens; ``host``: where it runs, for the run's log."""
+    for whichever listens; ``envs_per_worker``: what it was told to step, 0 for the run's; ``host``: where it runs,
+    for the run's log."""
 
     run: Text
     host: Text
@@ -655,7 +656,7 @@ class IngestStats(_Message, tag="ingest_stats"):
 
     pid: int
     time: float
-    remote_workers: Annotated[Count, Stat("remote workers joined now")]
+    remote_workers: Annotated[Count, Stat("remote workers joined and heard from in the last seconds")]
     remote_joins: Annotated[Count, Stat("times a remote worker joined (rejoins included)")]
     remote_frames: Annotated[Count, Stat("env observation frames received from remote workers")]
     remote_bytes: Annotated[Count, Stat("bytes received from remote workers, compressed frames and messages")]

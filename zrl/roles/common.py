@@ -66,9 +66,13 @@ class RunWiring:
 def env_spec_text(wiring: RunWiring) -> str:
     """What a remote worker's envs must give, as the Welcome says it and the worker compares it."""
     shape = "x".join(str(n) for n in wiring.frame_shape)
-    return (
-        f"frames {shape} {wiring.frame_dtype}, {wiring.num_actions} actions, {wiring.frames_per_step} frames per step"
-    )
+    return f"frames {shape} {np.dtype(wiring.frame_dtype).name}, {wiring.num_actions} actions, {wiring.frames_per_step} frames per step"
+
+
+def silence_limit(cfg) -> float:
+    """How long either side of a remote worker's session waits for the other before it gives the session up (the
+    ingest frees the slot; the worker joins again): run.heartbeat_timeout_s, at least 5 s."""
+    return max(cfg.run.heartbeat_timeout_s, 5.0)
 
 
 class StopFlag:

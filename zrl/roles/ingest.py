@@ -25,10 +25,20 @@ import zstandard
 from shm.ring import Ring
 from zrl import __version__, protocol, transport
 from zrl.config import Config, dumps
-from zrl.roles.common import Decoder, Every, RunWiring, crash_report, env_spec_text, should_stop, start_role
+from zrl.roles.common import (
+    Decoder,
+    Every,
+    RunWiring,
+    crash_report,
+    env_spec_text,
+    should_stop,
+    silence_limit,
+    start_role,
+)
 
 NAME = "zrl-ingest"
 STATS_EVERY_S = 1.0
+REVOKED = "was shut out: its key is no longer in authorized/"
 HANDLE_AT_MOST = 256  # gate messages per turn, so that weights and the stats keep their turn
 
 
@@ -60,11 +70,12 @@ class Session:
 
 
 class Refusal(Exception):
-    """A remote message refused: the reason, and whether the session ends with it."""
+    """A remote message refused: the reason, whether the session ends with it, and whether the worker should give
+    up (``final``: it can never fit this run) rather than join again."""
 
-    def __init__(self, reason: str, ends_session: bool = False) -> None:
+    def __init__(self, reason: str, ends_session: bool = False, final: bool = False) -> None:
         super().__init__(reason)
-        self.ends_session = ends_session
+        self.ends_session, self.final = ends_session, final
 
 
 class Ingest:
@@ -188,12 +199,12 @@ class Ingest:
         session = self.sessions.get(rid)
         if self.keys is not None and self.keys.name_of(key) is None:  # revoked since it connected
             if session is not None:
-                self._end(session, "its key is no longer authorized")
+                self._end(session, REVOKED)
             self._refuse(rid, "this worker's key is not authorized (any more)", final=1)
             return
         msg = self.decoded(payload.buffer, protocol.Message)
-        if msg is None:
-            self._refuse(rid, "not a zrl message of this version")
+        if msg is None:  # counted by the decoder
+            self._refuse(rid, "not a zrl message of this version", counted=False)
             return
         try:
             if isinstance(msg, protocol.Join):
@@ -217,7 +228,7 @@ class Ingest:
                 session.last_heard = time.monotonic()
                 self.slot_frames[session.slot] = msg.env_frames
                 self._report(msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid()))
-                self._reply(rid, protocol.Ack(live_workers=self.local + len(self.sessions)))
+                self._reply(rid, protocol.Ack(live_workers=self.local + self._live()))
             elif isinstance(msg, protocol.Episode):
                 self._report(msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid()))
             elif isinstance(msg, protocol.Leave):
@@ -228,17 +239,18 @@ class Ingest:
             self.decoded.refuse()
             if refusal.ends_session and rid in self.sessions:
                 self._end(self.sessions[rid], f"was refused: {refusal}")
-            self._refuse(rid, str(refusal), counted=False)
+            self._refuse(rid, str(refusal), final=int(refusal.final), counted=False)
 
     def _join(self, rid: bytes, key: str, msg: protocol.Join) -> None:
         cfg = self.cfg
         if msg.run and msg.run != self.run_name:
-            raise Refusal(f"this is run {self.run_name}, not {msg.run}", ends_session=True)
-        if msg.envs_per_worker != cfg.workers.envs_per_worker:
+            raise Refusal(f"this is run {self.run_name}, not {msg.run}", ends_session=True, final=True)
+        if msg.envs_per_worker not in (0, cfg.workers.envs_per_worker):  # 0: whatever the run's are
             raise Refusal(
                 f"this run's workers step {cfg.workers.envs_per_worker} envs each, not {msg.envs_per_worker}: give "
                 f"--envs-per-worker {cfg.workers.envs_per_worker} or leave it out",
                 ends_session=True,
+                final=True,
             )
         old = self.sessions.get(rid)
         if old is not None:
@@ -340,14 +352,21 @@ class Ingest:
         self.free.append(session.slot)
         self._notice(f"remote worker {session.who} (zrl-worker-{session.worker_id}) {why}; its slot is free")
 
+    def _live(self) -> int:
+        """The remote workers heard from lately: those the workers' pacing shares the learner's appetite among. A
+        worker that went silent keeps its slot until the silence limit, but stops counting at once (counted, its
+        share would go unproduced, and the learner would starve on the others' pacing)."""
+        since = time.monotonic() - max(3.0, 3 * self.cfg.workers.stats_interval_s)
+        return sum(1 for s in self.sessions.values() if s.last_heard >= since)
+
     def _expire(self) -> None:
         """End the sessions that went silent, or whose key was revoked."""
-        now, limit = time.monotonic(), max(self.cfg.run.heartbeat_timeout_s, 10.0)
+        now, limit = time.monotonic(), silence_limit(self.cfg)
         for session in list(self.sessions.values()):
             if now - session.last_heard > limit:
                 self._end(session, f"sent nothing for {now - session.last_heard:.0f} s")
             elif self.keys is not None and self.keys.name_of(session.key) is None:
-                self._end(session, "lost its authorization (its key was removed from authorized/)")
+                self._end(session, REVOKED)
                 self._refuse(session.rid, "this worker's key is not authorized any more", final=1, counted=False)
 
     def _refuse(self, rid: bytes, reason: str, final: int = 0, counted: bool = True) -> None:
@@ -376,7 +395,7 @@ class Ingest:
             protocol.IngestStats(
                 pid=os.getpid(),
                 time=time.time(),
-                remote_workers=len(self.sessions),
+                remote_workers=self._live(),
                 remote_joins=c["joins"],
                 remote_frames=c["frames"],
                 remote_bytes=c["bytes"],

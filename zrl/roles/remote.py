@@ -32,6 +32,7 @@ from zrl.roles.common import (
     env_spec_text,
     make_ring_spec,
     should_stop,
+    silence_limit,
     worker_env,
 )
 from zrl.transport import ENDPOINT_NAMES, Endpoints
@@ -40,11 +41,6 @@ JOIN_WAIT_S = 5.0  # how long a join waits for the gate's answer before it tries
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # the waits between tries, the last repeated
 PROGRESS_EVERY_S = 10.0
 CHECK_EVERY_S = 0.05  # how often the loop's stop check looks at the gate
-
-
-def silence_limit(cfg) -> float:
-    """How long either side of a session waits for the other before it gives the session up."""
-    return max(cfg.run.heartbeat_timeout_s, 10.0)
 
 
 class Session:
