@@ -288,7 +288,16 @@ def _counts(text: str | None, flag: str) -> list[int]:
     help="pipeline: the run with nothing watching it, with TensorBoard events, and with the dashboard and an "
     "open page reading it, in turn, --rounds times; learner steps/s and frames/s of each, and ratios.",
 )
-@click.option("--rounds", type=int, default=2, show_default=True, help="pipeline --observers: rounds of the three.")
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="transport: the remote path too (a worker's frames zstd-compressed over TCP loopback into the ingest, "
+    "with and without CurveZMQ), beside the shm ring; pipeline: N+1 local workers against N local and one remote "
+    "(zrl-worker over TCP on this host), in turn, --rounds times.",
+)
+@click.option(
+    "--rounds", type=int, default=2, show_default=True, help="pipeline --observers or --remote: rounds of each."
+)
 @click.option("--frames", type=int, default=None, help="learning: each run's budget of env frames.")
 @click.option(
     "--seeds",
@@ -338,6 +347,7 @@ def bench_main(
     repeats,
     suggest,
     observers,
+    remote,
     rounds,
     frames,
     seeds,
@@ -382,6 +392,10 @@ def bench_main(
             )
         if observers and mode != "pipeline":
             raise ConfigError("--observers goes with the pipeline mode: zrl-bench pipeline --observers")
+        if remote and mode not in ("pipeline", "transport"):
+            raise ConfigError("--remote goes with the transport and pipeline modes: zrl-bench transport --remote")
+        if remote and observers:
+            raise ConfigError("give --remote or --observers, not both")
         opt = bench.Options(
             config_path=config_path,
             sets=list(sets),
@@ -398,6 +412,7 @@ def bench_main(
             precision=precision,
             repeats=repeats,
             observers=observers,
+            remote=remote,
             rounds=rounds,
         )
         name = "suggest" if suggest else mode

@@ -28,6 +28,7 @@ class Options:
     precision: str = "fp32"
     repeats: int = 5
     observers: bool = False  # pipeline: with and without TensorBoard and the dashboard, in turn
+    remote: bool = False  # transport: the remote path too; pipeline: a remote worker against a local one
     rounds: int = 2
 
 
@@ -51,6 +52,8 @@ def run(mode: str, opt: Options, progress) -> dict:
             return modes.suggest(
                 opt.config_path, list(opt.sets), opt.seconds, warmup, progress, opt.workers, opt.envs_per_worker
             )
+        if opt.remote:
+            return modes.remote_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         if opt.observers:
             return modes.observers_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         return modes.pipeline_mode(
@@ -63,7 +66,7 @@ def run(mode: str, opt: Options, progress) -> dict:
         grid = [(w, m) for w in workers for m in envs]
         return modes.sampling_mode(cfg, spec, grid, opt.seconds, warmup, opt.policy, opt.ceiling, progress)
     if mode == "transport":
-        return modes.transport_mode(cfg, spec, opt.seconds, progress)
+        return modes.transport_mode(cfg, spec, opt.seconds, progress, remote=opt.remote)
     if mode == "learner":
         return modes.learner_mode(cfg, spec, opt.seconds, opt.capacity, progress)
     if mode == "elite":
@@ -149,6 +152,25 @@ def render(mode: str, result: dict) -> str:
                 ["hop", "figure"],
             )
         )
+        if "remote" in result:
+            rem = result["remote"]
+            out.append(
+                f"the remote path (a worker on another host): zstd over TCP loopback into the ingest, against the "
+                f"shm ring's {rem['shm_frames_per_s']:,} frames/s:"
+            )
+            out.append(
+                _table(
+                    [{"path": "tcp + zstd" + (" + CurveZMQ" if p["curve"] else ""), **p} for p in rem["paths"]],
+                    [
+                        "path",
+                        "frames_per_s",
+                        "ratio_to_shm",
+                        "bytes_per_frame",
+                        "ingest_cpu_us_per_frame",
+                        "sender_cpu_us_per_frame",
+                    ],
+                )
+            )
     elif mode == "learner":
         out.append(
             _table(
@@ -178,14 +200,17 @@ def render(mode: str, result: dict) -> str:
         )
         out.append(_table(result["rows"], ["sampler", "prepare_s", "ratio_to_learner_step"]))
     elif mode == "pipeline" and "summary" in result:
+        label = result["label"]
+        extra = ["page_updates"] if label == "observer" else ["joined"]
         out.append(f"{result['workers']} workers x {result['envs_per_worker']} envs, {result['rounds']} rounds:")
-        out.append(_table(result["rows"], ["round", "observer", "learner_steps_per_s", "frames_per_s", "page_updates"]))
-        out.append("mean over the rounds, and the mean of each round's ratio to the unwatched run:")
+        out.append(_table(result["rows"], ["round", label, "learner_steps_per_s", "frames_per_s", *extra]))
+        first = result["summary"][0][label]
+        out.append(f"mean over the rounds, and the mean of each round's ratio to the {first} run beside it:")
         out.append(
             _table(
                 result["summary"],
                 [
-                    "observer",
+                    label,
                     "learner_steps_per_s",
                     "frames_per_s",
                     "learner_ratio",

@@ -12,6 +12,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import queue
+import signal
 import subprocess
 import sys
 import tempfile
@@ -164,7 +165,7 @@ def sampling_mode(
 # -- transport ---------------------------------------------------------------------------------------------
 
 
-def transport_mode(cfg: Config, spec, seconds: float, progress: Progress) -> dict:
+def transport_mode(cfg: Config, spec, seconds: float, progress: Progress, remote: bool = False) -> dict:
     m, t = cfg.workers.envs_per_worker, cfg.learner.unroll_length
     progress(f"ring write+read: slots of {m} x 84x84 frames, read back {t} at a time, {seconds:g} s")
     ring = btransport.ring_bandwidth(m, t, seconds)
@@ -177,7 +178,22 @@ def transport_mode(cfg: Config, spec, seconds: float, progress: Progress) -> dic
     progress("weights broadcast: flatten + encode + PUB -> SUB decode + load, one at a time")
     weights = btransport.weights_latency(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     slower = ring["gb_per_s"] / queue["gb_per_s"] if queue["gb_per_s"] else float("inf")
+    extra = {}
+    if remote:
+        progress(f"the remote path: {m}-env slots of {cfg.env.id} frames recorded under random play")
+        frames = btransport.recorded_frames(cfg, m)
+        paths = []
+        for curve in (False, True):
+            progress(
+                f"remote path{' with CurveZMQ' if curve else ''}: zstd over TCP loopback into the ingest, {seconds:g} s"
+            )
+            paths.append(btransport.remote_path(cfg, spec, frames, seconds, curve))
+        shm_fps = ring["gb_per_s"] * 1e9 / (ring["slot_bytes"] / m)
+        for path in paths:
+            path["ratio_to_shm"] = round(path["frames_per_s"] / shm_fps, 4)
+        extra["remote"] = {"shm_frames_per_s": round(shm_fps), "paths": paths}
     return {
+        **extra,
         "ring": ring,
         "queue": {**queue, "ring_over_queue": round(slower, 1)},
         "index_messages": index,
@@ -686,42 +702,60 @@ def read_dashboard(results: Path, done: threading.Event) -> dict:
     return {"events": events, "bytes": size}
 
 
-def observers_mode(
-    config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way of running the pipeline in a comparison: its local workers, more settings and options, and a
+    watcher beside it (``pipeline``'s ``watch``)."""
+
+    workers: int
+    sets: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    watch: Callable[[Path, threading.Event], dict] | None = None
+
+
+def compare_mode(
+    config_path: str | None,
+    sets: list[str],
+    envs: int,
+    seconds: float,
+    warmup: float,
+    rounds: int,
+    progress,
+    variants: dict[str, Variant],
+    label: str,
 ) -> dict:
-    """The real pipeline with nothing watching it, with TensorBoard events, and with the dashboard and a page
-    reading its stream, in turn, ``rounds`` times, the order rotating from round to round (so that the machine's
-    drift, and any cost of going first or last, falls on each alike): each one's
-    learner steps/s and frames/s, and the mean of its per-round ratios to the unwatched run beside it."""
-    workers, envs = cfg.workers.count, cfg.workers.envs_per_worker
-    rows = []
+    """The real pipeline run each of ``variants``' ways in turn, ``rounds`` times, the order rotating from round to
+    round (so that the machine's drift, and any cost of going first or last, falls on each alike): each one's
+    learner steps/s and frames/s, and the mean of its per-round ratios to the first variant's beside it.
+    ``label``: what the rows call a variant."""
+    names, rows = list(variants), []
     for r in range(1, rounds + 1):
-        for observer in OBSERVERS[r % 3 :] + OBSERVERS[: r % 3]:  # each in each place of a round, in turn
-            progress(f"round {r}/{rounds}: {observer}, {warmup:g} s warm-up + {seconds:g} s")
-            extra = [*sets, f"run.tensorboard={'true' if observer == 'tensorboard' else 'false'}"]
-            args, watch = (("--dashboard",), read_dashboard) if observer == "dashboard" else ((), None)
-            result = pipeline(config_path, workers, envs, seconds, warmup, extra, args, watch)
+        for name in names[r % len(names) :] + names[: r % len(names)]:  # each in each place of a round, in turn
+            v = variants[name]
+            progress(f"round {r}/{rounds}: {name}, {warmup:g} s warm-up + {seconds:g} s")
+            result = pipeline(config_path, v.workers, envs, seconds, warmup, [*sets, *v.sets], v.args, v.watch)
+            watched = result.get("watch", {})
             rows.append(
                 {
                     "round": r,
-                    "observer": observer,
+                    label: name,
                     "learner_steps_per_s": result["learner_steps_per_s"],
                     "frames_per_s": result["frames_per_s"],
-                    "page_updates": result.get("watch", {}).get("events", ""),
+                    **{k: v for k, v in watched.items() if not isinstance(v, (dict, list))},
                 }
             )
     summary = []
-    for observer in OBSERVERS:
+    for name in names:
         ratios = {"learner_steps_per_s": [], "frames_per_s": []}
         for r in range(1, rounds + 1):
-            this = next(x for x in rows if x["round"] == r and x["observer"] == observer)
-            base = next(x for x in rows if x["round"] == r and x["observer"] == "none")
+            this = next(x for x in rows if x["round"] == r and x[label] == name)
+            base = next(x for x in rows if x["round"] == r and x[label] == names[0])
             for key in ratios:
                 ratios[key].append(this[key] / base[key] if base[key] else float("nan"))
-        mine = [x for x in rows if x["observer"] == observer]
+        mine = [x for x in rows if x[label] == name]
         summary.append(
             {
-                "observer": observer,
+                label: name,
                 "learner_steps_per_s": round(float(np.mean([x["learner_steps_per_s"] for x in mine])), 3),
                 "frames_per_s": round(float(np.mean([x["frames_per_s"] for x in mine])), 1),
                 "learner_ratio": round(float(np.mean(ratios["learner_steps_per_s"])), 3),
@@ -732,7 +766,71 @@ def observers_mode(
                 "frames_ratio": round(float(np.mean(ratios["frames_per_s"])), 3),
             }
         )
-    return {"workers": workers, "envs_per_worker": envs, "rounds": rounds, "rows": rows, "summary": summary}
+    return {"envs_per_worker": envs, "rounds": rounds, "label": label, "rows": rows, "summary": summary}
+
+
+def observers_mode(
+    config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
+) -> dict:
+    """The real pipeline with nothing watching it, with TensorBoard events, and with the dashboard and a page
+    reading its stream, in turn (compare_mode)."""
+    workers = cfg.workers.count
+    variants = {
+        observer: Variant(
+            workers,
+            (f"run.tensorboard={'true' if observer == 'tensorboard' else 'false'}",),
+            ("--dashboard",) if observer == "dashboard" else (),
+            read_dashboard if observer == "dashboard" else None,
+        )
+        for observer in OBSERVERS
+    }
+    result = compare_mode(
+        config_path, sets, cfg.workers.envs_per_worker, seconds, warmup, rounds, progress, variants, "observer"
+    )
+    for row in result["rows"]:
+        row["page_updates"] = row.pop("events", "")
+        row.pop("bytes", None)
+    return {"workers": workers, **result}
+
+
+WORKER = "import sys; sys.argv[0] = 'zrl-worker'; from zrl.cli import worker_main; worker_main()"
+
+
+def remote_worker(results: Path, done: threading.Event) -> dict:
+    """A worker on this host over the remote path: once the run writes connect.txt, run its zrl-worker line (TCP
+    loopback, zstd, no keys) until the run ends; whether it joined, and its last progress line."""
+    line = None
+    while line is None and not done.wait(0.2):
+        found = list(results.glob("*/connect.txt"))
+        line = found[0].read_text().split() if found else None
+    if line is None:
+        return {"joined": False}
+    with subprocess.Popen([sys.executable, "-c", WORKER, *line[1:]], stderr=subprocess.PIPE, text=True) as proc:
+        done.wait()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            _, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+    said = [x for x in err.splitlines() if "B per observation" in x]
+    return {"joined": "joined run" in err, "worker_said": said[-1].removeprefix("zrl-worker: ") if said else ""}
+
+
+def remote_mode(
+    config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
+) -> dict:
+    """The pipeline with N + 1 local workers against N local and one remote worker on this host (zrl-worker over
+    TCP loopback into the ingest), in turn (compare_mode): what the remote path costs the learner."""
+    n = cfg.workers.count
+    variants = {
+        f"{n + 1} local": Variant(n + 1),
+        f"{n} local + 1 remote": Variant(n, ("workers.remote=1",), (), remote_worker),
+    }
+    result = compare_mode(
+        config_path, sets, cfg.workers.envs_per_worker, seconds, warmup, rounds, progress, variants, "workers"
+    )
+    return {"workers": n, **result}
 
 
 def suggest(

@@ -102,7 +102,7 @@ class RemoteLink(WorkerLink):
                 seq=self.seq,
                 first_frame=self.sent_to,
                 count=head - self.sent_to,
-                frames=self._deflate(self.sent_to, head),
+                frames=deflate_slots(self.ring, self.sent_to, head, self.zip),
                 message=np.frombuffer(message, np.uint8),
             ).encode()
             self.pending = (head, data)
@@ -113,14 +113,6 @@ class RemoteLink(WorkerLink):
         self.sent_to, self.seq, self.pending = head, self.seq + 1, None
         self.bytes_sent += len(data)
         return True
-
-    def _deflate(self, first: int, head: int) -> np.ndarray:
-        """Slots ``first`` to ``head`` (exclusive), field by field, as one zstd frame."""
-        slots = np.arange(first, head) % self.ring.capacity
-        stream = self.zip.compressobj()
-        parts = [stream.compress(np.ascontiguousarray(field[slots])) for field in self.ring.fields.values()]
-        parts.append(stream.flush())
-        return np.frombuffer(b"".join(parts), np.uint8)
 
     def send_stats(self, env_steps, sent, policy_version, weight_updates, timing) -> None:
         super().send_stats(env_steps, sent, policy_version, weight_updates, timing)
@@ -139,6 +131,16 @@ class RemoteLink(WorkerLink):
         self.weights.close()
         self.env.close()
         self.ring.close()
+
+
+def deflate_slots(ring: Ring, first: int, head: int, zip: zstandard.ZstdCompressor) -> np.ndarray:
+    """Ring slots ``first`` to ``head`` (exclusive), field by field as the ring lays them out, as one zstd frame:
+    what a RemoteData carries, and the ingest inflates."""
+    slots = np.arange(first, head) % ring.capacity
+    stream = zip.compressobj()
+    parts = [stream.compress(np.ascontiguousarray(field[slots])) for field in ring.fields.values()]
+    parts.append(stream.flush())
+    return np.frombuffer(b"".join(parts), np.uint8)
 
 
 def _wiring(connect: str, welcome: protocol.Welcome, cfg) -> RunWiring:
