@@ -29,9 +29,11 @@ setup(
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py
         "peers": ["envpool==1.2.5", "opencv-python-headless==5.0.0.93", "matplotlib==3.11.2"],
-        # beyond one machine: lz4 only for perf/frame_compression.py's comparison (zstandard, which won it, is a
+        # beyond one machine: Ray places and restarts remote workers (zrl-launch --ray): the engine RLlib users already
+        # run, rather than a cluster manager of zrl's own; 2.60.0 installs beside torch 2.13 without touching it (a
+        # 79 MB wheel). lz4 only for perf/frame_compression.py's comparison (zstandard, which won it, is a
         # requirement: the ingest and zrl-worker use it)
-        "cluster": ["lz4==4.4.5"],
+        "cluster": ["ray==2.60.0", "lz4==4.4.5"],
     },
     entry_points={
         "console_scripts": [

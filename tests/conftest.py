@@ -321,6 +321,31 @@ def run_command(name: str, *args: str, cwd: Path, timeout: float = 300, preexec_
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def start_command(name: str, *args: str, cwd: Path, env: dict | None = None, prefix=()) -> subprocess.Popen:
+    """Start the real command (``prefix`` before it: ``ip netns exec NAME``), its output piped as text."""
+    return subprocess.Popen(
+        [*prefix, *command(name, *args)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    """``predicate()``'s first true value within ``timeout`` seconds; an AssertionError naming ``what`` if none
+    came, or if ``proc`` exited first (with its stderr's end)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(
+                f"{proc.args[2:4]} exited ({proc.returncode}) before {what}: {proc.stderr.read()[-3000:]}"
+            )
+        time.sleep(0.2)
+    raise AssertionError(f"{what} did not happen within {timeout:g} s")
+
+
 def metrics_rows(cwd: Path) -> list[dict]:
     """The rows of the metrics.csv of the one run under ``cwd/results`` so far ([] before it exists)."""
     import csv

@@ -79,6 +79,7 @@ def test_a_third_agent_is_one_package_and_one_registry_line(monkeypatch):
         check=vtrace.check,
         build_model=vtrace.build_model,
         ring_slots=lambda cfg: 999,
+        slots_per_message=lambda cfg: 21,
         action_scores=vtrace.action_scores,
         acts_greedily=True,
         actor=vtrace.AGENT.actor,

@@ -19,7 +19,7 @@ import pytest
 import zmq
 import zmq.auth
 import zstandard
-from conftest import REPO, unroll_message, worker_stats_message
+from conftest import REPO, transitions_message, unroll_message, worker_stats_message
 
 from zrl import envs, protocol, transport
 from zrl.config import TransportConfig, load
@@ -177,12 +177,15 @@ def test_a_remote_workers_frames_land_in_its_slot_and_its_unrolls_reach_the_brok
         assert h.ring.head == 2 * T + 1
         for name, values in slots(0, 2 * T + 1).items():
             np.testing.assert_array_equal(h.ring.fields[name][: 2 * T + 1], values)
-        stats = client.ask(protocol.WorkerStats(**{**_worker_stats(), "worker_id": 7, "pid": 123}))
+        forged = {"worker_id": 7, "pid": 123, "env_frames": 10**15, "env_steps": 10**15}  # frames it never sent
+        stats = client.ask(protocol.WorkerStats(**{**_worker_stats(), **forged}))
         assert isinstance(stats, protocol.Ack) and stats.live_workers == 2
         got = h.ingest_stats(lambda s: s.remote_frames == (2 * T + 1) * M)
         assert (got.remote_workers, got.remote_joins, got.remote_refused) == (1, 1, 0)
         reported = [s for s in h.stats if isinstance(s, protocol.WorkerStats)]
         assert reported and reported[-1].worker_id == 1 and reported[-1].pid == h.proc.pid  # in the slot's name
+        # counted only as far as the frames it delivered bear out (one frame per step of each env, CartPole)
+        assert reported[-1].env_frames == (2 * T + 1) * M and reported[-1].env_steps == (2 * T + 1) * M
 
 
 def _worker_stats() -> dict:
@@ -198,7 +201,9 @@ FORGERIES = {
     "message 3 where 0 was due": lambda: remote_data(3, 0, T + 1, 0),
     "names worker 0": lambda: remote_data(0, 0, T + 1, 0, worker_id=0),
     "does not decode": lambda: remote_data(0, 0, T + 1, 0, message=b"\x93garbage"),
-    "not an Unroll or Transitions": lambda: remote_data(0, 0, T + 1, 0, message=protocol.Credit(batches=1).encode()),
+    "not the Unroll this run takes": lambda: remote_data(0, 0, T + 1, 0, message=transitions_message().encode()),
+    "at most 6": lambda: remote_data(0, 0, T + 2, 0),  # more slots than a worker writes between two messages
+    "frames from 5 where 0 were due": lambda: remote_data(0, 5, T + 1, 5),  # a session's numbering starts at 0
 }
 REASONS = {"holds 1 bytes": "bytes, not", "a decompression bomb": "+ bytes, not"}
 

@@ -15,7 +15,7 @@ import time
 import warnings
 
 import pytest
-from conftest import REPO, command, metrics_rows, run_command
+from conftest import REPO, command, metrics_rows, run_command, start_command, wait_until
 
 from zrl import transport
 
@@ -70,16 +70,6 @@ def _worker(prefix: list[str], *args: str, keys, cwd) -> subprocess.Popen:
     return subprocess.Popen(prefix + command("zrl-worker", *args), cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {timeout:g} s")
-
-
 def _stop(proc: subprocess.Popen) -> tuple[int, str]:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -105,27 +95,18 @@ def test_remote_workers_on_another_address_learn_cartpole_and_the_run_survives_l
             # started before the learner is up: it says so and tries again
             first_line = early.stderr.readline()
             assert f"tcp://{address}:{gate}: no answer within 5 s (try 1)" in first_line, first_line
-            launch = subprocess.Popen(
-                command(
-                    "zrl-launch",
-                    "--config",
-                    CARTPOLE,
-                    "--workers",
-                    "1",
-                    "--quiet",
-                    *("--set", "workers.remote=2"),
-                    *("--set", f"transport.curve_keys={str(keys)!r}"),
-                    *("--set", 'transport.bind_host="0.0.0.0"'),
-                    *("--set", f"transport.public_host={address!r}"),
-                    *("--set", f"transport.remote_port={gate}"),
-                    *("--set", "run.heartbeat_timeout_s=8"),  # a lost remote worker's slot is freed after 8 s
-                ),
+            launch = start_command(
+                "zrl-launch",
+                *("--config", CARTPOLE, "--workers", "1", "--quiet"),
+                *("--set", "workers.remote=2"),
+                *("--set", f"transport.curve_keys={str(keys)!r}"),
+                *("--set", 'transport.bind_host="0.0.0.0"'),
+                *("--set", f"transport.public_host={address!r}"),
+                *("--set", f"transport.remote_port={gate}"),
+                *("--set", "run.heartbeat_timeout_s=8"),  # a lost remote worker's slot is freed after 8 s
                 cwd=tmp_path,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
             )
-            connect = _wait_for(lambda: list((tmp_path / "results").glob("*/connect.txt")), 60, "connect.txt")[0]
+            connect = wait_until(lambda: list((tmp_path / "results").glob("*/connect.txt")), 60, "connect.txt")[0]
             line = connect.read_text().strip()
             run_name = connect.parent.name
             assert line == (
@@ -136,7 +117,7 @@ def test_remote_workers_on_another_address_learn_cartpole_and_the_run_survives_l
             )
             workers.append(late)
             frames = lambda: int((metrics_rows(tmp_path) or [{}])[-1].get("env_frames") or 0)  # noqa: E731
-            _wait_for(lambda: frames() >= 30_000, 120, "30,000 env frames")
+            wait_until(lambda: frames() >= 30_000, 120, "30,000 env frames")
             early.kill()  # a remote host lost: the run goes on, and frees its slot when its heartbeats stop
             out, err = launch.communicate(timeout=300)
             assert launch.returncode == 0, err[-3000:]

@@ -87,6 +87,24 @@ def _usage_error(prog: str, message: str) -> None:
     help="With --dashboard: serve on this address instead of 127.0.0.1. Any address but a loopback one needs a "
     "token, printed once with the address; requests without it get 403.",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    type=str,
+    default=None,
+    metavar="auto|ADDRESS",
+    help="Place the run's remote workers (workers.remote) on a Ray cluster as actors, restarted by Ray: auto joins "
+    "the cluster this host is part of (ray start), ADDRESS another (HEAD:6379). Needs zrl's cluster extra.",
+)
+@click.option(
+    "--ray-keys",
+    "ray_keys",
+    type=str,
+    default="",
+    metavar="DIR",
+    help="With --ray, when the run has CurveZMQ keys: the client key folder (zrl-keys --client NAME) the actors use, "
+    "at the same path on every node.",
+)
 @click.version_option(__version__, prog_name="zrl")
 def launch_main(
     config_path,
@@ -101,6 +119,8 @@ def launch_main(
     dashboard,
     port,
     dashboard_host,
+    ray_address,
+    ray_keys,
 ) -> None:
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
@@ -114,6 +134,9 @@ def launch_main(
         if init_optimizer and init_from is None:
             raise ConfigError("--init-optimizer goes with --init-from CHECKPOINT")
         page = _page_address(dashboard, port, dashboard_host)
+        if ray_keys and ray_address is None:
+            raise ConfigError("--ray-keys goes with --ray")
+        ray = (ray_address, ray_keys) if ray_address is not None else None
         if resume_ref is not None:
             if config_path is not None and resume_ref != "auto":
                 raise ConfigError(
@@ -121,10 +144,10 @@ def launch_main(
                     "change safe keys with --set or the options"
                 )
             probe_cfg = config_mod.load(config_path, sets, options)
-            code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet, dashboard=page)
+            code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet, dashboard=page, ray=ray)
         else:
             cfg = config_mod.load(config_path, sets, options)
-            code = launch(cfg, quiet=quiet, init_from=init_from, init_optimizer=init_optimizer, dashboard=page)
+            code = launch(cfg, quiet=quiet, init_from=init_from, init_optimizer=init_optimizer, dashboard=page, ray=ray)
     except ConfigError as err:
         _usage_error("zrl-launch", str(err))
     except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: nothing was started
@@ -728,7 +751,8 @@ def worker_main(connect, keys, envs_per_worker, run) -> None:
     run refuses it (another run, a misfit) or its options are wrong."""
     from zrl.roles import remote
 
-    if not connect.startswith("tcp://") or ":" not in connect[6:]:
+    host, _, port = connect.removeprefix("tcp://").rpartition(":")
+    if not connect.startswith("tcp://") or not host or not port.isdigit() or not 0 < int(port) < 65536:
         _usage_error("zrl-worker", f"--connect {connect!r}: give tcp://HOST:PORT, as the run's connect.txt has it")
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -6,7 +6,8 @@ endpoints are unix sockets in the run's private folder (mode 0700) or tcp on 127
 
 With ``transport.curve_keys`` (a folder ``zrl-keys`` made) every socket speaks CurveZMQ: a bound socket
 is a CURVE server with the run's server key, and a context that binds runs a ZAP authenticator that
-admits only the client keys in ``<folder>/authorized``; a connecting socket is a CURVE client with the
+admits only the run's own client key (its roles'), or, for the ingest's gate and weights, the client keys in
+``<folder>/authorized`` as that folder is now (remote workers'); a connecting socket is a CURVE client with the
 client key. A process picks its keys once (:func:`configure`), so every socket it makes, its crash report's
 included, uses them. Traffic is encrypted, and a peer without an authorized key gets no message through.
 """
@@ -262,9 +263,20 @@ def context(cfg: TransportConfig | None, binds: bool = True) -> zmq.Context:
     if _curve is not None and binds:
         auth = ThreadAuthenticator(ctx)
         auth.start()
-        auth.configure_curve(domain="*", location=_curve.authorized)
+        auth.configure_curve_callback(domain="*", credentials_provider=_OwnClient(_curve.client_public))
         _authenticators[id(ctx)] = auth
     return ctx
+
+
+class _OwnClient:
+    """The run's own sockets admit only the run's client key (its roles'): remote workers' keys, authorized for the
+    ingest's gate (:func:`check_clients`), reach no other socket of the run."""
+
+    def __init__(self, public: bytes) -> None:
+        self.public = public
+
+    def callback(self, domain: str, z85_key: bytes) -> bool:
+        return z85_key == self.public
 
 
 def term(ctx: zmq.Context) -> None:
@@ -310,9 +322,28 @@ def free_ports(host: str, n: int) -> list[int]:
 
 def plan_remote(cfg: TransportConfig) -> tuple[str, str]:
     """Where the ingest binds for remote workers: the gate and the weights it passes on (the port after the gate's
-    when ``remote_port`` is fixed; ports the OS picks otherwise), on ``bind_host``."""
-    gate, weights = (cfg.remote_port, cfg.remote_port + 1) if cfg.remote_port else free_ports(cfg.bind_host, 2)
-    return f"tcp://{cfg.bind_host}:{gate}", f"tcp://{cfg.bind_host}:{weights}"
+    when ``remote_port`` is fixed, a ConfigError if either is taken; ports the OS picks otherwise), on
+    ``bind_host``."""
+    if not cfg.remote_port:
+        gate, weights = free_ports(cfg.bind_host, 2)
+        return f"tcp://{cfg.bind_host}:{gate}", f"tcp://{cfg.bind_host}:{weights}"
+    ctx = zmq.Context()
+    try:
+        for port in (cfg.remote_port, cfg.remote_port + 1):
+            probe = ctx.socket(zmq.PULL)
+            probe.setsockopt(zmq.LINGER, 0)
+            try:
+                probe.bind(f"tcp://{cfg.bind_host}:{port}")
+            except zmq.ZMQError as err:
+                raise ConfigError(
+                    f"transport.remote_port: tcp://{cfg.bind_host}:{port} cannot be bound ({err}); the gate takes "
+                    f"remote_port and the weights the port after it: give two free ports, or 0 for any"
+                ) from None
+            finally:
+                probe.close()
+    finally:
+        ctx.term()
+    return f"tcp://{cfg.bind_host}:{cfg.remote_port}", f"tcp://{cfg.bind_host}:{cfg.remote_port + 1}"
 
 
 def public_host(cfg: TransportConfig) -> str:
@@ -330,15 +361,32 @@ def public_host(cfg: TransportConfig) -> str:
 MESSAGE_SLACK_BYTES = 64 * 1024  # a weights message's header on top of the schema's largest payload
 
 
-def socket(ctx: zmq.Context, kind: int, *, hwm: int, bind: str | None = None, connect: str | None = None) -> zmq.Socket:
-    """A socket with LINGER=0, both high-water marks set (in messages) and a bound on a message's bytes,
-    bound or connected. A peer that sends a larger message is disconnected by zmq before the message is
-    held in memory; the others go on."""
+def socket(
+    ctx: zmq.Context,
+    kind: int,
+    *,
+    hwm: int,
+    bind: str | None = None,
+    connect: str | None = None,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+) -> zmq.Socket:
+    """A socket with LINGER=0, both high-water marks set (in messages) and a bound on a message's bytes
+    (``max_bytes`` and a header's slack), bound or connected. A peer that sends a larger message is disconnected by
+    zmq before the message is held in memory; the others go on. A bind or connect that fails closes the socket."""
     sock = ctx.socket(kind)
+    try:
+        _set_up(sock, kind, hwm, bind, connect, max_bytes)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _set_up(sock: zmq.Socket, kind: int, hwm: int, bind: str | None, connect: str | None, max_bytes: int) -> None:
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RCVHWM, hwm)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES + MESSAGE_SLACK_BYTES)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_bytes + MESSAGE_SLACK_BYTES)
     if kind == zmq.SUB:
         sock.setsockopt(zmq.CONFLATE, 1)  # keep only the newest weights
         sock.setsockopt(zmq.SUBSCRIBE, b"")
@@ -353,7 +401,6 @@ def socket(ctx: zmq.Context, kind: int, *, hwm: int, bind: str | None = None, co
         sock.bind(bind)
     if connect is not None:
         sock.connect(connect)
-    return sock
 
 
 def recv(sock: zmq.Socket, timeout_ms: int) -> bytes | None:

@@ -66,6 +66,9 @@ class Agent:
     # cfg -> ring slots per worker when workers.ring_slots = 0 (auto): enough that every unit or transition the
     # replays may still hold keeps its frames
     ring_slots: Callable[[Any], int]
+    # cfg -> the most ring slots a worker writes between two of its messages (what a remote worker's message may
+    # carry; the ingest refuses more)
+    slots_per_message: Callable[[Any], int]
     # (model, obs [B, S, *frame_shape], cfg, generator) -> [B, actions] numpy scores a trained policy acts on in
     # evaluation: logits (sampled, or argmax with --greedy) or Q-values (argmax, always: ``acts_greedily``)
     action_scores: Callable[..., Any]

@@ -18,6 +18,8 @@ from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_n
 from zrl.launch.checks import check_resume_changes, preflight, resolve_model_kind, usable_checkpoint
 from zrl.launch.console import Console
 from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir, remove_partials
+from zrl.launch.ray_workers import RayWorkers
+from zrl.launch.ray_workers import check as check_ray
 from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
@@ -46,8 +48,11 @@ class Launcher:
         sample_calls: tuple[int, ...] = (),
         lock: RunLock | None = None,
         dashboard: Dashboard | None = None,
+        ray: tuple[str, str] | None = None,
     ) -> None:
         self.cfg = cfg
+        self.ray = ray  # --ray (address, client key folder): the remote workers as Ray actors
+        self.ray_workers: RayWorkers | None = None
         self.dashboard = dashboard  # bound already; it serves once the run folder exists
         self.spec = spec
         self.console = Console(quiet)
@@ -139,6 +144,14 @@ class Launcher:
             if note:
                 log.warning(note)
                 self.console.say(note)
+            if self.ray is not None:
+                self.ray_workers = RayWorkers(cfg, *self.ray, folder.path.name, self.console.say)
+                try:
+                    self.ray_workers.join()
+                except ConfigError as err:
+                    self.console.error(str(err))
+                    code = EXIT_USAGE
+                    return code
             try:
                 wiring.open()
             except OSError as err:  # no room in /dev/shm for the rings
@@ -171,6 +184,8 @@ class Launcher:
             start = time.monotonic()
             for name, proc in procs.items():
                 sup.start(name, proc, start)
+            if self.ray_workers is not None:
+                self.ray_workers.place(int(wiring.endpoints.gate.rsplit(":", 1)[1]))
             code = self._watch(start)
             self.console.line("")
             reason = (
@@ -189,6 +204,8 @@ class Launcher:
         finally:
             sup.ignore_signals()  # cleanup below must not be cut short by more signals
             stop.set()
+            if self.ray_workers is not None:
+                self.ray_workers.close()
             sup.kill()
             wiring.close()
             folder.close_files()
@@ -225,6 +242,9 @@ class Launcher:
             now = time.monotonic()
             lost = sup.check(now, self._drain, lambda wid: t.workers[wid].env_frames if wid in t.workers else 0)
             t.worker_restarts = sup.worker_restarts
+            if self.ray_workers is not None:
+                self.ray_workers.check()
+                t.worker_restarts += self.ray_workers.restarts
             if lost is not None:
                 self._died(*lost)
                 return EXIT_FAILED
@@ -327,6 +347,7 @@ def launch(
     init_from: str | None = None,
     init_optimizer: bool = False,
     dashboard: tuple[str, int] | None = None,
+    ray: tuple[str, str] | None = None,
 ) -> int:
     """Check, then run; ConfigError before anything is created if the config cannot work.
     ``init_from``: a new run that starts from a checkpoint's weights (and optimiser state if asked);
@@ -335,6 +356,8 @@ def launch(
     try:
         spec = preflight(cfg)
         cfg = resolve_model_kind(cfg, spec)
+        if ray is not None:
+            check_ray(cfg, ray[1])
         start = None
         if init_from is not None:
             state = usable_checkpoint(Path(init_from), cfg, spec)
@@ -346,7 +369,7 @@ def launch(
                 )
             start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
             del state
-        return Launcher(cfg, spec, quiet, start=start, dashboard=page).run()
+        return Launcher(cfg, spec, quiet, start=start, dashboard=page, ray=ray).run()
     finally:
         if page is not None:
             page.close()
@@ -359,6 +382,7 @@ def resume(
     options: dict,
     quiet: bool = False,
     dashboard: tuple[str, int] | None = None,
+    ray: tuple[str, str] | None = None,
 ) -> int:
     """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change.
     The folder is locked first: a second launcher into it is refused, naming the one that holds it."""
@@ -367,7 +391,7 @@ def resume(
         run_dir = find_run(ref, probe_cfg)
         lock = RunLock(run_dir)
         try:
-            return _resume(run_dir, sets, options, quiet, lock, page)
+            return _resume(run_dir, sets, options, quiet, lock, page, ray)
         finally:
             lock.release()
     finally:
@@ -376,7 +400,13 @@ def resume(
 
 
 def _resume(
-    run_dir: Path, sets: list[str], options: dict, quiet: bool, lock: RunLock, dashboard: Dashboard | None
+    run_dir: Path,
+    sets: list[str],
+    options: dict,
+    quiet: bool,
+    lock: RunLock,
+    dashboard: Dashboard | None,
+    ray: tuple[str, str] | None = None,
 ) -> int:
     from zrl import config as config_mod
 
@@ -385,6 +415,8 @@ def _resume(
     cfg = config_mod.load(stored, sets, options, stored=True)
     check_resume_changes(run_dir, base, cfg)
     spec = preflight(cfg)
+    if ray is not None:
+        check_ray(cfg, ray[1])
     folder = run_dir / "checkpoints"
     remove_partials(folder)  # a write cut short by a crash: never a checkpoint
     skipped = []
@@ -417,6 +449,7 @@ def _resume(
             sample_calls=calls,
             lock=lock,
             dashboard=dashboard,
+            ray=ray,
         )
         launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
         return launcher.run()

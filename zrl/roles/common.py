@@ -471,7 +471,10 @@ def wait_for_weights(
                 continue
             reply = transport.recv(req, 2000)
             if reply is not None:
-                version, step, flat = protocol.decode_weights(reply)
+                try:
+                    version, step, flat = protocol.decode_weights(reply)
+                except protocol.ProtocolError:  # not weights (a remote worker's refusal): ask again, or stop
+                    continue
                 return Weights(version, flat, step)
         return None
     finally:

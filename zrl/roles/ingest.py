@@ -23,7 +23,7 @@ import zmq
 import zstandard
 
 from shm.ring import Ring
-from zrl import __version__, protocol, transport
+from zrl import __version__, agents, protocol, transport
 from zrl.config import Config, dumps
 from zrl.roles.common import (
     Decoder,
@@ -39,7 +39,11 @@ from zrl.roles.common import (
 NAME = "zrl-ingest"
 STATS_EVERY_S = 1.0
 REVOKED = "was shut out: its key is no longer in authorized/"
-HANDLE_AT_MOST = 256  # gate messages per turn, so that weights and the stats keep their turn
+HANDLE_AT_MOST = 256
+GATE_HWM = 32  # messages a connection may have queued at the gate
+MESSAGE_ROOM_BYTES = (
+    8 << 20
+)  # a RemoteData's own message and header, on top of its frames  # gate messages per turn, so that weights and the stats keep their turn
 
 
 def run(cfg: Config, wiring: RunWiring, stop_event, run_name: str) -> None:
@@ -70,10 +74,10 @@ class Session:
 
 
 class Refusal(Exception):
-    """A remote message refused: the reason, whether the session ends with it, and whether the worker should give
-    up (``final``: it can never fit this run) rather than join again."""
+    """A remote message refused: the reason, whether the session ends with it (the worker, refused, joins again, so
+    by default it does), and whether the worker should give up (``final``: it can never fit this run)."""
 
-    def __init__(self, reason: str, ends_session: bool = False, final: bool = False) -> None:
+    def __init__(self, reason: str, ends_session: bool = True, final: bool = False) -> None:
         super().__init__(reason)
         self.ends_session, self.final = ends_session, final
 
@@ -96,7 +100,17 @@ class Ingest:
                 self.keys = transport.AuthorizedKeys(transport.load_curve_keys(cfg.transport.curve_keys).authorized)
                 transport.check_clients(self.ctx, self.keys)
             ep = wiring.endpoints
-            self.gate = self._socket(zmq.ROUTER, hwm=max(1000, cfg.transport.hwm), bind=ep.gate)
+            self.max_slots = agents.get(cfg.algo).slots_per_message(cfg)
+            self.message_type = agents.get(cfg.algo).broker_part().message_type
+            slot_bytes = wiring.ring_spec.nbytes // wiring.ring_spec.capacity + 1
+            # a connection queues at most GATE_HWM messages, each at most what max_slots slots and one message take
+            # (incompressible), while the ingest waits on the broker
+            self.gate = self._socket(
+                zmq.ROUTER,
+                hwm=GATE_HWM,
+                bind=ep.gate,
+                max_bytes=min(protocol.MAX_MESSAGE_BYTES, self.max_slots * slot_bytes + MESSAGE_ROOM_BYTES),
+            )
             self.gate.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a worker that reconnects takes its routing id back
             self.pub = self._socket(zmq.PUB, hwm=2, bind=ep.remote_weights)
             self.to_broker = self._socket(zmq.PUSH, hwm=cfg.transport.hwm, connect=ep.unrolls)
@@ -125,6 +139,8 @@ class Ingest:
         self.unzip = zstandard.ZstdDecompressor()
         self.counts = dict(joins=0, frames=0, bytes=0, raw_bytes=0)
         self.busy_s = 0.0
+        self.unforeseen = 0
+        self.frames_per_slot = cfg.workers.envs_per_worker * wiring.frames_per_step
 
     def _socket(self, kind: int, **kwargs) -> zmq.Socket:
         sock = transport.socket(self.ctx, kind, **kwargs)
@@ -165,6 +181,7 @@ class Ingest:
                 self._send_stats()
         for rid in list(self.sessions):
             self._reply(rid, protocol.Refused(reason="the run is stopping", final=0))
+        self.gate.setsockopt(zmq.LINGER, 500)  # those last words get out before the socket closes
 
     def _take_weights(self) -> None:
         """The learner's newest weights, from its broadcast or an answer to this role's request: kept, passed on
@@ -217,7 +234,7 @@ class Ingest:
             elif session is None:
                 raise Refusal("this connection has not joined (the run may have restarted): join again")
             elif session.key != key:
-                raise Refusal("a message from another key than the one that joined", ends_session=True)
+                raise Refusal("a message from another key than the one that joined")
             elif isinstance(msg, protocol.RemoteData):
                 t0 = time.perf_counter()
                 try:
@@ -226,11 +243,23 @@ class Ingest:
                     self.busy_s += time.perf_counter() - t0
             elif isinstance(msg, protocol.WorkerStats):
                 session.last_heard = time.monotonic()
-                self.slot_frames[session.slot] = msg.env_frames
-                self._report(msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid()))
+                frames = self._delivered(session, msg.env_frames)
+                self.slot_frames[session.slot] = frames
+                self._report(
+                    msgspec.structs.replace(
+                        msg,
+                        worker_id=session.worker_id,
+                        pid=os.getpid(),
+                        env_frames=frames,
+                        env_steps=min(max(msg.env_steps, 0), frames // self.wiring.frames_per_step),
+                    )
+                )
                 self._reply(rid, protocol.Ack(live_workers=self.local + self._live()))
             elif isinstance(msg, protocol.Episode):
-                self._report(msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid()))
+                frames = self._delivered(session, msg.env_frames)
+                self._report(
+                    msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid(), env_frames=frames)
+                )
             elif isinstance(msg, protocol.Leave):
                 self._end(session, f"left ({msg.reason})" if msg.reason else "left")
             else:
@@ -240,11 +269,19 @@ class Ingest:
             if refusal.ends_session and rid in self.sessions:
                 self._end(self.sessions[rid], f"was refused: {refusal}")
             self._refuse(rid, str(refusal), final=int(refusal.final), counted=False)
+        except Exception as err:  # a message no check foresaw: it ends its session, never the ingest
+            self.decoded.refuse()
+            self.unforeseen += 1
+            if rid in self.sessions:
+                self._end(self.sessions[rid], "sent a message the ingest could not take")
+            if self.unforeseen <= 10:
+                self._notice(f"a remote message failed unforeseen ({type(err).__name__}: {err}); it was refused")
+            self._refuse(rid, f"the ingest could not take it ({type(err).__name__})", counted=False)
 
     def _join(self, rid: bytes, key: str, msg: protocol.Join) -> None:
         cfg = self.cfg
         if msg.run and msg.run != self.run_name:
-            raise Refusal(f"this is run {self.run_name}, not {msg.run}", ends_session=True, final=True)
+            raise Refusal(f"this is run {self.run_name}, not {msg.run}", final=True)
         if msg.envs_per_worker not in (0, cfg.workers.envs_per_worker):  # 0: whatever the run's are
             raise Refusal(
                 f"this run's workers step {cfg.workers.envs_per_worker} envs each, not {msg.envs_per_worker}: give "
@@ -290,31 +327,33 @@ class Ingest:
         """Check a RemoteData whole, then write its frames into the session's ring and forward its message."""
         ring = self.rings[session.slot]
         if msg.seq != session.seq:
-            raise Refusal(f"message {msg.seq} where {session.seq} was due (one was lost)", ends_session=True)
-        if session.offset is not None and msg.first_frame != session.next_frame:
-            raise Refusal(f"frames from {msg.first_frame} where {session.next_frame} were due", ends_session=True)
-        if msg.count > ring.capacity // 2:
-            raise Refusal(f"{msg.count} frames in one message, more than half the ring ({ring.capacity})")
+            raise Refusal(f"message {msg.seq} where {session.seq} was due (one was lost)")
+        if msg.first_frame != session.next_frame:  # 0 for a session's first: its own numbering starts there
+            raise Refusal(f"frames from {msg.first_frame} where {session.next_frame} were due")
+        if msg.count > self.max_slots:
+            raise Refusal(f"{msg.count} frames in one message; this run's workers write at most {self.max_slots}")
         offset = ring.head - msg.first_frame if session.offset is None else session.offset
         fields = self._inflate(msg.frames, msg.count)
         try:
             inner = protocol.decode(msg.message)
         except protocol.ProtocolError as err:
-            raise Refusal(f"its message does not decode ({err})", ends_session=True) from None
-        if not isinstance(inner, (protocol.Unroll, protocol.Transitions)):
-            raise Refusal(f"its message is a {type(inner).__name__}, not an Unroll or Transitions", True)
+            raise Refusal(f"its message does not decode ({err})") from None
+        if not isinstance(inner, self.message_type):
+            raise Refusal(
+                f"its message is a {type(inner).__name__}, not the {self.message_type.__name__} this run takes"
+            )
         if inner.worker_id != session.worker_id:
-            raise Refusal(f"its message names worker {inner.worker_id}, not {session.worker_id}", ends_session=True)
+            raise Refusal(f"its message names worker {inner.worker_id}, not {session.worker_id}")
         low, high = session.start, ring.head + msg.count  # the frames it may name: this session's, once written
         if isinstance(inner, protocol.Unroll):
             first = inner.first_frame + offset
             if not (low <= first and first + inner.length < high):
-                raise Refusal("its unroll names frames it has not sent", ends_session=True)
+                raise Refusal("its unroll names frames it has not sent")
             out = msgspec.structs.replace(inner, seq=self.slot_seq[session.slot], first_frame=first)
         else:
             frame, next_frame = inner.frame + offset, inner.next_frame + offset
             if inner.count and not (low <= frame.min() and next_frame.max() < high and (next_frame >= frame).all()):
-                raise Refusal("its transitions name frames it has not sent", ends_session=True)
+                raise Refusal("its transitions name frames it has not sent")
             out = msgspec.structs.replace(inner, seq=self.slot_seq[session.slot], frame=frame, next_frame=next_frame)
         data = out.encode()
         for k in range(msg.count):
@@ -329,6 +368,12 @@ class Ingest:
                 return
         self.slot_seq[session.slot] += 1
 
+    def _delivered(self, session: Session, env_frames: int) -> int:
+        """A remote worker's count of env frames, as far as the frames it delivered bear it out: a count beyond its
+        slot's ring (forged, or steps whose frames were lost with a dropped session) would end the run's budget early
+        and, carried into its next session, make the broker refuse that session's messages as past the ring."""
+        return max(0, min(env_frames, self.rings[session.slot].head * self.frames_per_slot))
+
     def _inflate(self, frames: np.ndarray, count: int) -> dict[str, np.ndarray]:
         """``count`` slots' fields from their zstd bytes: exactly that many bytes, or a Refusal (no more are ever
         decompressed than the slots hold)."""
@@ -336,7 +381,7 @@ class Ingest:
         try:
             raw = self.unzip.stream_reader(frames.data).read(want + 1) if want else b""
         except zstandard.ZstdError as err:
-            raise Refusal(f"its frames do not decompress ({err})", ends_session=True) from None
+            raise Refusal(f"its frames do not decompress ({err})") from None
         if len(raw) != want:
             raise Refusal(f"its frames hold {len(raw)}{'+' if len(raw) > want else ''} bytes, not {want}", True)
         buf, at, fields = np.frombuffer(raw, np.uint8), 0, {}

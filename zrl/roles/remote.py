@@ -40,6 +40,7 @@ from zrl.transport import ENDPOINT_NAMES, Endpoints
 JOIN_WAIT_S = 5.0  # how long a join waits for the gate's answer before it tries again
 BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # the waits between tries, the last repeated
 PROGRESS_EVERY_S = 10.0
+SHORT_SESSION_S = 30.0  # a session that ended sooner does not reset the backoff
 CHECK_EVERY_S = 0.05  # how often the loop's stop check looks at the gate
 
 
@@ -210,16 +211,26 @@ def serve(
         while not stopping():
             gate = transport.socket(ctx, zmq.DEALER, hwm=64)
             gate.setsockopt(zmq.ROUTING_ID, os.urandom(16))  # its own for this session, kept across reconnects
-            gate.connect(connect)
             try:
+                try:
+                    gate.connect(connect)
+                except zmq.ZMQError as err:
+                    say(f"cannot connect to {connect}: {err}")
+                    return 2
                 answer = _join(gate, join, stopping)
                 if stopping():
                     break
                 if isinstance(answer, protocol.Welcome):
-                    tries = 0
+                    began = time.monotonic()
                     code = _work(ctx, gate, connect, answer, envs_per_worker, say, stopping)
                     if code is not None:
                         return code
+                    if time.monotonic() - began >= SHORT_SESSION_S:
+                        tries = 0
+                        continue
+                    wait = BACKOFF_S[min(tries, len(BACKOFF_S) - 1)]  # refused again and again: not so fast
+                    tries += 1
+                    _sleep(wait, stopping)
                     continue
                 if isinstance(answer, protocol.Refused) and answer.final:
                     say(f"refused by {connect}: {answer.reason}")
@@ -292,4 +303,6 @@ def _work(ctx, gate, connect: str, welcome: protocol.Welcome, envs_per_worker, s
 
 
 def _leave(gate: zmq.Socket, reason: str) -> None:
+    """Say goodbye, so that the ingest frees the slot at once; the socket keeps it a second to get it out."""
     transport.send(gate, protocol.Leave(reason=reason).encode(), 200)
+    gate.setsockopt(zmq.LINGER, 1000)

@@ -20,14 +20,12 @@ def build_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions
 
 
 def ring_slots(cfg) -> int:
-    """The replay's transitions, one frame each, spread over the workers (twice a fair share, so that a worker
+    """The replay's transitions, one frame each, spread over the local workers (twice a fair share, so that a worker
     may run at twice the others' pace), plus a worker's block awaiting its priorities, the n-step window and
     the stacks."""
-    from zrl.config import worker_slots
-
     m, apex = cfg.workers.envs_per_worker, cfg.apex
     capacity = cfg.replay[0].capacity
-    per_worker = min(capacity, math.ceil(2 * capacity / worker_slots(cfg)))
+    per_worker = min(capacity, math.ceil(2 * capacity / cfg.workers.count))
     return math.ceil((per_worker + apex.priority_batch) / m) + apex.n_step + 2 * cfg.env.frame_stack + 2
 
 
@@ -36,12 +34,20 @@ def action_scores(model, obs, cfg, generator) -> np.ndarray:
     return model.q_values(obs, cfg.apex.acting_quantiles, generator).numpy()
 
 
+def slots_per_message(cfg) -> int:
+    """The steps until ``apex.priority_batch`` transitions are done (each step finishes at most one per env, once
+    the n-step window is full), and the reset's frame."""
+    m, apex = cfg.workers.envs_per_worker, cfg.apex
+    return math.ceil(apex.priority_batch / m) + apex.n_step + 2
+
+
 AGENT = Agent(
     name="apex_iqn",
     summary="Rainbow-IQN Ape-X: distributed prioritized replay of n-step transitions, IQN or C51 heads",
     check=check,
     build_model=build_model,
     ring_slots=ring_slots,
+    slots_per_message=slots_per_message,
     action_scores=action_scores,
     acts_greedily=True,
     actor="zrl.agents.apex_iqn.actor:ApexActor",

@@ -22,12 +22,14 @@ def ring_slots(cfg) -> int:
     """Every unit goes into every replay, so the units held are at most the largest replay's capacity, plus
     the ready batches and the learner's batch. A worker produces M units per T slots; its ring keeps twice
     its fair share of them (all of them with one or two workers), so a worker may run at twice the others'
-    pace before its oldest replayed units are dropped as stale (counted in metrics.csv)."""
-    from zrl.config import queue_capacity, worker_slots
+    pace before its oldest replayed units are dropped as stale (counted in metrics.csv). The share is the local
+    workers': they take up the share of remote workers (workers.remote) that have not joined or have left, and a
+    remote slot's ring is as large."""
+    from zrl.config import queue_capacity
 
     held = max(queue_capacity(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
     in_flight = held + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
-    per_worker = min(in_flight, math.ceil(2 * in_flight / worker_slots(cfg)))
+    per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
     unrolls_per_env = math.ceil(per_worker / cfg.workers.envs_per_worker) + 2
     return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
 
@@ -36,12 +38,18 @@ def action_scores(model, obs, cfg, generator) -> np.ndarray:
     return model(obs).logits.numpy()
 
 
+def slots_per_message(cfg) -> int:
+    """An unroll's T steps, and the reset's frame before the first."""
+    return cfg.learner.unroll_length + 1
+
+
 AGENT = Agent(
     name="vtrace",
     summary="IMPALA's V-trace actor-critic, with CLEAR and LASER, on a mix of queue, uniform, elite and attentive replay",
     check=check,
     build_model=build_model,
     ring_slots=ring_slots,
+    slots_per_message=slots_per_message,
     action_scores=action_scores,
     acts_greedily=False,
     actor="zrl.agents.vtrace.actor:VtraceActor",

@@ -1,0 +1,80 @@
+"""zrl-launch --ray on a real local Ray cluster: ray.cluster_utils.Cluster, a head and a second node, each with a
+raylet of its own on this machine. The run's remote workers become Ray actors on both nodes, a SIGKILLed actor is
+restarted by Ray and joins again, the run finishes, and nothing of it stays in Ray or in /dev/shm."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+import ray
+from conftest import REPO, metrics_rows, run_command, start_command, wait_until
+from ray.cluster_utils import Cluster
+
+pytestmark = pytest.mark.e2e
+
+CARTPOLE = REPO / "config" / "cartpole.toml"
+PLACED = re.compile(r"Ray actor zrl-ray-(\d+) is on node (\w+) \(.*\), pid (\d+)")
+
+
+def _log(tmp_path) -> str:
+    found = list((tmp_path / "results").glob("*/zrl.log"))
+    return found[0].read_text() if found else ""
+
+
+def test_ray_places_remote_workers_on_both_nodes_restarts_a_killed_one_and_leaves_nothing(tmp_path, no_leaks):
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        launch = start_command(
+            "zrl-launch",
+            *("--config", CARTPOLE, "--workers", "1", "--quiet", "--ray", cluster.address),
+            *("--set", "workers.remote=2", "--set", "run.max_env_frames=250000", "--set", "run.heartbeat_timeout_s=8"),
+            cwd=tmp_path,
+        )
+        try:
+            placed = wait_until(
+                lambda: (p := PLACED.findall(_log(tmp_path))) and len(p) >= 2 and p, 120, "two actors placed", launch
+            )
+            assert len({node for _, node, _ in placed}) == 2, placed  # one on each node
+            wait_until(lambda: _log(tmp_path).count("joined as zrl-worker-") >= 2, 120, "two joins", launch)
+            killed, _, pid = placed[0]
+            os.kill(int(pid), signal.SIGKILL)  # the actor's process, as a node's OOM killer would
+            wait_until(
+                lambda: f"zrl-ray-{killed}'s Ray actor died; Ray restarts it (restart 1 of 3 allowed" in _log(tmp_path),
+                60,
+                "a restart",
+                launch,
+            )
+            wait_until(lambda: _log(tmp_path).count("joined as zrl-worker-") >= 3, 120, "the rejoin", launch)
+            out, err = launch.communicate(timeout=600)
+        finally:
+            if launch.poll() is None:
+                launch.send_signal(signal.SIGINT)
+                launch.communicate(timeout=120)
+        assert launch.returncode == 0, err[-3000:]
+        log = _log(tmp_path)
+        assert "placing 2 remote workers as Ray actors on 2 of the cluster's 2 nodes" in log
+        assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) >= 1
+        assert int(metrics_rows(tmp_path)[-1]["remote_frames"]) > 0
+        ray.init(address=cluster.address, log_to_driver=False)
+        try:
+            left = [a for a in ray.util.list_named_actors(all_namespaces=True) if "zrl-ray" in str(a)]
+            assert left == [], left
+        finally:
+            ray.shutdown()
+    finally:
+        cluster.shutdown()
+
+
+def test_ray_without_remote_slots_or_a_cluster_is_a_usage_error(tmp_path, no_leaks):
+    none = run_command("zrl-launch", "--config", CARTPOLE, "--ray", "auto", cwd=tmp_path)
+    assert none.returncode == 2 and "workers.remote is 0" in none.stderr and "Traceback" not in none.stderr
+    nowhere = run_command(
+        "zrl-launch", "--config", CARTPOLE, "--ray", "127.0.0.1:9", "--set", "workers.remote=1", cwd=tmp_path
+    )
+    assert nowhere.returncode == 2 and "no Ray cluster to join" in nowhere.stderr, nowhere.stderr[-2000:]
+    assert "Traceback" not in nowhere.stderr
