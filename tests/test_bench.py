@@ -79,6 +79,18 @@ def test_transport_mode_measures_every_hop(tmp_path, no_leaks):
 
 
 @pytest.mark.e2e
+def test_transport_remote_measures_the_remote_path_beside_the_ring(tmp_path, no_leaks):
+    result = _bench(tmp_path, "transport", *TINY, "--remote")["result"]
+    remote = result["remote"]
+    assert [p["curve"] for p in remote["paths"]] == [False, True]
+    for path in remote["paths"]:
+        _positive(path["frames_per_s"], path["ingest_cpu_us_per_frame"], path["sender_cpu_us_per_frame"])
+        _positive(path["ratio_to_shm"], path["bytes_per_frame"])
+        assert path["refused"] == 0 and path["forwarded_unrolls"] > 0
+        assert path["bytes_per_frame"] < path["raw_bytes_per_frame"] / 5  # Pong's frames, compressed
+
+
+@pytest.mark.e2e
 def test_learner_mode_compares_the_fed_learner_with_a_bare_loop(tmp_path, no_leaks):
     result = _bench(tmp_path, "learner", *TINY, "--capacity", 16)["result"]
     _positive(result["fed_steps_per_s"], result["bare_steps_per_s"], result["ratio_to_bare"])
@@ -118,6 +130,19 @@ def test_pipeline_observers_runs_each_watcher_in_turn_and_a_page_reads_the_dashb
     assert dashboard["page_updates"] >= 3  # the client read the page's stream while the run went
     none = next(s for s in result["summary"] if s["observer"] == "none")
     assert none["learner_ratio"] == 1.0 and "learner_ratio_range" in doc["stdout"]
+
+
+@pytest.mark.e2e
+def test_pipeline_remote_runs_a_zrl_worker_beside_a_local_one_in_turn(tmp_path, no_leaks):
+    doc = _bench(tmp_path, "pipeline", "--remote", "--rounds", 1, *SHORT_PIPELINE, "--envs-per-worker", 2)
+    result = doc["result"]
+    assert [r["workers"] for r in result["rows"]] == ["1 local + 1 remote", "2 local"]  # round 1's order
+    for row in result["rows"]:
+        _positive(row["learner_steps_per_s"], row["frames_per_s"])
+    remote = next(r for r in result["rows"] if r["workers"] == "1 local + 1 remote")
+    assert remote["joined"] is True
+    local = next(s for s in result["summary"] if s["workers"] == "2 local")
+    assert local["learner_ratio"] == 1.0 and "the 2 local run beside it" in doc["stdout"]
 
 
 @pytest.mark.e2e

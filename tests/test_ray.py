@@ -78,3 +78,12 @@ def test_ray_without_remote_slots_or_a_cluster_is_a_usage_error(tmp_path, no_lea
     )
     assert nowhere.returncode == 2 and "no Ray cluster to join" in nowhere.stderr, nowhere.stderr[-2000:]
     assert "Traceback" not in nowhere.stderr
+    hidden = tmp_path / "no-ray" / "ray"  # a host without the cluster extra: `import ray` fails
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ImportError(\"No module named 'ray'\")\n")
+    env = {**os.environ, "PYTHONPATH": str(hidden.parent)}
+    proc = start_command(
+        "zrl-launch", "--config", CARTPOLE, "--ray", "auto", "--set", "workers.remote=1", cwd=tmp_path, env=env
+    )
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and "pip install 'zrl[cluster]'" in err and "Traceback" not in err, err[-2000:]

@@ -447,7 +447,7 @@ def remote_path(cfg: Config, spec, frames: np.ndarray, seconds: float, curve: bo
             ingest.start()
             sender = ctx.Process(
                 target=_remote_sender,
-                args=(wiring.endpoints.gate, client, frames, t, spec.num_actions, seconds + 3.0, theirs),
+                args=(wiring.endpoints.gate, client, frames, t, spec.num_actions, max(seconds, 2.5) + 3.0, theirs),
             )
             sender.start()
             got = {"forwarded": 0}
@@ -472,8 +472,10 @@ def remote_path(cfg: Config, spec, frames: np.ndarray, seconds: float, curve: bo
                     raise RuntimeError("the bench's remote sender never got through")
                 first = latest(time.monotonic() + 1.0)
             cpu0, t0 = psutil.Process(ingest.pid).cpu_times(), time.monotonic()
-            last = latest(time.monotonic() + seconds)
+            last = latest(time.monotonic() + max(seconds, 2.5))  # the ingest reports once a second
             cpu1, t1 = psutil.Process(ingest.pid).cpu_times(), time.monotonic()
+            if last is None or last.remote_frames <= first.remote_frames:
+                raise RuntimeError("the ingest reported no frames during the measurement")
             while sender.is_alive() and not mine.poll(0):
                 latest(time.monotonic() + 0.2)
             slots_sent, bytes_sent, sender_cpu = mine.recv() if mine.poll(30) else (0, 0, 0.0)

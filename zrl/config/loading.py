@@ -37,6 +37,7 @@ SAFE_ON_RESUME = (
     "workers.max_restarts",
     "workers.restart_window_s",
     "workers.count",
+    "workers.remote",
     "workers.envs_per_worker",
     "workers.torch_threads",
     "workers.nice",
@@ -48,6 +49,8 @@ SAFE_ON_RESUME = (
     "broker.torch_threads",
     "broker.prefetch_batches",
     "transport.kind",
+    "transport.remote_port",
+    "transport.public_host",
     "transport.hwm",
     "transport.poll_timeout_ms",
 )

@@ -67,6 +67,12 @@ _LATEST = (
     "episodes",
     "mean_return_100",
     "elapsed_s",
+    "remote_workers",
+    "remote_joins",
+    "remote_bytes",
+    "remote_raw_bytes",
+    "remote_refused",
+    "remote_auth_refused",
     *_DROPS,
 )
 

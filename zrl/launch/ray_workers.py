@@ -27,7 +27,7 @@ from zrl.config import Config, ConfigError
 
 log = logging.getLogger("zrl")
 
-INSTALL = "pip install 'zrl[cluster]'"
+INSTALL = "pip install 'zrl[cluster]' (from a checkout: pip install -e '.[cluster]')"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 STOP_WAIT_S = 10.0
 PROBE_S = 5.0
