@@ -236,7 +236,7 @@ def test_a_killed_learner_bench_leaves_no_role_suspended(tmp_path, no_leaks):
     import time
 
     import psutil
-    from conftest import command, zrl_processes
+    from conftest import command, zrl_processes, zrl_segments
 
     from zrl.launch import sweep_stale
 
@@ -265,7 +265,11 @@ def test_a_killed_learner_bench_leaves_no_role_suspended(tmp_path, no_leaks):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    sweep_stale()  # the rings of the killed bench: what the next zrl-launch or zrl-bench does
+    deadline = time.monotonic() + 5  # its reaper unlinks the killed bench's rings and socket folder
+    while [s for s in zrl_segments() if f"_{proc.pid}_" in s] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [s for s in zrl_segments() if f"_{proc.pid}_" in s]
+    sweep_stale()  # the bench's own scratch folder (not its wiring's): the next zrl-launch or zrl-bench sweeps it
 
 
 CARTPOLE = REPO / "config" / "cartpole.toml"

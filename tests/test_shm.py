@@ -510,3 +510,31 @@ def test_read_column_copies_one_row_of_each_slot(prefix):
     finally:
         ring.close()
         ring.unlink()
+
+
+def test_the_reaper_removes_its_runs_segments_and_folders_and_nothing_else(tmp_path, monkeypatch):
+    from shm import reaper
+
+    shm_dir = tmp_path / "shm"
+    shm_dir.mkdir()
+    monkeypatch.setattr(reaper, "SHM_DIR", str(shm_dir))
+    names = [
+        "zrl_run1_123_ring0",
+        "zrl_run1_123_ring_1",
+        "zrl_run1_124_ring0",
+        "zrl_run2_123_ring0",
+        "zrl.ns_run1_123_r",
+    ]
+    for name in names:
+        (shm_dir / name).write_bytes(b"x")
+    mine, other = tmp_path / "zrl-123-run1", tmp_path / "zrl-123-run2"
+    mine.mkdir()
+    other.mkdir()
+    removed = reaper.remove(123, "zrl", "run1", [str(mine), str(tmp_path / "gone")])
+    assert sorted(removed[0]) == ["zrl_run1_123_ring0", "zrl_run1_123_ring_1"] and removed[1] == [str(mine)]
+    assert sorted(p.name for p in shm_dir.iterdir()) == [
+        "zrl.ns_run1_123_r",
+        "zrl_run1_124_ring0",
+        "zrl_run2_123_ring0",
+    ]
+    assert not mine.exists() and other.exists()

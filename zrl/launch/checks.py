@@ -114,3 +114,26 @@ def check_resume_changes(run_dir: Path, old_cfg: Config, new_cfg: Config) -> Non
                     f"{dotted}: cannot change when resuming the deterministic run {run_dir}; it would "
                     f"change the results (keys fixed: {', '.join(FIXED_WHEN_DETERMINISTIC)})"
                 )
+
+
+SHM_DIR = "/dev/shm"
+
+
+def check_shm_room(cfg: Config, spec: envs.EnvSpec, shm_dir: str = SHM_DIR) -> None:
+    """ConfigError when the rings (one per local worker and remote slot) would not fit the room ``shm_dir`` has
+    free: found before the run folder is made, rather than as the rings are created."""
+    from zrl.config import worker_slots
+    from zrl.roles.common import make_ring_spec
+
+    need = worker_slots(cfg) * make_ring_spec(cfg, spec).nbytes
+    try:
+        st = os.statvfs(shm_dir)
+    except OSError:  # no such folder here: the rings' creation says what is wrong
+        return
+    free = st.f_bavail * st.f_frsize
+    if need > free:
+        raise ConfigError(
+            f"workers.ring_slots: the rings need {need / 1e6:,.0f} MB of shared memory and {shm_dir} has "
+            f"{free / 1e6:,.0f} MB free; lower workers.ring_slots (0: sized from the replay), workers.count or "
+            f"workers.remote, shrink the replays, or give {shm_dir} more room"
+        )

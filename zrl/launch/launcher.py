@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING
 
 from zrl import __version__, checkpoint, envs, protocol, transport
 from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
-from zrl.launch.checks import check_resume_changes, preflight, resolve_model_kind, usable_checkpoint
+from zrl.launch.checks import (
+    check_resume_changes,
+    check_shm_room,
+    preflight,
+    resolve_model_kind,
+    usable_checkpoint,
+)
 from zrl.launch.console import Console
 from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir, remove_partials
 from zrl.launch.ray_workers import RayWorkers
@@ -71,6 +77,7 @@ class Launcher:
         # the periodic checkpoints kept, best.pt and one being written
         need = checkpoint_bytes(cfg, self.spec) * (cfg.run.keep_checkpoints + 2)
         check_room(self.resume_dir or Path(cfg.run.results_dir), need)
+        check_shm_room(cfg, self.spec)  # before the run folder: a run that cannot start leaves none behind
         run_dir = self.resume_dir or make_run_dir(cfg)
         lock = self.lock or RunLock(run_dir)
         try:

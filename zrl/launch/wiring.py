@@ -15,6 +15,8 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -117,6 +119,23 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
             ) from None
 
 
+def start_reaper(run_id: str, private: str) -> subprocess.Popen:
+    """This process's reaper (shm/reaper.py) for one Wiring: when this process is gone, however it went (SIGKILL
+    and the OOM killer included), it unlinks the run's segments and removes its socket folder within moments,
+    rather than at the next launch's sweep. Chosen over the last role unlinking (roles die in any order, and a
+    restarted worker needs the names) and over unlinking once every role attached (restarts and remote slots would
+    need the mappings handed over by file descriptor): a pipe's end closing is the one event every way of dying
+    gives. It runs in a session of its own, so that a kill of the launcher's process group spares it."""
+    script = Path(shm.__file__).with_name("reaper.py")
+    return subprocess.Popen(
+        [sys.executable, "-I", str(script), str(os.getpid()), shm_prefix(), run_id, private],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def sweep_stale() -> tuple[list[str], list[str]]:
     """Remove this namespace's segments and private socket folders whose launcher is dead."""
     segments = shm.sweep(shm_prefix())
@@ -164,12 +183,13 @@ class Wiring:
         self.sockets: list[zmq.Socket] = []
         self.stats: zmq.Socket | None = None  # every role's stats, episodes and last words, to this process
         self.roles: RunWiring | None = None  # what each role is given to find its peers
+        self.reaper: subprocess.Popen | None = None
 
     def open(self) -> Wiring:
         cfg, spec = self.cfg, self.spec
-        self.private = transport.make_private_dir(
-            tempfile.gettempdir(), f"{private_prefix()}{os.getpid()}-{self.run_id}"
-        )
+        private = os.path.join(tempfile.gettempdir(), f"{private_prefix()}{os.getpid()}-{self.run_id}")
+        self.reaper = start_reaper(self.run_id, private)  # first: whatever is made next, it removes if we die
+        self.private = transport.make_private_dir(*os.path.split(private))
         global _open_wiring
         if _open_wiring is not None:
             raise RuntimeError("another Wiring is open in this process; its fork server is this process's only one")
@@ -264,3 +284,11 @@ class Wiring:
             if self.private:
                 shutil.rmtree(self.private, ignore_errors=True)
                 self.private = None
+            if self.reaper is not None:  # nothing is left for it: it finds nothing, and exits
+                self.reaper.stdin.close()
+                try:
+                    self.reaper.wait(10)
+                except subprocess.TimeoutExpired:
+                    self.reaper.kill()
+                    self.reaper.wait(5)
+                self.reaper = None
