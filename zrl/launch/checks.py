@@ -40,19 +40,21 @@ def preflight(cfg: Config) -> envs.EnvSpec:
 
             if not torch.cuda.is_available():
                 raise ConfigError(f"{key}: {device!r} but no CUDA device is available; use auto or cpu")
-    results = Path(cfg.run.results_dir)
-    try:
-        results.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ConfigError(
-            f"run.results_dir: cannot create {results} ({err.strerror}); give a folder you can write "
-            "with --set run.results_dir=PATH"
-        ) from None
-    if not os.access(results, os.W_OK | os.X_OK):
-        raise ConfigError(
-            f"run.results_dir: {results} is not writable; give a folder you can write with --set run.results_dir=PATH"
-        )
+    check_results_dir(Path(cfg.run.results_dir))
     return spec
+
+
+def check_results_dir(results: Path) -> None:
+    """ConfigError unless ``results`` is a folder this process can write, or one it could make: checked without
+    making it, so that a launch that fails a later check leaves nothing in (or of) the results folder."""
+    hint = "give a folder you can write with --set run.results_dir=PATH"
+    whole = Path(os.path.abspath(results))
+    existing = next(p for p in (whole, *whole.parents) if p.exists())
+    if not existing.is_dir():
+        raise ConfigError(f"run.results_dir: cannot create {results} (Not a directory); {hint}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        what = f"{results} is not writable" if existing == whole else f"cannot create {results} (Permission denied)"
+        raise ConfigError(f"run.results_dir: {what}; {hint}")
 
 
 def check_weights_fit(parameters: int) -> None:
