@@ -89,6 +89,11 @@ class Ingest:
         self.poll_ms = cfg.transport.poll_timeout_ms
         self.config_text = dumps(cfg)
         self.spec_text = env_spec_text(wiring)
+        self.frame_bytes = [  # each ring field: its name, slot shape, dtype and bytes per slot
+            (name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
+            for name, (shape, dtype) in wiring.ring_spec.fields.items()
+        ]
+        self.slot_bytes = sum(n for *_, n in self.frame_bytes)
         self.rings: list[Ring] = []
         self.ctx = transport.context(cfg.transport)
         self.sockets: list[zmq.Socket] = []
@@ -102,14 +107,13 @@ class Ingest:
             ep = wiring.endpoints
             self.max_slots = agents.get(cfg.algo).slots_per_message(cfg)
             self.message_type = agents.get(cfg.algo).broker_part().message_type
-            slot_bytes = wiring.ring_spec.nbytes // wiring.ring_spec.capacity + 1
             # a connection queues at most GATE_HWM messages, each at most what max_slots slots and one message take
             # (incompressible), while the ingest waits on the broker
             self.gate = self._socket(
                 zmq.ROUTER,
                 hwm=GATE_HWM,
                 bind=ep.gate,
-                max_bytes=min(protocol.MAX_MESSAGE_BYTES, self.max_slots * slot_bytes + MESSAGE_ROOM_BYTES),
+                max_bytes=min(protocol.MAX_MESSAGE_BYTES, self.max_slots * self.slot_bytes + MESSAGE_ROOM_BYTES),
             )
             self.gate.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a worker that reconnects takes its routing id back
             self.pub = self._socket(zmq.PUB, hwm=2, bind=ep.remote_weights)
@@ -131,11 +135,6 @@ class Ingest:
         self.version = -1
         self.asked_at = -float("inf")
         self.waiting: list[bytes] = []  # remote weights requests waiting for the first weights
-        self.frame_bytes = [
-            (name, shape, np.dtype(dtype), int(np.prod(shape)) * np.dtype(dtype).itemsize)
-            for name, (shape, dtype) in wiring.ring_spec.fields.items()
-        ]
-        self.slot_bytes = sum(n for *_, n in self.frame_bytes)
         self.unzip = zstandard.ZstdDecompressor()
         self.counts = dict(joins=0, frames=0, bytes=0, raw_bytes=0)
         self.busy_s = 0.0
