@@ -4,10 +4,16 @@ pipeline's bottleneck."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
+import logging
 import math
 import os
+import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +52,7 @@ METRIC_COLUMNS = (
     "episodes",
     "mean_return_100",
     "worker_restarts",
+    "role_restarts",
     "stats_decode_errors",
     *(column for column in METRIC_DOCS if column.startswith("time_")),
 )
@@ -53,10 +60,72 @@ METRIC_COLUMNS = (
 has taken since this launch began, summed over the workers) and the interval's time shares."""
 
 
-class CsvLog:
-    """One CSV file with a fixed header; each row is written and flushed at once."""
+TB_RETRY_S = 30.0  # how often a TensorBoard writer the disk refused is tried again
+PENDING_LIMIT = 16 << 20  # bytes an AppendFile keeps in memory while its disk refuses them
 
-    def __init__(self, path: str | Path, columns: tuple[str, ...]) -> None:
+
+def tell_stderr(text: str) -> None:
+    print(f"zrl-launch: {text}", file=sys.stderr, flush=True)
+
+
+class AppendFile:
+    """A file that text is only appended to, each piece written at once (O_APPEND, no buffer of Python's). A write
+    the disk refuses (full, or past a size limit) does not raise: the text is kept in memory and written before the
+    next piece, so that nothing is lost or torn while the run goes on. ``tell(text)`` says so once per outage, and
+    once more when writing works again. Past PENDING_LIMIT bytes waiting, new text is dropped, counted in
+    ``dropped`` (bytes) and said at the recovery."""
+
+    def __init__(self, path: str | Path, tell: Callable[[str], None] = tell_stderr) -> None:
+        self.path = Path(path)
+        self.tell = tell
+        self.dropped = 0
+        self._pending = bytearray()
+        self._failing = False
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, text: str) -> bool:
+        """Append ``text`` (after whatever waits); whether everything is on disk now."""
+        data = text.encode()
+        if len(self._pending) + len(data) > PENDING_LIMIT:
+            self.dropped += len(data)
+        else:
+            self._pending += data
+        return self.flush()
+
+    def flush(self) -> bool:
+        """Write what waits; whether all of it went."""
+        while self._pending:
+            try:
+                written = os.write(self._fd, self._pending)
+            except OSError as err:
+                if not self._failing:
+                    self._failing = True
+                    self.tell(
+                        f"cannot write {self.path} ({err.strerror or err}); the run goes on, and its lines wait in "
+                        "memory until they can be written"
+                    )
+                return False
+            del self._pending[:written]
+        if self._failing:
+            self._failing = False
+            lost = f"; {self.dropped} bytes that did not fit in memory were dropped" if self.dropped else ""
+            self.tell(f"{self.path} is written again{lost or ', nothing was lost'}")
+            self.dropped = 0
+        return True
+
+    def close(self) -> None:
+        """Write what waits, if the disk takes it now, and close the file."""
+        if self._fd is not None:
+            self.flush()
+            os.close(self._fd)
+            self._fd = None
+
+
+class CsvLog:
+    """One CSV file with a fixed header; each row is written at once, through an AppendFile (a full disk delays
+    rows rather than losing them or stopping the run)."""
+
+    def __init__(self, path: str | Path, columns: tuple[str, ...], tell: Callable[[str], None] = tell_stderr) -> None:
         self.path = Path(path)
         new = not self.path.exists() or self.path.stat().st_size == 0
         if not new:  # a resumed run keeps the header its file has, so that rows stay aligned under it
@@ -64,18 +133,45 @@ class CsvLog:
                 header = next(csv.reader(fh), None)
             columns = tuple(header) if header else columns
         self.columns = columns
-        self._fh = open(self.path, "a", newline="")
-        self._writer = csv.DictWriter(self._fh, fieldnames=columns)
+        self._file = AppendFile(self.path, tell)
+        self._text = io.StringIO()
+        self._writer = csv.DictWriter(self._text, fieldnames=columns)
         if new:
             self._writer.writeheader()
-            self._fh.flush()
+            self._emit()
+
+    def _emit(self) -> None:
+        self._file.write(self._text.getvalue())
+        self._text.seek(0)
+        self._text.truncate()
 
     def write(self, row: dict[str, Any]) -> None:
         self._writer.writerow({k: _fmt(row.get(k, "")) for k in self.columns})
-        self._fh.flush()
+        self._emit()
 
     def close(self) -> None:
-        self._fh.close()
+        self._file.close()
+
+
+class AppendHandler(logging.Handler):
+    """A logging handler that appends each record to a file through an AppendFile: a full disk delays log lines
+    rather than losing them or printing a logging error per record. ``tell`` must not log (to this handler)."""
+
+    def __init__(self, path: str | Path, tell: Callable[[str], None] = tell_stderr) -> None:
+        super().__init__()
+        self.file = AppendFile(path, tell)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.format(record) + "\n"
+        except Exception:
+            self.handleError(record)
+            return
+        self.file.write(text)
+
+    def close(self) -> None:
+        self.file.close()
+        super().close()
 
 
 def _fmt(value: Any) -> Any:
@@ -99,6 +195,21 @@ def tensorboard_tag(column: str) -> str:
     return f"{_ROLE_OF.get(column, 'run')}/{column}"
 
 
+def _quiet_tensorboard_thread() -> None:
+    """Keep TensorBoard's writer thread from printing a traceback when the disk refuses its write: TensorBoardLog
+    says that once, in a line. Any other thread's exception is printed as before."""
+    previous = threading.excepthook
+    if getattr(previous, "zrl_quiet", False):
+        return
+
+    def hook(args) -> None:
+        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+            previous(args)
+
+    hook.zrl_quiet = True
+    threading.excepthook = hook
+
+
 class TensorBoardLog:
     """The run's figures as TensorBoard events in the run folder, at env-frame steps: every number of a
     metrics.csv row (its ``<role>/<column>`` tag; each section's seconds per second of run since the row before as
@@ -107,16 +218,54 @@ class TensorBoardLog:
     written, as a resumed run's first rows may be, is left out, and an episode is placed one frame past the last
     one when workers' reports cross. A resumed run goes on after the last steps its files say were written:
     ``metrics_after``, the largest env frames of its metrics.csv, and ``episodes_after``, the last episode's step
-    (``episode_steps`` over its episodes.csv)."""
+    (``episode_steps`` over its episodes.csv).
+
+    A write the disk refuses (full) does not stop the run: TensorBoard's writer is dropped, ``tell`` says so once,
+    and a new one (a new events file beside the old) is tried every TB_RETRY_S; the points in between are in the
+    CSV files only."""
 
     def __init__(
-        self, run_dir: str | Path, metrics_after: int = -1, episodes_after: int = -1, flush_s: float = 5.0
+        self,
+        run_dir: str | Path,
+        metrics_after: int = -1,
+        episodes_after: int = -1,
+        flush_s: float = 5.0,
+        tell: Callable[[str], None] = tell_stderr,
     ) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self._writer = SummaryWriter(log_dir=str(run_dir), flush_secs=max(1, round(flush_s)))
+        _quiet_tensorboard_thread()
+        self._open = lambda: SummaryWriter(log_dir=str(run_dir), flush_secs=max(1, round(flush_s)))
+        self._writer = self._open()
         self._metrics_step, self._episode_step = metrics_after, episodes_after
         self._last_row: dict | None = None
+        self.tell, self._retry_at, self._failing = tell, 0.0, False
+
+    def _write(self, points: list[tuple[str, float, int, float | None]]) -> None:
+        """Add (tag, value, step, wall time) points, or keep the run going when the disk refuses them."""
+        now = time.monotonic()
+        if self._writer is None and now < self._retry_at:
+            return
+        try:
+            if self._writer is None:
+                self._writer = self._open()  # its first event (the file's version) is written as it opens
+            for tag, value, step, wall in points:
+                self._writer.add_scalar(tag, value, step, walltime=wall)
+            if self._failing:  # a new writer: it counts as working once what it got is on disk
+                self._writer.flush()
+                self._failing = False
+                self.tell("TensorBoard events are written again, in a new events file")
+        except Exception as err:  # the writer's thread raises its OSError on the next call; the writer is done
+            if not self._failing:
+                self._failing = True
+                self.tell(
+                    f"TensorBoard events cannot be written ({err}); the run goes on, metrics.csv and "
+                    f"episodes.csv keep every point, and a new events file is tried every {TB_RETRY_S:g} s"
+                )
+            if self._writer is not None:
+                with contextlib.suppress(Exception):
+                    self._writer.close()
+            self._writer, self._retry_at = None, now + TB_RETRY_S
 
     def metrics(self, row: dict) -> None:
         step = int(number(row, "env_frames") or 0)
@@ -124,32 +273,39 @@ class TensorBoardLog:
         if step <= self._metrics_step:
             return
         self._metrics_step = step
-        add, wall = self._writer.add_scalar, number(row, "wall_time")
+        points, wall = [], number(row, "wall_time")
         for column, value in row.items():
             if column in _NOT_SCALARS:
                 continue
             if column == "replay_sizes":
                 for i, size in enumerate(str(value).split()):
-                    add(f"broker/replay_size_{i}", int(size), step, walltime=wall)
+                    points.append((f"broker/replay_size_{i}", int(size), step, wall))
                 continue
             value = number(row, column)
             if value is not None and not column.startswith("time_"):
-                add(tensorboard_tag(column), value, step, walltime=wall)
+                points.append((tensorboard_tag(column), value, step, wall))
         shares = time_shares(last, row) if last is not None else None
         for group, sections in SECTIONS.items() if shares else ():
             for section in sections:
-                add(f"time_share/{group}/{section}", shares[section], step, walltime=wall)
+                points.append((f"time_share/{group}/{section}", shares[section], step, wall))
+        self._write(points)
 
     def episode(self, row: dict, mean_return_100: float) -> None:
         (step,) = episode_steps([row], self._episode_step)
         self._episode_step = step
         wall = number(row, "wall_time")
-        self._writer.add_scalar("episodes/raw_return", float(row["raw_return"]), step, walltime=wall)
-        self._writer.add_scalar("episodes/mean_return_100", mean_return_100, step, walltime=wall)
-        self._writer.add_scalar("episodes/length_frames", int(row["length_frames"]), step, walltime=wall)
+        self._write(
+            [
+                ("episodes/raw_return", float(row["raw_return"]), step, wall),
+                ("episodes/mean_return_100", mean_return_100, step, wall),
+                ("episodes/length_frames", int(row["length_frames"]), step, wall),
+            ]
+        )
 
     def close(self) -> None:
-        self._writer.close()
+        if self._writer is not None:
+            with contextlib.suppress(Exception):  # a disk that still refuses: the CSV files have every point
+                self._writer.close()
 
 
 # -- reading ------------------------------------------------------------------------------------------------

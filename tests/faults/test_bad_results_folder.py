@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import resource
 import shutil
+import signal
+import time
 
+import psutil
 import pytest
-from conftest import REPO, metrics_rows, run_command, zrl_segments
+from conftest import REPO, metrics_rows, run_command, start_command, wait_until, zrl_segments
 
 from zrl import checkpoint
 
@@ -94,3 +97,46 @@ def test_checkpoints_that_cannot_be_written_leave_the_earlier_ones_and_training_
     steps = int(metrics_rows(tmp_path)[-1]["learner_step"])  # each step trains on 640 frames
     assert steps > step_before + 10
     assert resumed.stderr.count("failed (File too large)") >= 1 + (steps // 20 - step_before // 20)  # and the last
+
+
+def test_a_disk_that_refuses_the_logs_mid_run_delays_their_lines_and_the_run_goes_on(tmp_path, no_leaks):
+    """Mid-run, the launcher's files may not grow (RLIMIT_FSIZE set on the running launcher at their current size:
+    the kernel refuses its writes to metrics.csv, episodes.csv and zrl.log as a full disk would). The run goes on;
+    each file's trouble is said once on stderr; once writes work again, every metrics row of the outage is on disk,
+    in order, and zrl.log has no logging error in it."""
+    proc = start_command(
+        "zrl-launch",
+        *("--config", str(SMOKE), "--set", "run.max_env_frames=100000000", "--set", "run.log_interval_s=0.25"),
+        "--quiet",
+        cwd=tmp_path,
+    )
+    try:
+        wait_until(lambda: len(metrics_rows(tmp_path)) >= 4, 120, "the first metrics rows", proc)
+        (run_dir,) = (tmp_path / "results").iterdir()
+        files = [run_dir / name for name in ("metrics.csv", "episodes.csv", "zrl.log")]
+        launcher = psutil.Process(proc.pid)
+        _, hard = launcher.rlimit(psutil.RLIMIT_FSIZE)
+        launcher.rlimit(psutil.RLIMIT_FSIZE, (min(f.stat().st_size for f in files), hard))
+        rows_before = len(metrics_rows(tmp_path))
+        time.sleep(3)
+        assert len(metrics_rows(tmp_path)) == rows_before  # refused: nothing reached metrics.csv meanwhile
+        assert proc.poll() is None, proc.communicate()[1][-3000:]  # and the run goes on
+        launcher.rlimit(psutil.RLIMIT_FSIZE, (hard, hard))
+        time.sleep(2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    folder = run_dir.relative_to(tmp_path)
+    assert err.count(f"cannot write {folder / 'metrics.csv'}") == 1, err[-3000:]
+    assert err.count(f"{folder / 'metrics.csv'} is written again, nothing was lost") == 1, err[-3000:]
+    assert err.count(f"cannot write {folder / 'zrl.log'}") == 1, err[-3000:]
+    assert err.count("TensorBoard events cannot be written") <= 1 and "Traceback" not in err, err[-3000:]
+    elapsed = [float(r["elapsed_s"]) for r in metrics_rows(tmp_path)]
+    assert len(elapsed) > rows_before + 10 and elapsed == sorted(elapsed)
+    assert max(b - a for a, b in zip(elapsed, elapsed[1:])) < 1.5  # a row every 0.25 s: none of the outage's lost
+    log = (run_dir / "zrl.log").read_text()
+    assert "Logging error" not in log and "Logging error" not in err

@@ -1,5 +1,7 @@
 """Roles that die or hang in the middle of a run: workers are replaced, a crash loop stops the run with its
-traceback, and a dead learner or broker stops it in order with a loadable checkpoint and a way to go on."""
+traceback; a dead or hung learner or broker has the run's roles restarted from the last checkpoint
+(run.restart_policy = "resume", up to run.max_restarts), or stops the run in order with a loadable checkpoint and a
+way to go on ("stop")."""
 
 from __future__ import annotations
 
@@ -340,12 +342,14 @@ def test_a_worker_stuck_in_its_env_is_killed_and_replaced_and_says_where(tmp_pat
 
 def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learner_dies(tmp_path, no_leaks):
     """The Ape-X roles under the same supervision: a SIGKILLed worker is replaced, its replacement plays whole
-    episodes and the learner trains on; a SIGKILLed learner stops the run with exit code 1, what died, how to go on, and a
-    loadable checkpoint that holds the target network."""
+    episodes and the learner trains on; under run.restart_policy = "stop" a SIGKILLed learner stops the run with
+    exit code 1, what died, how to go on, and a loadable checkpoint that holds the target network."""
     with _launched(
         tmp_path,
         "--config",
         APEX_CARTPOLE,
+        "--set",
+        'run.restart_policy="stop"',
         "--set",
         "run.max_env_frames=100000000",
         "--set",
@@ -380,12 +384,14 @@ def test_an_apex_run_replaces_a_killed_worker_and_stops_in_order_when_its_learne
 
 @pytest.mark.parametrize("role", ["zrl-learner", "zrl-broker"])
 def test_a_dead_learner_or_broker_stops_the_run_in_order(tmp_path, no_leaks, role):
-    """SIGKILL the learner, and separately the broker: the run stops within seconds with exit code 1, says
-    what died and how to resume, and leaves a loadable checkpoint."""
+    """Under run.restart_policy = "stop", SIGKILL the learner, and separately the broker: the run stops within
+    seconds with exit code 1, says what died and how to resume, and leaves a loadable checkpoint."""
     with _launched(
         tmp_path,
         "--config",
         SMOKE,
+        "--set",
+        'run.restart_policy="stop"',
         "--set",
         "run.max_env_frames=100000000",
         "--set",
@@ -404,3 +410,65 @@ def test_a_dead_learner_or_broker_stops_the_run_in_order(tmp_path, no_leaks, rol
     good = _stopped_in_order(tmp_path, role, err)
     assert good["learner_step"] >= 5
     assert not zrl_processes() or all(p.status() == psutil.STATUS_ZOMBIE for p in zrl_processes())
+
+
+def _restarted(tmp_path: Path, proc: subprocess.Popen, role: str, old_pid: int, restarts: int) -> float:
+    """Wait for the run's roles to be restarted (``restarts`` counted in metrics.csv, a new ``role``) and for the
+    new learner to train 10 steps past the checkpoint it started from; how long that took."""
+    began = time.monotonic()
+    _wait(lambda: int((metrics_rows(tmp_path) or [{}])[-1].get("role_restarts") or 0) == restarts, 60, "the restart")
+    _wait(lambda: (p := _role(proc, role)) is not None and p.pid != old_pid, 30, f"a new {role}")
+    (run_dir,) = (tmp_path / "results").iterdir()
+    line = (run_dir / "zrl.log").read_text().split("restarted the run's roles from ckpt_")[restarts]
+    step = int(line[: line.index(".pt")])
+    _wait(lambda: _learner_step(tmp_path) > step + 10, 120, "the new learner to train on")
+    return time.monotonic() - began
+
+
+def test_a_dead_or_hung_learner_or_broker_has_the_runs_roles_restarted_until_a_crash_loop(tmp_path, no_leaks):
+    """run.restart_policy = "resume": SIGKILL the learner, then SIGSTOP the broker (hung past the heartbeat timeout):
+    each time the launcher restarts the run's roles from the newest checkpoint, in the same folder, and training
+    goes on past it, while frames played and episodes keep counting. A third loss is more than
+    run.max_restarts = 2: the run stops with exit code 1 and says so."""
+    with _launched(
+        tmp_path,
+        "--config",
+        SMOKE,
+        "--set",
+        "run.max_env_frames=100000000",
+        "--set",
+        "run.checkpoint_every_steps=5",
+        "--set",
+        "run.heartbeat_timeout_s=4",
+        "--set",
+        "run.max_restarts=2",
+        "--set",
+        "run.log_interval_s=0.5",
+        "--quiet",
+    ) as proc:
+        _wait(lambda: _learner_step(tmp_path) > 6, 120, "a first checkpoint")
+        learner = _role(proc, "zrl-learner")
+        frames_before = _env_frames(tmp_path)
+        learner.send_signal(signal.SIGKILL)
+        took_dead = _restarted(tmp_path, proc, "zrl-learner", learner.pid, 1)
+        broker = _role(proc, "zrl-broker")
+        broker.send_signal(signal.SIGSTOP)
+        took_hung = _restarted(tmp_path, proc, "zrl-broker", broker.pid, 2)
+        _role(proc, "zrl-learner").send_signal(signal.SIGKILL)
+        code, out, err = _finish(proc, 120)
+    assert code == 1, err[-3000:]
+    assert "zrl-learner exited with code -9; that is more than run.max_restarts = 2 restarts" in err, err[-3000:]
+    print(
+        f"back to training 10 steps past the checkpoint: {took_dead:.1f} s after SIGKILL of the learner, "
+        f"{took_hung:.1f} s after SIGSTOP of the broker (heartbeat timeout 4 s)"
+    )
+    (run_dir,) = (tmp_path / "results").iterdir()
+    log = (run_dir / "zrl.log").read_text()
+    assert "zrl-learner exited with code -9; restarted the run's roles from ckpt_" in log
+    assert "zrl-broker sent nothing for" in log and "restart 2 of 2 allowed" in log
+    rows = metrics_rows(tmp_path)
+    frames = [int(r["env_frames"]) for r in rows]
+    counted = [int(r["episodes"]) for r in rows]
+    assert frames == sorted(frames) and counted == sorted(counted)  # the counts go on across the restarts
+    assert frames[-1] > frames_before  # and the restarted workers played on
+    assert int(rows[-1]["role_restarts"]) == 2

@@ -79,9 +79,26 @@ class RunConfig:
         float,
         Meta(
             gt=0,
-            description="A role that reports nothing for this long is declared hung (before its first report it has at least 60 s to start): a worker is killed and restarted, a hung broker or learner stops the run.",
+            description="A role that reports nothing for this long is declared hung (before its first report it has at least 60 s to start): a worker is killed and restarted; a hung broker, learner or ingest is handled by run.restart_policy.",
         ),
     ] = 60.0
+    restart_policy: Annotated[
+        str,
+        Meta(
+            extra={"hint": "resume or stop"},
+            description='What a broker, learner or ingest that dies or hangs does to the run. "resume": the launcher stops the run\'s roles (a live learner writes its final checkpoint), starts them again from the newest good checkpoint in the same folder and the same rings, and the run goes on: frames played and episodes go on counting; the learner goes back to the checkpoint\'s step (the updates since it are lost: checkpoint often to lose few), and the replays refill. "stop": the run stops in order with exit code 1 and says how to --resume it. A deterministic run always stops (a restart would break its repeat).',
+        ),
+    ] = "resume"
+    max_restarts: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="A crash loop's limit under run.restart_policy = \"resume\": a broker, learner or ingest death past this many restarts of the run's roles within run.restart_window_s stops the run with exit code 1 and the dead role's traceback. 0: never restart.",
+        ),
+    ] = 3
+    restart_window_s: Annotated[
+        float, Meta(gt=0, description="The window over which run.max_restarts counts the restarts of the run's roles.")
+    ] = 1800.0
     keep_freed_memory: Annotated[
         bool,
         Meta(

@@ -16,7 +16,17 @@ from pathlib import Path
 
 from zrl import agents, checkpoint, envs
 from zrl.config import Config, ConfigError, dumps
-from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, CsvLog, TensorBoardLog, episode_steps, number, read_csv
+from zrl.metrics import (
+    EPISODE_COLUMNS,
+    METRIC_COLUMNS,
+    AppendHandler,
+    CsvLog,
+    TensorBoardLog,
+    episode_steps,
+    number,
+    read_csv,
+    tell_stderr,
+)
 from zrl.namespace import LOCK_NAME
 
 log = logging.getLogger("zrl")
@@ -128,6 +138,12 @@ def remove_partials(checkpoints: Path) -> None:
         partial.unlink(missing_ok=True)
 
 
+def _tell_and_log(text: str) -> None:
+    """A CSV file's trouble: on stderr and in zrl.log (whose own trouble goes to stderr alone)."""
+    tell_stderr(text)
+    log.warning(text)
+
+
 class RunFolder:
     """The folder while a launcher runs in it: the resolved config written to ``config.toml`` and the "zrl"
     logger writing to ``zrl.log`` from the start; ``open_csvs()`` opens ``episodes.csv`` and ``metrics.csv``
@@ -137,7 +153,7 @@ class RunFolder:
     def __init__(self, path: Path, cfg: Config) -> None:
         self.path = path
         (path / "config.toml").write_text(dumps(cfg))
-        self._handler = logging.FileHandler(path / "zrl.log")
+        self._handler = AppendHandler(path / "zrl.log")  # a full disk: its lines wait, said once on stderr
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(self._handler)
         log.setLevel(logging.INFO)
@@ -150,8 +166,8 @@ class RunFolder:
         return self.path / "checkpoints"
 
     def open_csvs(self) -> None:
-        self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS)
-        self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS)
+        self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS, _tell_and_log)
+        self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS, _tell_and_log)
 
     def open_events(self, flush_s: float) -> str | None:
         """Write TensorBoard events beside the CSV files, a resumed run's after the steps its CSV files say were
@@ -161,7 +177,7 @@ class RunFolder:
         metrics_after = max((int(number(r, "env_frames") or 0) for r in metrics), default=-1)
         episodes_after = (episode_steps(episodes) or [-1])[-1]
         try:
-            self.events = TensorBoardLog(self.path, metrics_after, episodes_after, flush_s)
+            self.events = TensorBoardLog(self.path, metrics_after, episodes_after, flush_s, _tell_and_log)
         except ImportError as err:
             return (
                 f"run.tensorboard: no TensorBoard events ({err}); install the tensorboard package, or set "

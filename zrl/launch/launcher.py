@@ -6,6 +6,7 @@ live line and writes the CSV files (tally), and stops in order: a final checkpoi
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -29,7 +30,7 @@ from zrl.launch.ray_workers import check as check_ray
 from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
-from zrl.roles.common import StartFrom, WorkerStart
+from zrl.roles.common import StartFrom
 
 if TYPE_CHECKING:
     from zrl.dashboard import Dashboard
@@ -73,6 +74,9 @@ class Launcher:
 
     def run(self) -> int:
         cfg = self.cfg
+        # A file past the size limit (ulimit -f) is a refused write like a full disk's, which the run's files wait
+        # out (zrl/metrics.py's AppendFile) and a checkpoint skips, rather than a signal that kills the process.
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         swept = sweep_stale()
         # the periodic checkpoints kept, best.pt and one being written
         need = checkpoint_bytes(cfg, self.spec) * (cfg.run.keep_checkpoints + 2)
@@ -141,8 +145,8 @@ class Launcher:
             sample_calls=self.sample_calls,
             replay_from=self.start.path if self.resume_dir and cfg.run.deterministic else "",
         )
-        stop = self.stop = wiring.stop_flag()
-        sup = self.supervisor = Supervisor(cfg, self.console, lambda i, start: wiring.worker(i, stop, start))
+        self.stop = wiring.stop_flag()
+        sup = self.supervisor = Supervisor(cfg, self.console, lambda i, start: wiring.worker(i, self.stop, start))
         sup.catch_signals()
         code = EXIT_OK
         try:
@@ -179,18 +183,10 @@ class Launcher:
                 ),
                 " + ".join(str(fill_target(cfg, r)) for r in cfg.replay),
             )
-            procs = {
-                "zrl-broker": wiring.broker(stop),
-                "zrl-learner": wiring.learner(stop, str(folder.path), self.start),
-                **{f"zrl-worker-{i}": wiring.worker(i, stop, WorkerStart()) for i in range(cfg.workers.count)},
-            }
             if cfg.workers.remote:
-                procs["zrl-ingest"] = wiring.ingest(stop, folder.path.name)
                 self._admit_remote()
-            stop.live_workers = cfg.workers.count
             start = time.monotonic()
-            for name, proc in procs.items():
-                sup.start(name, proc, start)
+            self._start_roles(self.start, start)
             if self.ray_workers is not None:
                 self.ray_workers.place(int(wiring.endpoints.gate.rsplit(":", 1)[1]))
             code = self._watch(start)
@@ -203,14 +199,14 @@ class Launcher:
                 else "error"
             )
             self.console.say(f"stopping ({reason}); waiting for the final checkpoint")
-            stop.set()
+            self.stop.set()
             sup.stop(self._drain)
         except KeyboardInterrupt:
             code = EXIT_SIGINT if signal.SIGINT in sup.signals else EXIT_SIGTERM
             log.warning("second signal: stopping at once")
         finally:
             sup.ignore_signals()  # cleanup below must not be cut short by more signals
-            stop.set()
+            self.stop.set()
             if self.ray_workers is not None:
                 self.ray_workers.close()
             sup.kill()
@@ -221,6 +217,49 @@ class Launcher:
                 self.dashboard.close(linger_s=DASHBOARD_LINGER_S)
             sup.restore_signals()
         return code
+
+    def _start_roles(self, start: StartFrom | None, now: float) -> None:
+        """Start a broker, a learner from ``start``, every local worker (one generation on, its frame count going on)
+        and, with remote slots, the ingest, all under ``self.stop``."""
+        cfg, wiring, stop, sup = self.cfg, self.wiring, self.stop, self.supervisor
+        frames = self.tally.workers
+        procs = {
+            "zrl-broker": wiring.broker(stop),
+            "zrl-learner": wiring.learner(stop, str(self.folder.path), start),
+            **{
+                f"zrl-worker-{i}": wiring.worker(i, stop, sup.next_start(i, frames[i].env_frames if i in frames else 0))
+                for i in range(cfg.workers.count)
+            },
+        }
+        if cfg.workers.remote:
+            procs["zrl-ingest"] = wiring.ingest(stop, self.folder.path.name)
+        stop.live_workers = cfg.workers.count
+        for name, proc in procs.items():
+            sup.start(name, proc, now)
+
+    def _restart_roles(self, name: str, why: str) -> None:
+        """run.restart_policy = "resume": ``name`` is lost (``why``), so stop the run's roles (the lost one killed
+        first, so that a hung one cannot hold the others up; a live learner writes its final checkpoint) and start
+        them again in the same rings and folder, the learner from the newest good checkpoint (or from where this
+        launch began, when there is none yet). The tally's counts go on; the replays refill."""
+        cfg, sup = self.cfg, self.supervisor
+        sup.kill_role(name)
+        self.stop.set()
+        sup.stop_for_restart(self._drain)
+        path, state, skipped = newest_usable(self.folder.path, cfg, self.spec)
+        for reason in skipped:
+            log.warning("skipped a checkpoint that cannot be used: %s", reason)
+        start = StartFrom(str(path)) if path is not None else self.start
+        sup.announce(
+            name,
+            f"{name} {why}; restarted the run's roles from "
+            f"{path.name if path is not None else 'where this launch began (no checkpoint yet)'} (restart "
+            f"{len(sup.run_restarts)} of {cfg.run.max_restarts} allowed within {cfg.run.restart_window_s:g} s)",
+        )
+        calls = sample_calls(state) if state is not None else self.sample_calls
+        self.wiring.roles = dataclasses.replace(self.wiring.roles, sample_calls=calls)
+        self.stop = self.wiring.stop_flag()
+        self._start_roles(start, time.monotonic())
 
     def _admit_remote(self) -> None:
         """Say, and write to connect.txt, the line a remote host runs to work for this run."""
@@ -248,13 +287,16 @@ class Launcher:
                 return code
             now = time.monotonic()
             lost = sup.check(now, self._drain, lambda wid: t.workers[wid].env_frames if wid in t.workers else 0)
-            t.worker_restarts = sup.worker_restarts
+            t.worker_restarts, t.role_restarts = sup.worker_restarts, sup.role_restarts
             if self.ray_workers is not None:
                 self.ray_workers.check()
                 t.worker_restarts += self.ray_workers.restarts
             if lost is not None:
-                self._died(*lost)
-                return EXIT_FAILED
+                name, what, restart = lost
+                if not restart:
+                    self._died(name, what)
+                    return EXIT_FAILED
+                self._restart_roles(name, what)
             if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
@@ -424,8 +466,38 @@ def _resume(
     spec = preflight(cfg)
     if ray is not None:
         check_ray(cfg, ray[1])
+    path, state, skipped = newest_usable(run_dir, cfg, spec)
+    if path is None:
+        reasons = "; ".join(skipped) if skipped else "there is none"
+        raise ConfigError(f"{run_dir / 'checkpoints'}: no usable checkpoint to resume from ({reasons})")
+    launcher = Launcher(
+        cfg,
+        spec,
+        quiet,
+        run_dir=run_dir,
+        start=StartFrom(str(path)),
+        env_frames_start=int(state["env_frames"]),
+        sample_calls=sample_calls(state),
+        lock=lock,
+        dashboard=dashboard,
+        ray=ray,
+    )
+    launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
+    return launcher.run()
+
+
+def sample_calls(state: dict) -> tuple[int, ...]:
+    """Each replay's sample calls as a checkpoint's replay index holds them (elite lambda annealing goes on)."""
+    index = state.get("replay_index") or {}
+    return tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
+
+
+def newest_usable(run_dir: Path, cfg: Config, spec: envs.EnvSpec) -> tuple[Path | None, dict | None, list[str]]:
+    """The run's newest checkpoint that loads and fits ``cfg``, its state, and why each newer one was skipped
+    ((None, None, reasons) when none is usable). A write cut short by a crash is removed; a damaged file is set
+    aside as NAME.bad, kept for a look, so that it is never picked again."""
     folder = run_dir / "checkpoints"
-    remove_partials(folder)  # a write cut short by a crash: never a checkpoint
+    remove_partials(folder)
     skipped = []
     for path, state, err in checkpoint.newest_good(folder):
         reason = str(err) if err is not None else None
@@ -435,7 +507,6 @@ def _resume(
             except ConfigError as bad:
                 reason = str(bad)
         if reason is not None and err is not None and checkpoint.is_corrupt(err):
-            # damaged: set aside, kept for a look, so that it is never picked again
             skipped.append(reason + f" (set aside as {path.name}.bad)")
             path.rename(path.with_name(path.name + ".bad"))
             if checkpoint.hash_path(path).exists():
@@ -444,21 +515,5 @@ def _resume(
         if reason is not None:
             skipped.append(reason)
             continue
-        index = state.get("replay_index") or {}
-        calls = tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
-        launcher = Launcher(
-            cfg,
-            spec,
-            quiet,
-            run_dir=run_dir,
-            start=StartFrom(str(path)),
-            env_frames_start=int(state["env_frames"]),
-            sample_calls=calls,
-            lock=lock,
-            dashboard=dashboard,
-            ray=ray,
-        )
-        launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
-        return launcher.run()
-    reasons = "; ".join(skipped) if skipped else "there is none"
-    raise ConfigError(f"{run_dir / 'checkpoints'}: no usable checkpoint to resume from ({reasons})")
+        return path, state, skipped
+    return None, None, skipped

@@ -1,6 +1,7 @@
 """Supervision of the role processes: start them (Ctrl-C left to the launcher), know which process is which role,
 watch their heartbeats (any stats message counts), replace a dead or hung worker within its restart budget,
-say what died and why, turn SIGINT/SIGTERM into a stop request (a second one into an immediate stop), and stop
+allow a restart of the run's roles when a broker, learner or ingest is lost (run.restart_policy, within its
+crash-loop limit; the launcher does the restart), say what died and why, turn SIGINT/SIGTERM into a stop request (a second one into an immediate stop), and stop
 them in order: the stop flag, a grace period for the learner's final checkpoint, then SIGKILL."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from zrl.roles.common import WorkerStart
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
 STOP_GRACE_S = 60.0  # how long an orderly stop waits for the learner's final checkpoint
+RESTART_STOP_GRACE_S = 5.0  # how long the other roles have to stop for a restart, once the learner has stopped
 STARTUP_GRACE_S = 60.0  # the least time a role has for its first report (imports, env creation, first weights)
 
 log = logging.getLogger("zrl")
@@ -50,6 +52,14 @@ def kill_all(procs: dict[str, mp.Process]) -> list[str]:
         if proc.pid is not None:
             proc.join(5)
     return killed
+
+
+def count_recent(times: deque, now: float, window_s: float) -> int:
+    """Note a restart at ``now`` in ``times`` and forget those older than ``window_s``; how many are left."""
+    times.append(now)
+    while now - times[0] > window_s:
+        times.popleft()
+    return len(times)
 
 
 def _sender(msg) -> str | None:
@@ -86,6 +96,8 @@ class Supervisor:
         self.retired: set[int] = set()  # the processes of replaced workers
         self.last_seen: dict[str, float] = {}  # when each role last sent something
         self.worker_restarts = 0
+        self.run_restarts: deque = deque()  # the times the run's roles were restarted, within run.restart_window_s
+        self.role_restarts = 0  # restarts of the run's roles in this launch
         self.remote = range(cfg.workers.count, cfg.workers.count + cfg.workers.remote)  # their reports: the ingest's
         self._old_handlers: dict = {}
 
@@ -140,6 +152,8 @@ class Supervisor:
             # a remote worker's report, which the ingest passes on in its own name; no heartbeat is kept: the run
             # goes on without remote workers, and the ingest frees the slot of one that went silent
             if msg.pid != self.pids.get("zrl-ingest"):
+                if msg.pid in self.retired:  # late news through an ingest that has been replaced
+                    return False
                 raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not zrl-ingest of this run")
             return True
         current = self.pids.get(role) == msg.pid  # only the processes this launcher started report
@@ -160,10 +174,12 @@ class Supervisor:
     # -- heartbeats and restarts -------------------------------------------------------------------------------
     def check(
         self, now: float, drain: Callable[[int], None], worker_frames: Callable[[int], int]
-    ) -> tuple[str, str] | None:
-        """Look at every role: a worker that died or went silent is replaced within its restart budget; a role
-        gone for good gives its name and what happened to it, None while all are well. ``drain(timeout_ms)`` takes the stats channel's messages; ``worker_frames(i)`` is worker i's
-        last count of env frames."""
+    ) -> tuple[str, str, bool] | None:
+        """Look at every role: a worker that died or went silent is replaced within its restart budget. A lost
+        role the run cannot do without gives (its name, what happened to it, whether the run's roles may be
+        restarted for it: run.restart_policy and its crash-loop limit); None while all are well.
+        ``drain(timeout_ms)`` takes the stats channel's messages; ``worker_frames(i)`` is worker i's last count of
+        env frames."""
         cfg = self.cfg
         for name, proc in list(self.procs.items()):
             silent = now - self.last_seen[name]
@@ -184,39 +200,62 @@ class Supervisor:
                 if proc.exitcode is not None
                 else f"sent nothing for {silent:.0f} s (hung)"
             )
-            if name.startswith("zrl-worker") and self._restart(name, why, now, worker_frames):
-                continue
-            return name, self._why_dead(name, why)
+            if name.startswith("zrl-worker"):
+                if self._restart(name, why, now, worker_frames):
+                    continue
+            elif self._may_restart_run(now):
+                return name, why, True
+            return name, self._why_dead(name, why), False
         return None
+
+    def _may_restart_run(self, now: float) -> bool:
+        """Whether the run's roles may be restarted now (counted if so): run.restart_policy = "resume", not a
+        deterministic run, and no more than run.max_restarts restarts within run.restart_window_s."""
+        run = self.cfg.run
+        if run.restart_policy != "resume" or run.deterministic:
+            return False
+        if count_recent(self.run_restarts, now, run.restart_window_s) > run.max_restarts:
+            return False
+        self.role_restarts += 1
+        return True
+
+    def next_start(self, wid: int, env_frames: int) -> WorkerStart:
+        """Worker ``wid``'s place for its next process: one generation on (0 for its first), its frames so far."""
+        generation = self.generations[wid] = self.generations.get(wid, -1) + 1
+        return WorkerStart(generation, env_frames)
+
+    def kill_role(self, name: str) -> None:
+        """SIGKILL one role now (a hung one, before the others are asked to stop) and reap it."""
+        proc = self.procs[name]
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join(10)
 
     def _restart(self, name: str, why: str, now: float, worker_frames: Callable[[int], int]) -> bool:
         """Replace a dead or hung worker with a new one on the same ring, unless it has needed too many restarts
         lately (or the run is deterministic, which a restart would break); False then."""
         cfg = self.cfg
         wid = int(name.rsplit("-", 1)[1])
-        times = self.restarts.setdefault(wid, deque())
-        times.append(now)
-        while times and now - times[0] > cfg.workers.restart_window_s:
-            times.popleft()
-        if cfg.run.deterministic or len(times) > cfg.workers.max_restarts:
+        recent = count_recent(self.restarts.setdefault(wid, deque()), now, cfg.workers.restart_window_s)
+        if cfg.run.deterministic or recent > cfg.workers.max_restarts:
             return False
-        old = self.procs[name]
-        if old.exitcode is None:  # hung: it goes first
-            old.kill()
-            old.join(10)
-        generation = self.generations[wid] = self.generations.get(wid, 0) + 1
-        self.start(name, self.new_worker(wid, WorkerStart(generation, worker_frames(wid))), now)
+        self.kill_role(name)  # hung: it goes first
+        self.start(name, self.new_worker(wid, self.next_start(wid, worker_frames(wid))), now)
         self.worker_restarts += 1
-        text = (
-            f"{name} {why}; restarted it with the current weights (restart {len(times)} of "
-            f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)"
+        self.announce(
+            name,
+            f"{name} {why}; restarted it with the current weights (restart {recent} of "
+            f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)",
         )
+        return True
+
+    def announce(self, name: str, text: str) -> None:
+        """Say and log a restart for lost role ``name``, and log the traceback it sent as it died."""
         log.warning(text)
         if name in self.tracebacks:
             log.warning("%s's traceback:\n%s", name, self.tracebacks.pop(name))
         self.console.line("")
         self.console.say(text)
-        return True
 
     def _why_dead(self, name: str, why: str) -> str:
         """What died and why, with the restart rule a worker ran out of."""
@@ -228,6 +267,14 @@ class Supervisor:
                 why += (
                     f"; that is more than workers.max_restarts = {cfg.workers.max_restarts} restarts within "
                     f"workers.restart_window_s = {cfg.workers.restart_window_s:g} s"
+                )
+        elif cfg.run.restart_policy == "resume":
+            if cfg.run.deterministic:
+                why += "; a deterministic run does not restart its roles"
+            else:
+                why += (
+                    f"; that is more than run.max_restarts = {cfg.run.max_restarts} restarts of the run's roles "
+                    f"within run.restart_window_s = {cfg.run.restart_window_s:g} s"
                 )
         return f"{name} {why}"
 
@@ -241,6 +288,14 @@ class Supervisor:
         """After the stop flag is set: wait for every role to exit, taking their last messages."""
         for name in stop_in_order(self.procs, grace, drain):
             log.warning("%s did not stop within %.0f s", name, grace)
+
+    def stop_for_restart(self, drain: Callable[[int], None]) -> None:
+        """After the stop flag is set, for a restart of the run's roles: the learner has STOP_GRACE_S for its final
+        checkpoint, the others RESTART_STOP_GRACE_S more (a hung one must not hold the restart up for a minute),
+        then whatever still runs is killed."""
+        stop_in_order({n: p for n, p in self.procs.items() if n == "zrl-learner"}, STOP_GRACE_S, drain)
+        stop_in_order(self.procs, RESTART_STOP_GRACE_S, drain)
+        self.kill()
 
     def kill(self) -> None:
         """Kill whatever still runs (an interrupted stop, a role that ignored it) and reap every process."""

@@ -49,6 +49,7 @@ class Tally:
     frames_start: int = 0  # env frames of the run before this launch (resume)
     best_return: float = float("-inf")  # the 100-episode mean of best.pt
     worker_restarts: int = 0
+    role_restarts: int = 0  # restarts of the run's roles (run.restart_policy)
     stats_errors: int = 0  # stats-channel messages dropped as malformed or not from this run's roles
     _last_interval: dict | None = None
     _last_rates: tuple | None = None  # (env frames, time, learner samples) at the last rates()
@@ -143,6 +144,7 @@ class Tally:
             "episodes": self.episodes,
             "mean_return_100": self.mean_return(),
             "worker_restarts": self.worker_restarts,
+            "role_restarts": self.role_restarts,
             "stats_decode_errors": self.stats_errors,
         }
         for reports in (list(self.workers.values()), [self.broker], [self.learner], [self.ingest]):
