@@ -146,6 +146,25 @@ def test_pipeline_remote_runs_a_zrl_worker_beside_a_local_one_in_turn(tmp_path, 
 
 
 @pytest.mark.e2e
+def test_pipeline_replay_checkpoint_runs_without_and_with_the_replays_saved_and_sizes_them(tmp_path, no_leaks):
+    apex = REPO / "config" / "apex_iqn_cartpole.toml"  # a prioritized replay: the smoke run's queue holds little
+    doc = _bench(
+        tmp_path,
+        "pipeline",
+        "--replay-checkpoint",
+        *("--rounds", 1, "--config", apex, "--seconds", 2, "--warmup", 6, "--set", "apex.learn_start=100"),
+    )
+    result = doc["result"]
+    assert [r["replay_checkpoint"] for r in result["rows"]] == ["on", "off"]  # round 1's order
+    for row in result["rows"]:
+        _positive(row["learner_steps_per_s"], row["frames_per_s"])
+        assert 0 <= row["learner_wait"] <= 1
+    on = next(r for r in result["rows"] if r["replay_checkpoint"] == "on")
+    assert on["replay_saves"] >= 1 and on["replay_frames"] > 0 and on["mb_per_million_frames"] > 0, on
+    assert "mb_per_million_frames" in doc["stdout"]
+
+
+@pytest.mark.e2e
 def test_pipeline_mode_breaks_the_time_down_by_role_and_names_the_bottleneck(tmp_path, no_leaks):
     doc = _bench(tmp_path, "pipeline", *SHORT_PIPELINE, "--envs-per-worker", 2)
     result = doc["result"]

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from conftest import REPO, assert_loadable, command, csv_rows, run_command, tensorboard_scalars
@@ -522,3 +524,56 @@ def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint
     assert len(resumed) == KILLS and all(re.search(r"/ckpt_\d{9}\.pt$", path) for path in resumed), resumed
     frames = [int(r["env_frames"]) for r in csv_rows(run_dir / "metrics.csv")]
     assert frames == sorted(frames)  # the env frame count never goes back across the restarts
+
+
+APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
+
+
+def test_resume_keeps_the_replay_its_transitions_priorities_and_counts(tmp_path, no_leaks):
+    """run.checkpoint_replay on an Ape-X run: Ctrl-C, then resume at once to the budget already played (the resumed
+    run stops as it starts, and its broker saves what it restored): the replay's transitions, stamps, priorities,
+    counters and generator, and the rings' heads, are what the stopped run saved. A second resume trains on, never
+    waits for its replay to fill again."""
+    from zrl.replay_checkpoint import load_state, newest, replay_folder
+
+    replay = ("--set", "run.checkpoint_replay=true", "--set", "apex.learn_start=1000")
+    code, _, err = _interrupt(
+        tmp_path,
+        APEX_CARTPOLE,
+        signal.SIGINT,
+        min_steps=60,
+        extra=(*replay, "--set", "run.checkpoint_every_steps=20", "--set", "run.log_interval_s=0.5"),
+    )
+    assert code == 130, err[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    saved_path, saved = newest(replay_folder(run_dir))
+    before = load_state(saved_path)
+    assert (before["replay.priorities"] > 0).sum() > 1000 and int(before["batches"]) > 60
+    frames = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["env_frames"]
+
+    def resume(budget: int) -> subprocess.CompletedProcess:
+        return run_command(
+            "zrl-launch", "--resume", str(run_dir), *replay, "--set", f"run.max_env_frames={budget}",
+            "--set", "run.log_interval_s=0.5", cwd=tmp_path, timeout=240,
+        )  # fmt: skip
+
+    again = resume(frames)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"the replays start from {saved_path.name}" in again.stdout, again.stdout
+    log = (run_dir / "zrl.log").read_text()
+    assert f"zrl-broker: the replays start with {int((before['replay.priorities'] > 0).sum())} units" in log
+    after_path, after = newest(replay_folder(run_dir))
+    assert after_path != saved_path and [r["head"] for r in after["rings"]] == [r["head"] for r in saved["rings"]]
+    restored = load_state(after_path)
+    assert restored.keys() == before.keys()
+    for key in before:
+        assert np.array_equal(restored[key], before[key]), key
+
+    stepped = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["learner_step"]
+    log = (run_dir / "zrl.log").read_text()
+    more = resume(frames + 3000)
+    assert more.returncode == 0, more.stderr[-3000:]
+    resumed_log = (run_dir / "zrl.log").read_text()[len(log) :]
+    fills = re.findall(r"filling replays ([\d,]+)/([\d,]+) units", resumed_log)
+    assert all(held == target for held, target in fills), fills  # full from the start: nothing to refill
+    assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["learner_step"] > stepped

@@ -34,6 +34,7 @@ from zrl.protocol import (
     RemoteData,
     ReplayIndex,
     RoleError,
+    SaveReplay,
     TransitionBatch,
     Transitions,
     Unroll,
@@ -131,6 +132,10 @@ def make_index_request(rng) -> IndexRequest:
     return IndexRequest(learner_step=int(rng.integers(0, 10**6)))
 
 
+def make_save_replay(rng) -> SaveReplay:
+    return SaveReplay(learner_step=int(rng.integers(0, 10**6)))
+
+
 def make_replay_index(rng, N=6, G=3, K=5, F=8) -> ReplayIndex:
     return ReplayIndex(
         replay=rng.integers(0, 2, size=N, dtype=np.int32),
@@ -196,6 +201,7 @@ FACTORIES = {
     "WeightsRequest": make_weights_request,
     "Credit": make_credit,
     "IndexRequest": make_index_request,
+    "SaveReplay": make_save_replay,
     "ReplayIndex": make_replay_index,
     "ReplayIndex-nofeat": lambda rng: make_replay_index(rng, G=0, K=0, F=0),
     "Transitions": lambda rng: make_transitions(rng),
@@ -300,6 +306,7 @@ def test_message_types_tuple():
         WeightsRequest,
         Credit,
         IndexRequest,
+        SaveReplay,
         ReplayIndex,
         RoleError,
         Transitions,

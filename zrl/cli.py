@@ -319,7 +319,18 @@ def _counts(text: str | None, flag: str) -> list[int]:
     "(zrl-worker over TCP on this host), in turn, --rounds times.",
 )
 @click.option(
-    "--rounds", type=int, default=2, show_default=True, help="pipeline --observers or --remote: rounds of each."
+    "--replay-checkpoint",
+    is_flag=True,
+    help="pipeline: a checkpoint every 25 learner steps, without and with the replays saved beside it "
+    "(run.checkpoint_replay), in turn, --rounds times; learner steps/s, its time waiting for batches, and the "
+    "replay checkpoint's size on disk per million frames.",
+)
+@click.option(
+    "--rounds",
+    type=int,
+    default=2,
+    show_default=True,
+    help="pipeline --observers, --remote or --replay-checkpoint: rounds of each.",
 )
 @click.option("--frames", type=int, default=None, help="learning: each run's budget of env frames.")
 @click.option(
@@ -371,6 +382,7 @@ def bench_main(
     suggest,
     observers,
     remote,
+    replay_checkpoint,
     rounds,
     frames,
     seeds,
@@ -417,8 +429,10 @@ def bench_main(
             raise ConfigError("--observers goes with the pipeline mode: zrl-bench pipeline --observers")
         if remote and mode not in ("pipeline", "transport"):
             raise ConfigError("--remote goes with the transport and pipeline modes: zrl-bench transport --remote")
-        if remote and observers:
-            raise ConfigError("give --remote or --observers, not both")
+        if replay_checkpoint and mode != "pipeline":
+            raise ConfigError("--replay-checkpoint goes with the pipeline mode: zrl-bench pipeline --replay-checkpoint")
+        if sum((remote, observers, replay_checkpoint)) > 1:
+            raise ConfigError("give one of --remote, --observers and --replay-checkpoint")
         opt = bench.Options(
             config_path=config_path,
             sets=list(sets),
@@ -436,6 +450,7 @@ def bench_main(
             repeats=repeats,
             observers=observers,
             remote=remote,
+            replay_checkpoint=replay_checkpoint,
             rounds=rounds,
         )
         name = "suggest" if suggest else mode

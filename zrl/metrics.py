@@ -60,7 +60,8 @@ METRIC_COLUMNS = (
 has taken since this launch began, summed over the workers) and the interval's time shares."""
 
 
-TB_RETRY_S = 30.0  # how often a TensorBoard writer the disk refused is tried again
+TB_RETRY_S = 30.0  # how long after the disk refused TensorBoard's writer a new one is tried; doubled each time
+TB_RETRY_MAX_S = 600.0
 PENDING_LIMIT = 16 << 20  # bytes an AppendFile keeps in memory while its disk refuses them
 
 
@@ -85,7 +86,7 @@ class AppendFile:
 
     def write(self, text: str) -> bool:
         """Append ``text`` (after whatever waits); whether everything is on disk now."""
-        data = text.encode()
+        data = text.encode("utf-8", "backslashreplace")
         if len(self._pending) + len(data) > PENDING_LIMIT:
             self.dropped += len(data)
         else:
@@ -114,9 +115,10 @@ class AppendFile:
         return True
 
     def close(self) -> None:
-        """Write what waits, if the disk takes it now, and close the file."""
+        """Write what waits, if the disk takes it now, and close the file; say what could not be written."""
         if self._fd is not None:
-            self.flush()
+            if not self.flush():
+                self.tell(f"{self.path}: {len(self._pending) + self.dropped} bytes could not be written before the end")
             os.close(self._fd)
             self._fd = None
 
@@ -163,11 +165,9 @@ class AppendHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            text = self.format(record) + "\n"
-        except Exception:
+            self.file.write(self.format(record) + "\n")
+        except Exception:  # as FileHandler does: a record that cannot be written never raises into the caller
             self.handleError(record)
-            return
-        self.file.write(text)
 
     def close(self) -> None:
         self.file.close()
@@ -221,8 +221,8 @@ class TensorBoardLog:
     (``episode_steps`` over its episodes.csv).
 
     A write the disk refuses (full) does not stop the run: TensorBoard's writer is dropped, ``tell`` says so once,
-    and a new one (a new events file beside the old) is tried every TB_RETRY_S; the points in between are in the
-    CSV files only."""
+    and a new one (a new events file beside the old) is tried after TB_RETRY_S, then twice as long each time up to
+    TB_RETRY_MAX_S; the points in between are in the CSV files only."""
 
     def __init__(
         self,
@@ -239,7 +239,7 @@ class TensorBoardLog:
         self._writer = self._open()
         self._metrics_step, self._episode_step = metrics_after, episodes_after
         self._last_row: dict | None = None
-        self.tell, self._retry_at, self._failing = tell, 0.0, False
+        self.tell, self._retry_at, self._failing, self._backoff = tell, 0.0, False, TB_RETRY_S
 
     def _write(self, points: list[tuple[str, float, int, float | None]]) -> None:
         """Add (tag, value, step, wall time) points, or keep the run going when the disk refuses them."""
@@ -253,19 +253,20 @@ class TensorBoardLog:
                 self._writer.add_scalar(tag, value, step, walltime=wall)
             if self._failing:  # a new writer: it counts as working once what it got is on disk
                 self._writer.flush()
-                self._failing = False
+                self._failing, self._backoff = False, TB_RETRY_S
                 self.tell("TensorBoard events are written again, in a new events file")
         except Exception as err:  # the writer's thread raises its OSError on the next call; the writer is done
             if not self._failing:
                 self._failing = True
                 self.tell(
                     f"TensorBoard events cannot be written ({err}); the run goes on, metrics.csv and "
-                    f"episodes.csv keep every point, and a new events file is tried every {TB_RETRY_S:g} s"
+                    f"episodes.csv keep every point, and a new events file is tried in {TB_RETRY_S:g} s, then less often"
                 )
             if self._writer is not None:
                 with contextlib.suppress(Exception):
                     self._writer.close()
-            self._writer, self._retry_at = None, now + TB_RETRY_S
+            self._writer, self._retry_at = None, now + self._backoff
+            self._backoff = min(2 * self._backoff, TB_RETRY_MAX_S)  # each try leaves an events file behind
 
     def metrics(self, row: dict) -> None:
         step = int(number(row, "env_frames") or 0)

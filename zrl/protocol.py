@@ -66,6 +66,7 @@ __all__ = [
     "WeightsRequest",
     "Credit",
     "IndexRequest",
+    "SaveReplay",
     "ReplayIndex",
     "RoleError",
     "Transitions",
@@ -432,6 +433,11 @@ class BrokerStats(_Message, tag="broker_stats", eq=False):
     elite_distance_chosen: Annotated[float, Stat("mean distance of the units it chose from that pool")]
     elite_distance_min: Annotated[float, Stat("least distance in that pool")]
     elite_distance_max: Annotated[float, Stat("greatest distance in that pool")]
+    replay_saves: Annotated[int, Stat("replay checkpoints written (run.checkpoint_replay)")] = 0
+    replay_save_s: Annotated[float, Stat("seconds the last replay checkpoint took, in the broker's writer thread")] = (
+        0.0
+    )
+    replay_bytes: Annotated[int, Stat("bytes the kept replay checkpoints take on disk")] = 0
 
 
 class LearnerStats(_Message, tag="learner_stats"):
@@ -494,6 +500,13 @@ class Credit(_Message, tag="credit"):
 
 class IndexRequest(_Message, tag="index_request"):
     """learner -> broker (on the credits channel): send me your replay index, for the next checkpoint."""
+
+    learner_step: int
+
+
+class SaveReplay(_Message, tag="save_replay"):
+    """learner -> broker (on the credits channel): a checkpoint was written at this step; save the replays beside
+    it (run.checkpoint_replay)."""
 
     learner_step: int
 
@@ -678,6 +691,7 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     WeightsRequest,
     Credit,
     IndexRequest,
+    SaveReplay,
     ReplayIndex,
     RoleError,
     Transitions,
@@ -704,6 +718,7 @@ Message = (
     | WeightsRequest
     | Credit
     | IndexRequest
+    | SaveReplay
     | ReplayIndex
     | RoleError
     | Transitions

@@ -29,6 +29,7 @@ class Options:
     repeats: int = 5
     observers: bool = False  # pipeline: with and without TensorBoard and the dashboard, in turn
     remote: bool = False  # transport: the remote path too; pipeline: a remote worker against a local one
+    replay_checkpoint: bool = False  # pipeline: checkpoints without and with the replays saved beside them
     rounds: int = 2
 
 
@@ -54,6 +55,8 @@ def run(mode: str, opt: Options, progress) -> dict:
             )
         if opt.remote:
             return modes.remote_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
+        if opt.replay_checkpoint:
+            return modes.replay_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         if opt.observers:
             return modes.observers_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         return modes.pipeline_mode(
@@ -201,9 +204,15 @@ def render(mode: str, result: dict) -> str:
         out.append(_table(result["rows"], ["sampler", "prepare_s", "ratio_to_learner_step"]))
     elif mode == "pipeline" and "summary" in result:
         label = result["label"]
-        extra = ["page_updates"] if label == "observer" else ["joined"]
+        extra = {
+            "observer": ["page_updates"],
+            "workers": ["joined"],
+            "replay_checkpoint": ["replay_saves", "replay_save_s", "replay_mb", "mb_per_million_frames"],
+        }[label]
         out.append(f"{result['workers']} workers x {result['envs_per_worker']} envs, {result['rounds']} rounds:")
-        out.append(_table(result["rows"], ["round", label, "learner_steps_per_s", "frames_per_s", *extra]))
+        out.append(
+            _table(result["rows"], ["round", label, "learner_steps_per_s", "frames_per_s", "learner_wait", *extra])
+        )
         first = result["summary"][0][label]
         out.append(f"mean over the rounds, and the mean of each round's ratio to the {first} run beside it:")
         out.append(

@@ -741,6 +741,7 @@ def compare_mode(
                     label: name,
                     "learner_steps_per_s": result["learner_steps_per_s"],
                     "frames_per_s": result["frames_per_s"],
+                    "learner_wait": round(result["seconds_per_second"]["learner_wait"], 3),
                     **{k: v for k, v in watched.items() if not isinstance(v, (dict, list))},
                 }
             )
@@ -791,6 +792,55 @@ def observers_mode(
         row["page_updates"] = row.pop("events", "")
         row.pop("bytes", None)
     return {"workers": workers, **result}
+
+
+REPLAY_CHECKPOINT_EVERY = 25  # learner steps between checkpoints in both variants of replay_mode
+
+
+def replay_watch(results: Path, done: threading.Event) -> dict:
+    """At the run's end, its newest replay checkpoint: the observation frames its rings' files hold, its bytes on
+    disk (the state and the frame files it needs) and bytes per million frames; and how many were written."""
+    from zrl.replay_checkpoint import newest
+
+    done.wait()
+    folders = list(results.glob("*/checkpoints/replay"))
+    found = newest(folders[0]) if folders else None
+    if found is None:
+        return {"replay_saves": 0}
+    path, manifest = found
+    rows = next(iter(folders[0].parent.parent.glob("metrics.csv")))
+    with open(rows) as fh:
+        last = list(csv.DictReader(fh))[-1]
+    frames = manifest["observations_per_slot"] * sum(ring["head"] - ring["first"] for ring in manifest["rings"])
+    files = [
+        path.parent / manifest["state"],
+        *(path.parent / "frames" / c for r in manifest["rings"] for c in r["chunks"]),
+    ]
+    size = sum(f.stat().st_size for f in files)
+    return {
+        "replay_saves": int(float(last.get("replay_saves") or 0)),
+        "replay_save_s": float(last.get("replay_save_s") or 0),
+        "replay_frames": frames,
+        "replay_mb": round(size / 1e6, 2),
+        "mb_per_million_frames": round(size / frames, 1) if frames else float("nan"),
+    }
+
+
+def replay_mode(
+    config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
+) -> dict:
+    """The pipeline with a checkpoint every REPLAY_CHECKPOINT_EVERY learner steps, without and with the replays
+    saved beside each (run.checkpoint_replay), in turn (compare_mode): what saving the replays costs the learner,
+    and what they take on disk per million frames."""
+    every = f"run.checkpoint_every_steps={REPLAY_CHECKPOINT_EVERY}"
+    variants = {
+        "off": Variant(cfg.workers.count, (every, "run.checkpoint_replay=false")),
+        "on": Variant(cfg.workers.count, (every, "run.checkpoint_replay=true"), (), replay_watch),
+    }
+    result = compare_mode(
+        config_path, sets, cfg.workers.envs_per_worker, seconds, warmup, rounds, progress, variants, "replay_checkpoint"
+    )
+    return {"workers": cfg.workers.count, **result}
 
 
 WORKER = "import sys; sys.argv[0] = 'zrl-worker'; from zrl.cli import worker_main; worker_main()"

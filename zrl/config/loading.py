@@ -32,6 +32,7 @@ SAFE_ON_RESUME = (
     "run.checkpoint_every_steps",
     "run.checkpoint_every_minutes",
     "run.keep_checkpoints",
+    "run.checkpoint_replay",
     "run.heartbeat_timeout_s",
     "run.restart_policy",
     "run.max_restarts",

@@ -60,6 +60,12 @@ class RunConfig:
             ge=0, description="Minutes between checkpoints, besides checkpoint_every_steps; 0: by learner steps only."
         ),
     ] = 0.0
+    checkpoint_replay: Annotated[
+        bool,
+        Meta(
+            description="Save every replay's content with each checkpoint (checkpoints/replay/: units, priorities, sample counts, stored features and the ring frames they read, zstd-compressed, written incrementally by a thread of the broker), and start a resumed or restarted run with it, so that Ape-X and elite runs go on where they were instead of refilling. Costs disk (see perf/README.md for the size per million frames) and a copy of the replay index per checkpoint in the broker."
+        ),
+    ] = False
     keep_checkpoints: Annotated[
         int,
         Meta(

@@ -30,13 +30,16 @@ from zrl.launch.ray_workers import check as check_ray
 from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
-from zrl.roles.common import StartFrom
+from zrl.replay.snapshot import SnapshotMismatch
+from zrl.replay_checkpoint import newest, replay_folder, restore_frames
+from zrl.roles.common import StartFrom, WorkerStart
 
 if TYPE_CHECKING:
     from zrl.dashboard import Dashboard
 
 log = logging.getLogger("zrl")
 
+REMOTE_GENERATIONS = 1000  # a remote slot's joins per generation of the ingest, at most, before seeds repeat
 DASHBOARD_LINGER_S = 2.5  # after the run, open pages have this long to show its end before the page server stops
 
 
@@ -74,9 +77,6 @@ class Launcher:
 
     def run(self) -> int:
         cfg = self.cfg
-        # A file past the size limit (ulimit -f) is a refused write like a full disk's, which the run's files wait
-        # out (zrl/metrics.py's AppendFile) and a checkpoint skips, rather than a signal that kills the process.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         swept = sweep_stale()
         # the periodic checkpoints kept, best.pt and one being written
         need = checkpoint_bytes(cfg, self.spec) * (cfg.run.keep_checkpoints + 2)
@@ -109,10 +109,14 @@ class Launcher:
             say(note)
         if self.resume_dir is not None:
             self.tally.seed(run_dir)
+            replays = (
+                "the replays start from the newest replay checkpoint (run.checkpoint_replay)"
+                if self.cfg.run.checkpoint_replay
+                else "the replays refill before learning resumes (run.checkpoint_replay = true keeps them)"
+            )
             text = (
                 f"resuming {run_dir} from {self.start.path}: {self.tally.env_frames:,} env frames, "
-                f"{self.tally.episodes} episodes so far; frames in the replay are not kept across a restart, "
-                "so the replays refill before learning resumes"
+                f"{self.tally.episodes} episodes so far; {replays}"
             )
             log.info(text)
             say(text)
@@ -169,6 +173,8 @@ class Launcher:
                 self.console.error(str(err))
                 code = EXIT_USAGE
                 return code
+            if cfg.run.checkpoint_replay:
+                self._replays_from_disk(frames=self.resume_dir is not None)
             log.info(
                 "%d rings of %d slots, %.1f MB each",
                 len(wiring.rings),
@@ -232,21 +238,33 @@ class Launcher:
             },
         }
         if cfg.workers.remote:
-            procs["zrl-ingest"] = wiring.ingest(stop, self.folder.path.name)
+            # a restarted ingest numbers its slots' joins on from a generation of their own (seeds apart), and
+            # their frame counts go on
+            base = REMOTE_GENERATIONS * sup.role_restarts
+            slots = tuple(WorkerStart(base, frames[i].env_frames if i in frames else 0) for i in sup.remote)
+            procs["zrl-ingest"] = wiring.ingest(stop, self.folder.path.name, slots)
         stop.live_workers = cfg.workers.count
         for name, proc in procs.items():
             sup.start(name, proc, now)
 
-    def _restart_roles(self, name: str, why: str) -> None:
+    def _restart_roles(self, name: str, why: str) -> int | None:
         """run.restart_policy = "resume": ``name`` is lost (``why``), so stop the run's roles (the lost one killed
         first, so that a hung one cannot hold the others up; a live learner writes its final checkpoint) and start
         them again in the same rings and folder, the learner from the newest good checkpoint (or from where this
-        launch began, when there is none yet). The tally's counts go on; the replays refill."""
+        launch began, when there is none yet). The tally's counts go on; the replays refill, or start from the
+        newest replay checkpoint (run.checkpoint_replay). An exit code when the run must stop instead: a signal came
+        meanwhile, or the checkpoints cannot be read."""
         cfg, sup = self.cfg, self.supervisor
         sup.kill_role(name)
         self.stop.set()
         sup.stop_for_restart(self._drain)
-        path, state, skipped = newest_usable(self.folder.path, cfg, self.spec)
+        if (code := sup.signal_code()) is not None:  # asked to stop meanwhile: no new roles to stop at once
+            return code
+        try:
+            path, state, skipped = newest_usable(self.folder.path, cfg, self.spec)
+        except OSError as err:  # the checkpoints folder cannot be read (or a damaged file set aside)
+            self._died(name, f"{why}; the run's roles cannot be restarted: {err}")
+            return EXIT_FAILED
         for reason in skipped:
             log.warning("skipped a checkpoint that cannot be used: %s", reason)
         start = StartFrom(str(path)) if path is not None else self.start
@@ -258,8 +276,33 @@ class Launcher:
         )
         calls = sample_calls(state) if state is not None else self.sample_calls
         self.wiring.roles = dataclasses.replace(self.wiring.roles, sample_calls=calls)
+        if cfg.run.checkpoint_replay:  # the frames are still in the rings: the new broker takes the index
+            self._replays_from_disk(frames=False)
         self.stop = self.wiring.stop_flag()
+        self.tally.restarted()
         self._start_roles(start, time.monotonic())
+        return None
+
+    def _replays_from_disk(self, frames: bool) -> None:
+        """run.checkpoint_replay: have the broker write replay checkpoints in the run folder and start with the
+        newest one there, if any; with ``frames`` (a resumed run's new rings) put its frames back into the rings
+        first. One that does not fit (another ring layout) is said, and the replays refill."""
+        folder = replay_folder(self.folder.path)
+        found, state = newest(folder), ""
+        if found is not None:
+            path, _ = found
+            try:
+                restored = restore_frames(path, self.wiring.rings, self.wiring.ring_spec) if frames else None
+            except SnapshotMismatch as err:
+                text = f"the replays refill: {err}"
+            else:
+                state = str(path)
+                text = f"the replays start from {path.name}" + (
+                    f" ({restored:,} frames put back into the rings)" if restored is not None else ""
+                )
+            log.info(text)
+            self.console.say(text)
+        self.wiring.roles = dataclasses.replace(self.wiring.roles, replay_dir=str(folder), replay_state=state)
 
     def _admit_remote(self) -> None:
         """Say, and write to connect.txt, the line a remote host runs to work for this run."""
@@ -296,7 +339,8 @@ class Launcher:
                 if not restart:
                     self._died(name, what)
                     return EXIT_FAILED
-                self._restart_roles(name, what)
+                if (code := self._restart_roles(name, what)) is not None:
+                    return code
             if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))

@@ -135,6 +135,7 @@ class Supervisor:
         proc.start()
         self.last_seen[name] = now
         self.reported.discard(name)
+        self.tracebacks.pop(name, None)  # an earlier process's, told already
         if name in self.pids:
             self.retired.add(self.pids[name])
         self.pids[name] = proc.pid
@@ -240,13 +241,13 @@ class Supervisor:
         if cfg.run.deterministic or recent > cfg.workers.max_restarts:
             return False
         self.kill_role(name)  # hung: it goes first
-        self.start(name, self.new_worker(wid, self.next_start(wid, worker_frames(wid))), now)
-        self.worker_restarts += 1
         self.announce(
             name,
             f"{name} {why}; restarted it with the current weights (restart {recent} of "
             f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)",
         )
+        self.start(name, self.new_worker(wid, self.next_start(wid, worker_frames(wid))), now)
+        self.worker_restarts += 1
         return True
 
     def announce(self, name: str, text: str) -> None:
@@ -296,6 +297,7 @@ class Supervisor:
         stop_in_order({n: p for n, p in self.procs.items() if n == "zrl-learner"}, STOP_GRACE_S, drain)
         stop_in_order(self.procs, RESTART_STOP_GRACE_S, drain)
         self.kill()
+        drain(200)  # their last words (the learner's final checkpoint) before their pids are retired
 
     def kill(self) -> None:
         """Kill whatever still runs (an interrupted stop, a role that ignored it) and reap every process."""

@@ -106,6 +106,14 @@ class Tally:
         sps = (samples - last[2]) / (now - last[1]) if None not in (samples, last[2]) else 0.0
         return fps, sps
 
+    def restarted(self) -> None:
+        """The run's roles were restarted: their reports start again from a checkpoint's counts or from 0, so the
+        old ones are no baseline for rates and time shares (the workers' frame counts go on, and stay)."""
+        self.learner = self.broker = self.ingest = None
+        self._last_interval = None
+        if self._last_rates is not None:
+            self._last_rates = (*self._last_rates[:2], None)
+
     def interval_figures(self) -> dict[str, float]:
         """Time shares since the last call: the learner's wait for batches as a fraction of its loop time,
         its seconds per step, and the broker's seconds per batch made (feature passes included)."""

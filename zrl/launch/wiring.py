@@ -242,9 +242,12 @@ class Wiring:
             target=learner.run, name="zrl-learner", args=(self.cfg, self.roles, run_dir, stop, start)
         )
 
-    def ingest(self, stop: StopFlag, run_name: str) -> mp.Process:
-        """The role that admits remote workers (workers.remote) on the gate, for the run called ``run_name``."""
-        return self.mp_ctx.Process(target=ingest.run, name=ingest.NAME, args=(self.cfg, self.roles, stop, run_name))
+    def ingest(self, stop: StopFlag, run_name: str, slots: tuple[WorkerStart, ...] = ()) -> mp.Process:
+        """The role that admits remote workers (workers.remote) on the gate, for the run called ``run_name``;
+        ``slots``: each remote slot's place after a restart of the run's roles."""
+        return self.mp_ctx.Process(
+            target=ingest.run, name=ingest.NAME, args=(self.cfg, self.roles, stop, run_name, slots)
+        )
 
     def connect_line(self, run_name: str) -> str:
         """The command a remote host runs to work for this run; "$ZRL_KEYS" stands for that host's key folder."""

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from zrl import protocol
+from zrl.replay.snapshot import SnapshotMismatch, prefixed, rng_state, same_shape, scalar, section, set_rng_state
 from zrl.replay.sumtree import SumTree, annealed_beta, importance_weights
 
 MIN_PRIORITY = 1e-6
@@ -56,6 +57,9 @@ class Sample(NamedTuple):
     slots: np.ndarray  # [B] int64
     stamps: np.ndarray  # [B] int64: hand back with the new priorities
     weights: np.ndarray  # [B] float32 importance weights, the largest 1
+
+
+_COUNTERS = ("next_slot", "size", "_stamp", "evicted", "stale_updates")  # saved with a replay's state
 
 
 class PrioritizedReplay:
@@ -122,6 +126,29 @@ class PrioritizedReplay:
         self.tree.update(slots[live], np.maximum(priorities[live], MIN_PRIORITY))
         return int(live.sum())
 
+    def state(self) -> dict[str, np.ndarray]:
+        """Every column, stamp and priority, as arrays (zrl/replay/snapshot.py)."""
+        return {
+            **{f"column.{name}": column for name, column in self.columns.items()},
+            "stamps": self.stamps,
+            "priorities": self.tree.priorities,
+            **{name: np.array(getattr(self, name)) for name in _COUNTERS},
+        }
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        columns = {name: same_shape(state[f"column.{name}"], c, name) for name, c in self.columns.items()}
+        stamps = same_shape(state["stamps"], self.stamps, "stamps")
+        priorities = same_shape(state["priorities"], self.tree.priorities, "priorities")
+        if not (np.isfinite(priorities).all() and priorities.min(initial=0) >= 0):
+            raise SnapshotMismatch("priorities: not finite and non-negative")
+        self.columns, self.stamps = columns, stamps
+        self.tree = SumTree(self.capacity)
+        self.tree.update(np.arange(self.capacity), priorities)
+        for name in _COUNTERS:
+            setattr(self, name, int(scalar(state, name)))
+        if not (0 <= self.next_slot < self.capacity and 0 <= self.size <= self.capacity):
+            raise SnapshotMismatch(f"next_slot {self.next_slot} or size {self.size} outside {self.capacity}")
+
     def evict(self, oldest_frame: np.ndarray) -> int:
         """Zero the leaves of transitions whose first frame is older than ``oldest_frame[worker]``, the
         oldest frame each ring still holds (minus what a stack reaches back); returns how many."""
@@ -167,6 +194,21 @@ class ApexReplay:
         self.beta_start, self.beta_anneal_steps = beta_start, beta_anneal_steps
         self.rng = np.random.default_rng([seed, 7])
         self.batches = 0
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The replay, the batch count (beta's annealing) and the generator, as arrays."""
+        return {
+            **prefixed("replay", self.replay.state()),
+            "batches": np.array(self.batches),
+            "rng": rng_state(self.rng),
+        }
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.replay.load_state(section("replay", state))
+        self.batches = int(scalar(state, "batches"))
+        set_rng_state(self.rng, state["rng"])
+        beyond = np.flatnonzero(self.replay.columns["worker_id"] >= self.workers)  # a run resumed with fewer workers
+        self.replay.tree.update(beyond, np.zeros(beyond.size))
 
     def misfit(self, msg: protocol.Transitions) -> str | None:
         """Why a well-formed Transitions message cannot be from this run's workers, or None."""

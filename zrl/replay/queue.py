@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from zrl.replay.store import Unit
+import numpy as np
+
+from zrl.replay.snapshot import SnapshotMismatch, scalar
+from zrl.replay.store import Unit, units_from, units_state
 
 
 class QueueReplay:
@@ -32,6 +35,17 @@ class QueueReplay:
     def take(self, n: int) -> list[Unit]:
         """The n oldest units, removed; fewer if fewer are held."""
         return [self._units.popleft() for _ in range(min(n, len(self._units)))]
+
+    def state(self) -> dict:
+        """The units held, oldest first, and the drop count, as arrays (zrl/replay/snapshot.py)."""
+        return {**units_state(list(self._units)), "dropped_full": np.array(self.dropped_full)}
+
+    def load_state(self, state: dict) -> None:
+        units = units_from(state)
+        if len(units) > self.capacity:
+            raise SnapshotMismatch(f"{len(units)} units saved, a queue of {self.capacity}")
+        self._units = deque(units)
+        self.dropped_full = int(scalar(state, "dropped_full"))
 
     def put_back(self, units: list[Unit]) -> None:
         """Return units taken but not used to the front, in their original order."""

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from zrl.replay import elite
+from zrl.replay.snapshot import prefixed, rng_state, scalar, section, set_rng_state
 from zrl.replay.store import Unit, UnitStore
 
 IsFresh = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -64,6 +65,25 @@ class UniformReplay:
 
     def put_back(self, units: list[Unit]) -> None:
         """Units stay stored when sampled, so a batch that could not be sent gives nothing back."""
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The store, the counts and the generator, as arrays (zrl/replay/snapshot.py)."""
+        return {
+            **prefixed("store", self.store.state()),
+            "dropped_stale": np.array(self.dropped_stale),
+            "filled": np.array(self._filled),
+            "rng": rng_state(self.rng),
+            **self._more_state(),
+        }
+
+    def _more_state(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        self.store.load_state(section("store", state))
+        self.dropped_stale = int(scalar(state, "dropped_stale"))
+        self._filled = bool(scalar(state, "filled"))
+        set_rng_state(self.rng, state["rng"])
 
     def _evict_stale(self, slots: np.ndarray, is_fresh: IsFresh) -> np.ndarray:
         ok = is_fresh(self.store.worker_id[slots], self.store.first_frame[slots])
@@ -162,6 +182,13 @@ class FeatureReplay(UniformReplay):
                 stored, current[torch.from_numpy(ok)], self.dist_function, self.p
             ).numpy()
         return distances, ok
+
+    def _more_state(self) -> dict[str, np.ndarray]:
+        return {"sample_calls": np.array(self.sample_calls)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        super().load_state(state)
+        self.resume(int(scalar(state, "sample_calls")))
 
     # -- sampling -----------------------------------------------------------------------------
     def resume(self, sample_calls: int) -> None:

@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from zrl.replay.snapshot import SnapshotMismatch, fill, scalar
+
 
 class Unit(NamedTuple):
     """One env's unroll of T steps: where its frames are and what the behaviour policy did."""
@@ -22,6 +24,40 @@ class Unit(NamedTuple):
     discounts: np.ndarray  # [T] float32
     behaviour_logits: np.ndarray  # [T, A] float32
     behaviour_values: np.ndarray  # [T] float32
+
+
+UNIT_ARRAYS = ("policy_version", "actions", "rewards", "discounts", "behaviour_logits", "behaviour_values")
+
+
+def units_state(units: list[Unit]) -> dict[str, np.ndarray]:
+    """Units as columns: where each one's frames are, and what the behaviour policy did, stacked."""
+    out = {
+        "worker_id": np.array([u.worker_id for u in units], np.int32),
+        "env_index": np.array([u.env_index for u in units], np.int32),
+        "first_frame": np.array([u.first_frame for u in units], np.int64),
+        "policy_version": np.array([u.policy_version for u in units], np.int64),
+    }
+    for name in UNIT_ARRAYS[1:]:
+        out[name] = np.stack([getattr(u, name) for u in units]) if units else np.zeros(0, np.float32)
+    return out
+
+
+def units_from(state: dict[str, np.ndarray]) -> list[Unit]:
+    """The units ``units_state`` made, each row its own copy."""
+    n = len(state["worker_id"])
+    for name in ("env_index", "first_frame", *UNIT_ARRAYS):
+        if len(state[name]) != n:
+            raise SnapshotMismatch(f"{name} holds {len(state[name])} units, worker_id {n}")
+    return [
+        Unit(
+            int(state["worker_id"][i]),
+            int(state["env_index"][i]),
+            int(state["first_frame"][i]),
+            int(state["policy_version"][i]),
+            *(np.array(state[name][i]) for name in UNIT_ARRAYS[1:]),
+        )
+        for i in range(n)
+    ]
 
 
 class UnitStore:
@@ -85,6 +121,38 @@ class UnitStore:
         for s in held:
             self.units[s] = None
         self._size -= len(np.unique(held))
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The occupied slots, their units and columns, as arrays (zrl/replay/snapshot.py)."""
+        slots = self.slots()
+        out = {
+            "slots": slots,
+            "counts": self.counts[slots],
+            "serial": self.serial[slots],
+            "next_serial": np.array(self._next_serial),
+            **units_state([self.units[s] for s in slots]),
+        }
+        if self.features is not None:
+            out["features"] = self.features[slots]
+        return out
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Hold what ``state`` saved, in the same slots, and nothing else."""
+        slots = state["slots"].astype(np.int64)
+        units = units_from(state)
+        if (self.features is None) != ("features" not in state):
+            raise SnapshotMismatch("stored features: saved with and loaded without, or the other way")
+        self.__init__(self.capacity, None if self.features is None else self.features.shape[1:])
+        for name in ("counts", "serial"):
+            fill(getattr(self, name), slots, state[name], name)
+        if self.features is not None:
+            fill(self.features, slots, state["features"], "features")
+        for slot, unit in zip(slots, units):
+            self.units[slot] = unit
+            self.worker_id[slot], self.env_index[slot], self.first_frame[slot] = unit[:3]
+        self.occupied[slots] = True
+        self._size = int(self.occupied.sum())
+        self._next_serial = int(scalar(state, "next_serial"))
 
     def take_units(self, slots: np.ndarray) -> list[Unit]:
         """The units in ``slots`` (repeats allowed), counted as sampled."""

@@ -16,8 +16,10 @@ import torch
 import zmq
 
 from shm.ring import Ring
-from zrl import agents, protocol, transport
+from zrl import agents, protocol, replay_checkpoint, transport
 from zrl.config import Config
+from zrl.replay.snapshot import SnapshotMismatch
+from zrl.replay_checkpoint import ReplayWriter
 from zrl.roles.common import (
     Decoder,
     Every,
@@ -56,6 +58,42 @@ class BrokerLoop:
         self.received = self.batches_sent = self.credits = self.credits_granted = 0
         self.insert_time_s = 0.0
         self.decoded = Decoder()
+        self.saver = ReplayWriter(wiring.replay_dir, rings) if wiring.replay_dir else None
+        self.last_save_step = 0  # the learner step of the last replay checkpoint asked for
+        self.told = ""  # the saver's last failure, once said
+
+    def _notice(self, text: str) -> None:
+        transport.send_nowait(self.stats, protocol.Notice(role="zrl-broker", pid=os.getpid(), text=text).encode())
+
+    def _restore_replay(self) -> None:
+        """Start with the replays of the replay checkpoint the launcher names (a resumed or restarted run); said
+        either way, and an unusable one leaves the replays to refill."""
+        if not self.wiring.replay_state:
+            return
+        try:
+            held = self.part.restore(replay_checkpoint.load_state(self.wiring.replay_state))
+        except SnapshotMismatch as err:
+            self._notice(f"the replays refill: the replay checkpoint cannot be used ({err})")
+            return
+        self._notice(f"the replays start with {held} units from {self.wiring.replay_state}")
+
+    def _save_replay(self, step: int, wait: bool = False) -> None:
+        """Write a replay checkpoint for learner step ``step``: in the writer's thread, or here with ``wait`` (the
+        broker's last one). One asked for while the last is still being written is skipped."""
+        self.last_save_step = max(self.last_save_step, step)
+        if self.saver is None:
+            return
+        state, oldest = self.part.snapshot(), self.part.oldest_frames()
+        if wait:
+            try:
+                self.saver.save(step, state, oldest)
+            except OSError as err:
+                self.saver.error = f"the last replay checkpoint failed ({err.strerror or err})"
+        else:
+            self.saver.start(step, state, oldest)
+        if self.saver.error and self.saver.error != self.told:
+            self.told = self.saver.error
+            self._notice(self.saver.error)
 
     def run(self) -> None:
         cfg, wiring, part, decoded = self.cfg, self.wiring, self.part, self.decoded
@@ -78,6 +116,7 @@ class BrokerLoop:
                 poller.register(sock, zmq.POLLIN)
         report = Every(1.0)
         try:
+            self._restore_replay()
             if weights is not None:  # the part needs the current policy (elite features) before it can sample
                 first = wait_for_weights(ctx, wiring, -1, poll_ms, self.stop_event)
                 if first is None:
@@ -86,10 +125,12 @@ class BrokerLoop:
             while not should_stop(self.stop_event):
                 poller.poll(poll_ms)
                 while (data := transport.recv(credits_sock, 0)) is not None:
-                    msg = decoded(data, (protocol.Credit, protocol.IndexRequest))
+                    msg = decoded(data, (protocol.Credit, protocol.IndexRequest, protocol.SaveReplay))
                     if isinstance(msg, protocol.IndexRequest):  # for the learner's next checkpoint
                         if (index := part.index()) is not None:
                             transport.send(batches, index, poll_ms)
+                    elif isinstance(msg, protocol.SaveReplay):  # the learner wrote a checkpoint
+                        self._save_replay(msg.learner_step)
                     elif msg is not None and msg.batches > 0:
                         self.credits += msg.batches
                         self.credits_granted += msg.batches
@@ -118,6 +159,12 @@ class BrokerLoop:
                         self._send_stats(prefetch)
                 if report.due():
                     self._send_stats(prefetch)
+            if (
+                self.saver is not None
+            ):  # the run stops in order: the replays as they are now, beside its last checkpoint
+                self.saver.wait()
+                self._save_replay(self.last_save_step, wait=True)
+                self._send_stats(prefetch)
         finally:
             for sock in (inbox, batches, credits_sock, self.stats, replies, weights):
                 if sock is not None:
@@ -160,6 +207,9 @@ class BrokerLoop:
             batches_sent=self.batches_sent,
             ready_batches=self.batches_sent - max(0, self.credits_granted - prefetch),
             insert_time_s=self.insert_time_s,
+            replay_saves=self.saver.saves if self.saver else 0,
+            replay_save_s=self.saver.last_s if self.saver else 0.0,
+            replay_bytes=self.saver.bytes if self.saver else 0,
             **{
                 "elite_lambda": 0.0,
                 "elite_distance_pool": 0.0,

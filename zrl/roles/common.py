@@ -61,6 +61,8 @@ class RunWiring:
     env_frames_start: int = 0  # env frames of the run before this launch (resume)
     sample_calls: tuple[int, ...] = ()  # each replay's sample calls before this launch (elite lambda annealing)
     replay_from: str = ""  # deterministic resume: the checkpoint whose trained actions the worker plays again first
+    replay_dir: str = ""  # run.checkpoint_replay: where the broker writes replay checkpoints ("": it does not)
+    replay_state: str = ""  # a replay checkpoint's manifest whose replays the broker starts with ("": empty ones)
 
 
 def env_spec_text(wiring: RunWiring) -> str:

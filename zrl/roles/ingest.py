@@ -29,6 +29,7 @@ from zrl.roles.common import (
     Decoder,
     Every,
     RunWiring,
+    WorkerStart,
     crash_report,
     env_spec_text,
     should_stop,
@@ -46,11 +47,15 @@ MESSAGE_ROOM_BYTES = (
 )  # a RemoteData's own message and header, on top of its frames  # gate messages per turn, so that weights and the stats keep their turn
 
 
-def run(cfg: Config, wiring: RunWiring, stop_event, run_name: str) -> None:
+def run(cfg: Config, wiring: RunWiring, stop_event, run_name: str, slots: tuple[WorkerStart, ...] = ()) -> None:
+    """``slots``: each remote slot's place when the run's roles were restarted (its frame count going on, its joins
+    numbered on from a generation of their own); empty for a launch's first ingest."""
     start_role(NAME, wiring.launcher_pid)
     transport.configure(cfg.transport)
     with crash_report(NAME, wiring):
         ingest = Ingest(cfg, wiring, stop_event, run_name)
+        for slot, start in enumerate(slots):
+            ingest.slot_frames[slot], ingest.generation[slot] = start.env_frames, start.generation
         try:
             ingest.run()
         finally:

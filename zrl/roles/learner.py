@@ -162,6 +162,8 @@ class Learner:
                 if by_steps or (every_s and time.monotonic() - last_save >= every_s):
                     self.last_ckpt = self._save()
                     last_save = time.monotonic()
+                    if cfg.run.checkpoint_replay and self.saved_step == self.learner_step:  # the replays beside it
+                        transport.send_nowait(credits, protocol.SaveReplay(learner_step=self.learner_step).encode())
             self.last_ckpt = self._save()
             self.metrics = {}  # the last report: counters and the final checkpoint, no step
             self._report()

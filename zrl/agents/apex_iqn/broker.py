@@ -41,6 +41,7 @@ class ApexBroker:
             cfg.run.seed,
         )
         self.reach_back = cfg.env.frame_stack - 1  # a transition's stack reads this many frames before its own
+        self.pace_from = apex.learn_start  # env steps of this launch before the learner's share counts
         self.prepare_time_s = 0.0
 
     def units(self, msg: protocol.Transitions) -> int:
@@ -57,7 +58,7 @@ class ApexBroker:
         the learner is ahead of the workers' share or the replay is filling."""
         apex = self.apex
         # The learner's share of the env steps past learn_start, the same count the workers pace themselves by.
-        if apex.replay_ratio and batch_id - 1 >= 1 + (env_steps - apex.learn_start) / apex.replay_ratio:
+        if apex.replay_ratio and batch_id - 1 >= 1 + (env_steps - self.pace_from) / apex.replay_ratio:
             return None  # the learner is ahead of the workers: wait for their transitions
         t0 = time.perf_counter()
         oldest = np.array([ring.head - ring.capacity + self.reach_back for ring in self.rings], np.int64)
@@ -69,7 +70,29 @@ class ApexBroker:
         pass  # the sample is simply not used
 
     def index(self) -> bytes | None:
-        return None  # the prioritized replay is not checkpointed
+        return None  # the prioritized replay is saved whole instead, with run.checkpoint_replay
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """The replay's content, as arrays (run.checkpoint_replay: zrl/replay_checkpoint.py)."""
+        return self.replay.state()
+
+    def restore(self, state: dict[str, np.ndarray]) -> int:
+        """Hold what ``snapshot`` saved; the transitions that can still be drawn."""
+        self.replay.load_state(state)
+        held = int((self.replay.replay.tree.priorities > 0).sum())
+        if held >= self.apex.learn_start:  # the learner goes on at once, at its share of the new env steps
+            self.pace_from = 0
+        return held
+
+    def oldest_frames(self) -> np.ndarray:
+        """Each ring's oldest frame a live transition reads (its stack's history included); the ring's head when
+        none does."""
+        r = self.replay.replay
+        live = np.flatnonzero(r.tree.priorities > 0)
+        oldest = np.array([ring.head for ring in self.rings], np.int64)
+        workers = r.columns["worker_id"][live].astype(np.int64)
+        np.minimum.at(oldest, workers, np.maximum(r.columns["frame"][live] - self.reach_back, 0))
+        return oldest
 
     def stats(self) -> dict:
         size = len(self.replay.replay)

@@ -32,7 +32,8 @@ from zrl.gather import Gatherer
 from zrl.models import build_model, load_flat, resolve_device
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
-from zrl.replay.store import Unit
+from zrl.replay.snapshot import SnapshotMismatch, prefixed, section
+from zrl.replay.store import Unit, units_state
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
@@ -372,6 +373,43 @@ class VtraceBroker:
 
     def index(self) -> bytes | None:
         return self.broker.index().encode()
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """Every replay's content, as arrays (run.checkpoint_replay: zrl/replay_checkpoint.py)."""
+        out = {"types": np.array([rep.type for rep in self.cfg.replay])}
+        for i, replay in enumerate(self.broker.replays):
+            out.update(prefixed(f"replay{i}", replay.state()))
+        return out
+
+    def restore(self, state: dict[str, np.ndarray]) -> int:
+        """Hold what ``snapshot`` saved (units of workers beyond this run's rings left out); the units held."""
+        saved = [str(t) for t in state.get("types", ())]
+        if saved != [rep.type for rep in self.cfg.replay]:
+            raise SnapshotMismatch(f"replays {saved} saved, this run has {[rep.type for rep in self.cfg.replay]}")
+        rings = len(self.broker.rings)
+        for i, replay in enumerate(self.broker.replays):
+            replay.load_state(section(f"replay{i}", state))
+            if isinstance(replay, QueueReplay):
+                replay.load_state({**replay.state(), **units_state([u for u in replay.units() if u.worker_id < rings])})
+            else:
+                slots = replay.store.slots()
+                replay.store.remove(slots[replay.store.worker_id[slots] >= rings])
+        return int(self.broker.sizes().sum())
+
+    def oldest_frames(self) -> np.ndarray:
+        """Each ring's oldest frame that a unit held reads (its stack's history included); the ring's head when
+        no unit reads it."""
+        b = self.broker
+        oldest = np.array([ring.head for ring in b.rings], np.int64)
+        for replay in b.replays:
+            if isinstance(replay, QueueReplay):
+                workers = np.array([u.worker_id for u in replay.units()], np.int64)
+                firsts = np.array([u.first_frame for u in replay.units()], np.int64)
+            else:
+                slots = replay.store.slots()
+                workers, firsts = replay.store.worker_id[slots].astype(np.int64), replay.store.first_frame[slots]
+            np.minimum.at(oldest, workers, np.maximum(firsts - b.history, 0))
+        return oldest
 
     def stats(self) -> dict:
         b = self.broker

@@ -1,0 +1,226 @@
+"""Replay checkpoints (run.checkpoint_replay): every replay's state round-trips through arrays and samples on as the
+original does; the frames its units read round-trip through files into new shared-memory rings, written
+incrementally (a chunk whose frames were all written is written once), with frames overwritten before the save
+left out rather than saved torn; a snapshot of another ring layout is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+
+import numpy as np
+import pytest
+import torch
+from conftest import transitions_message
+
+from shm import Ring, RingSpec, segment_name
+from zrl.replay.prioritized import ApexReplay
+from zrl.replay.queue import QueueReplay
+from zrl.replay.sampled import FeatureReplay, UniformReplay
+from zrl.replay.snapshot import SnapshotMismatch
+from zrl.replay.store import Unit
+from zrl.replay_checkpoint import CHUNK_SLOTS, KEEP, ReplayWriter, load_state, newest, restore_frames
+
+pytestmark = pytest.mark.unit
+
+T, A, F = 5, 4, 3
+
+
+def _unit(i: int, worker: int = 0) -> Unit:
+    return Unit(
+        worker,
+        i % 3,
+        10 * i,
+        i,
+        np.arange(T, dtype=np.int32) % A,
+        np.full(T, float(i), np.float32),
+        np.full(T, 0.99, np.float32),
+        np.full((T, A), float(i), np.float32),
+        np.full(T, -float(i), np.float32),
+    )
+
+
+def _equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].shape == b[key].shape and np.array_equal(a[key], b[key]), key
+
+
+def _fresh(worker_ids, first_frames):
+    return np.ones(len(worker_ids), bool)
+
+
+def _scorer(worker_ids, env_index, first_frames, at):
+    """Features that depend on the unit, so that distances differ."""
+    n = len(worker_ids)
+    base = torch.as_tensor(first_frames, dtype=torch.float32).view(n, 1, 1)
+    return base.expand(n, len(at), F) / 100.0, np.ones(n, bool)
+
+
+def test_a_uniform_replays_units_counts_and_generator_round_trip_and_it_samples_on_the_same():
+    replay = UniformReplay(8, 3, 1, np.random.default_rng(1))
+    replay.add([_unit(i) for i in range(11)])  # wraps: the oldest 3 replaced
+    for _ in range(4):
+        replay.sample(_fresh)
+    again = UniformReplay(8, 3, 1, np.random.default_rng(99))
+    again.load_state(replay.state())
+    _equal(replay.state(), again.state())
+    assert again.store.counts.sum() == 12 and len(again) == 8
+    first, second = replay.sample(_fresh), again.sample(_fresh)
+    assert [u.first_frame for u in first] == [u.first_frame for u in second]
+    assert all(np.array_equal(a.behaviour_logits, b.behaviour_logits) for a, b in zip(first, second))
+
+
+def test_an_elite_replays_stored_features_sample_calls_and_lambda_round_trip():
+    def make(seed):
+        return FeatureReplay(
+            "elite", 12, 2, 1, np.random.default_rng(seed), unroll_length=T, feature_size=F, scorer=_scorer,
+            feature_steps=2, decay_steps=100,
+        )  # fmt: skip
+
+    replay = make(1)
+    for i in range(4):
+        units = [_unit(4 * i + j) for j in range(4)]
+        replay.add(units, np.random.default_rng(i).random((4, T, F), dtype=np.float32))
+    for _ in range(5):
+        replay.sample(_fresh)
+    again = make(7)
+    again.load_state(replay.state())
+    _equal(replay.state(), again.state())
+    assert again.sample_calls == 5 and again.lam == replay.lam
+    assert [u.first_frame for u in replay.sample(_fresh)] == [u.first_frame for u in again.sample(_fresh)]
+
+
+def test_a_queue_keeps_its_order_and_drop_count():
+    queue = QueueReplay(4)
+    for i in range(6):
+        queue.add(_unit(i))
+    again = QueueReplay(4)
+    again.load_state(queue.state())
+    assert [u.first_frame for u in again.units()] == [20, 30, 40, 50] and again.dropped_full == 2
+    small = QueueReplay(3)
+    with pytest.raises(SnapshotMismatch):
+        small.load_state(queue.state())
+
+
+def _apex(seed: int = 3, capacity: int = 64) -> ApexReplay:
+    return ApexReplay(capacity, 4, 5, 2, 2, 3, 3, 0.4, 1000, seed)
+
+
+def test_an_apex_replays_transitions_priorities_and_beta_round_trip_and_it_samples_on_the_same():
+    from zrl import protocol
+
+    replay = _apex()
+    for w in range(2):
+        frames = np.arange(10, 40, dtype=np.int64) + 100 * w
+        priority = np.linspace(0.1, 3.0, len(frames)).astype(np.float32)
+        msg = transitions_message(frames, worker_id=w, action=np.ones(len(frames), np.int32), priority=priority)
+        assert replay.insert(msg) is None
+    batch = replay.next_batch(1, 0, np.zeros(2, np.int64))
+    replay.update(
+        protocol.PriorityUpdate(
+            batch_id=1,
+            size=len(batch.slots),
+            slots=batch.slots,
+            stamps=batch.stamps,
+            priorities=np.full(len(batch.slots), 7.0, np.float32),
+        )
+    )
+    again = _apex(seed=11)
+    again.load_state(replay.state())
+    _equal(replay.state(), again.state())
+    assert again.replay.tree.total == pytest.approx(replay.replay.tree.total)
+    a, b = replay.next_batch(2, 0, np.zeros(2, np.int64)), again.next_batch(2, 0, np.zeros(2, np.int64))
+    assert np.array_equal(a.slots, b.slots) and np.array_equal(a.weights, b.weights)
+    fewer = ApexReplay(64, 4, 5, 1, 2, 3, 3, 0.4, 1000, 3)  # resumed with one worker: the other's are never drawn
+    fewer.load_state(replay.state())
+    assert (fewer.replay.tree.priorities[replay.replay.columns["worker_id"] == 1] == 0).all()
+    with pytest.raises(SnapshotMismatch):
+        _apex(capacity=32).load_state(replay.state())
+
+
+# -- frames, in real shared-memory rings ------------------------------------------------------------------------
+
+SPEC = RingSpec(3000, {"frame": ((2, 6, 6), "uint8"), "episode_step": ((2,), "int32")})
+
+
+@pytest.fixture
+def rings():
+    """Two rings of SPEC and a way to make more; every one is closed and unlinked afterwards."""
+    made = []
+
+    def make(spec: RingSpec = SPEC) -> Ring:
+        name = segment_name("zrltest" + uuid.uuid4().hex[:8], "rc", os.getpid(), f"ring{len(made)}")
+        made.append(Ring.create(name, spec))
+        return made[-1]
+
+    yield make
+    for ring in made:
+        ring.close()
+        ring.unlink()
+
+
+def _write(ring: Ring, n: int) -> None:
+    for _ in range(n):
+        k = ring.head
+        ring.write(frame=np.full((2, 6, 6), k % 251, np.uint8), episode_step=np.array([k, -k], np.int32))
+
+
+def test_frames_round_trip_into_new_rings_written_incrementally(tmp_path, rings):
+    old = [rings(), rings()]
+    _write(old[0], 2500)
+    _write(old[1], 700)
+    writer = ReplayWriter(tmp_path, old)
+    writer.save(10, {"x": np.arange(3)}, np.array([900, 0]))
+    first = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "frames").iterdir()}
+    assert len(first) == 3 + 1  # ring 0: chunks 0 (from frame 900) to 2; ring 1: chunk 0
+    _write(old[0], 2000)  # 4500 written: frames below 1500 overwritten
+    writer.save(20, {"x": np.arange(4)}, np.array([1600, 0]))
+    second = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "frames").iterdir()}
+    whole = f"ring0-{1:09d}-{2 * CHUNK_SLOTS:012d}.zst"
+    assert second[whole] == first[whole]  # a chunk whose frames were all written is not written again
+    path, manifest = newest(tmp_path)
+    assert manifest["learner_step"] == 20 and [r["head"] for r in manifest["rings"]] == [4500, 700]
+    assert np.array_equal(load_state(path)["x"], np.arange(4))
+
+    new = [rings(), rings()]
+    restored = restore_frames(path, new, SPEC)
+    assert [r.head for r in new] == [4500, 700]
+    assert restored == (4500 - CHUNK_SLOTS) + 700
+    numbers = np.arange(1600, 4500)
+    out = {"frame": np.empty((len(numbers), 2, 6, 6), np.uint8), "episode_step": np.empty((len(numbers), 2), np.int32)}
+    assert new[0].read(numbers, out).all()
+    assert (out["frame"][:, 0, 0, 0] == numbers % 251).all() and (out["episode_step"][:, 1] == -numbers).all()
+    assert not new[0].valid(np.array([1400])).any()  # overwritten before it could be saved: missing, not torn
+    _write(new[0], 1)  # a worker goes on where the ring was
+    assert new[0].head == 4501
+
+
+def test_only_the_newest_snapshots_and_the_files_they_need_are_kept(tmp_path, rings):
+    ring = rings()
+    writer = ReplayWriter(tmp_path, [ring])
+    for step in range(4):
+        _write(ring, 1500)
+        writer.save(step, {"x": np.arange(step + 1)}, np.array([ring.head - 1000]))
+    manifests = sorted(tmp_path.glob("replay-*.json"))
+    assert len(manifests) == KEEP and len(list(tmp_path.glob("state-*"))) == KEEP
+    needed = {c for m in manifests for c in json.loads(m.read_text())["rings"][0]["chunks"]}
+    assert {p.name for p in (tmp_path / "frames").iterdir()} == needed
+    assert writer.bytes == sum(p.stat().st_size for p in tmp_path.rglob("*") if p.is_file())
+
+
+def test_a_snapshot_of_another_ring_layout_or_a_damaged_one_is_refused(tmp_path, rings):
+    ring = rings()
+    _write(ring, 100)
+    path = ReplayWriter(tmp_path, [ring]).save(1, {"x": np.arange(2)}, np.array([0]))
+    other = RingSpec(3000, {"frame": ((4, 6, 6), "uint8"), "episode_step": ((4,), "int32")})
+    with pytest.raises(SnapshotMismatch, match="ring layout"):
+        restore_frames(path, [rings(other)], other)
+    (chunk,) = (tmp_path / "frames").iterdir()
+    chunk.write_bytes(chunk.read_bytes()[:-7])
+    with pytest.raises(SnapshotMismatch, match="cannot be read"):
+        restore_frames(path, [rings()], SPEC)
+    (tmp_path / json.loads(path.read_text())["state"]).write_bytes(b"not zstd")
+    with pytest.raises(SnapshotMismatch, match="cannot be read"):
+        load_state(path)
