@@ -266,8 +266,9 @@ class Ring:
     def restore(self, frame_numbers: npt.ArrayLike, rows: Mapping[str, np.ndarray], head: int) -> None:
         """Put saved frames back, before any writer runs: ``rows[name][i]`` becomes frame ``frame_numbers[i]``
         (stamped after its data, as a write is), and ``head`` (at least the largest frame number plus one, and
-        never below the current head) is where the next write goes. A later frame number for the same slot
-        wins; a frame that would not be in the ring at ``head`` (more than a capacity behind it) is left out."""
+        never below the current head) is where the next write goes. A frame that would not be in the ring at
+        ``head`` (more than a capacity behind it) is left out, so the ones kept have a slot each. It may be called
+        once per batch of frames, with the same ``head``."""
         header = self._hdr
         frames = np.asarray(frame_numbers, dtype=np.int64)
         if set(rows) != set(self.fields):
@@ -276,12 +277,11 @@ class Ring:
             raise ValueError(f"frame numbers must lie in [0, head={head})")
         keep = frames >= head - self.capacity
         frames = frames[keep]
-        order = np.argsort(frames, kind="stable")  # the later frame of a slot written last
-        slots = frames[order] % self.capacity
+        slots = frames % self.capacity
         self.stamps[slots] = -1
         for name, field in self.fields.items():
-            field[slots] = np.asarray(rows[name])[keep][order]
-        self.stamps[slots] = frames[order]
+            field[slots] = np.asarray(rows[name])[keep]
+        self.stamps[slots] = frames
         header[_H_HEAD] = max(int(header[_H_HEAD]), int(head))
 
     # ---------------------------------------------------------------- reader

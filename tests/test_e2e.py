@@ -577,3 +577,52 @@ def test_resume_keeps_the_replay_its_transitions_priorities_and_counts(tmp_path,
     fills = re.findall(r"filling replays ([\d,]+)/([\d,]+) units", resumed_log)
     assert all(held == target for held, target in fills), fills  # full from the start: nothing to refill
     assert checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["learner_step"] > stepped
+
+
+def test_a_restart_of_the_roles_keeps_the_replay(tmp_path, no_leaks):
+    """run.checkpoint_replay on an Ape-X run whose learner is SIGKILLed: the broker, stopping in order, saves its
+    replay, and the new broker of the restarted roles starts with it (the frames are still in the rings) rather
+    than filling it again."""
+    import psutil
+
+    proc = subprocess.Popen(
+        command(
+            "zrl-launch", "--config", APEX_CARTPOLE, "--set", "run.max_env_frames=100000000",
+            "--set", "run.checkpoint_replay=true", "--set", "apex.learn_start=1000",
+            "--set", "run.checkpoint_every_steps=20", "--set", "run.log_interval_s=0.5", "--quiet",
+        ),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 180
+        while not any(int(r["learner_step"] or 0) > 40 for r in _metrics(tmp_path)):
+            assert time.monotonic() < deadline and proc.poll() is None, "the learner never stepped"
+            time.sleep(0.5)
+        (learner,) = [
+            p for p in psutil.Process(proc.pid).children(recursive=True) if p.cmdline()[0].startswith("zrl-learner")
+        ]
+        learner.kill()
+        (run_dir,) = (tmp_path / "results").iterdir()
+        while "restarted the run's roles" not in (run_dir / "zrl.log").read_text() or not any(
+            int(r["role_restarts"] or 0) == 1 and int(r["learner_step"] or 0) > 0 for r in _metrics(tmp_path)[-1:]
+        ):
+            assert time.monotonic() < deadline + 60 and proc.poll() is None, "no restart"
+            time.sleep(0.5)
+        time.sleep(3)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-3000:]
+    log = (run_dir / "zrl.log").read_text()
+    after = log[log.index("restarted the run's roles") :]
+    assert "zrl-broker: the replays start with" in after, after[-3000:]
+    fills = re.findall(r"filling replays ([\d,]+)/([\d,]+) units", after)
+    assert all(held == target for held, target in fills), fills
+
+
+def _metrics(tmp_path: Path) -> list[dict]:
+    found = list((tmp_path / "results").glob("*/metrics.csv"))
+    return csv_rows(found[0]) if found else []

@@ -133,11 +133,15 @@ def test_an_apex_replays_transitions_priorities_and_beta_round_trip_and_it_sampl
     assert again.replay.tree.total == pytest.approx(replay.replay.tree.total)
     a, b = replay.next_batch(2, 0, np.zeros(2, np.int64)), again.next_batch(2, 0, np.zeros(2, np.int64))
     assert np.array_equal(a.slots, b.slots) and np.array_equal(a.weights, b.weights)
+    state = replay.state()
+    saved = {key: value.copy() for key, value in state.items()}
+    replay.insert(transitions_message(np.arange(50, 70, dtype=np.int64), action=np.ones(20, np.int32)))
+    _equal(state, saved)  # a copy: the broker goes on while a thread writes it
     fewer = ApexReplay(64, 4, 5, 1, 2, 3, 3, 0.4, 1000, 3)  # resumed with one worker: the other's are never drawn
-    fewer.load_state(replay.state())
+    fewer.load_state(saved)
     assert (fewer.replay.tree.priorities[replay.replay.columns["worker_id"] == 1] == 0).all()
     with pytest.raises(SnapshotMismatch):
-        _apex(capacity=32).load_state(replay.state())
+        _apex(capacity=32).load_state(saved)
 
 
 # -- frames, in real shared-memory rings ------------------------------------------------------------------------
@@ -171,14 +175,14 @@ def test_frames_round_trip_into_new_rings_written_incrementally(tmp_path, rings)
     old = [rings(), rings()]
     _write(old[0], 2500)
     _write(old[1], 700)
-    writer = ReplayWriter(tmp_path, old)
+    writer = ReplayWriter(tmp_path, old, "s1")
     writer.save(10, {"x": np.arange(3)}, np.array([900, 0]))
     first = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "frames").iterdir()}
     assert len(first) == 3 + 1  # ring 0: chunks 0 (from frame 900) to 2; ring 1: chunk 0
     _write(old[0], 2000)  # 4500 written: frames below 1500 overwritten
     writer.save(20, {"x": np.arange(4)}, np.array([1600, 0]))
     second = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "frames").iterdir()}
-    whole = f"ring0-{1:09d}-{2 * CHUNK_SLOTS:012d}.zst"
+    whole = f"ring0-s1-{1:09d}-{2 * CHUNK_SLOTS:012d}.zst"
     assert second[whole] == first[whole]  # a chunk whose frames were all written is not written again
     path, manifest = newest(tmp_path)
     assert manifest["learner_step"] == 20 and [r["head"] for r in manifest["rings"]] == [4500, 700]
@@ -199,7 +203,7 @@ def test_frames_round_trip_into_new_rings_written_incrementally(tmp_path, rings)
 
 def test_only_the_newest_snapshots_and_the_files_they_need_are_kept(tmp_path, rings):
     ring = rings()
-    writer = ReplayWriter(tmp_path, [ring])
+    writer = ReplayWriter(tmp_path, [ring], "s1")
     for step in range(4):
         _write(ring, 1500)
         writer.save(step, {"x": np.arange(step + 1)}, np.array([ring.head - 1000]))
@@ -213,7 +217,7 @@ def test_only_the_newest_snapshots_and_the_files_they_need_are_kept(tmp_path, ri
 def test_a_snapshot_of_another_ring_layout_or_a_damaged_one_is_refused(tmp_path, rings):
     ring = rings()
     _write(ring, 100)
-    path = ReplayWriter(tmp_path, [ring]).save(1, {"x": np.arange(2)}, np.array([0]))
+    path = ReplayWriter(tmp_path, [ring], "s1").save(1, {"x": np.arange(2)}, np.array([0]))
     other = RingSpec(3000, {"frame": ((4, 6, 6), "uint8"), "episode_step": ((4,), "int32")})
     with pytest.raises(SnapshotMismatch, match="ring layout"):
         restore_frames(path, [rings(other)], other)
@@ -224,3 +228,20 @@ def test_a_snapshot_of_another_ring_layout_or_a_damaged_one_is_refused(tmp_path,
     (tmp_path / json.loads(path.read_text())["state"]).write_bytes(b"not zstd")
     with pytest.raises(SnapshotMismatch, match="cannot be read"):
         load_state(path)
+
+
+def test_frames_of_other_rings_under_the_same_numbers_are_never_taken_for_these(tmp_path, rings):
+    """A resumed run's rings write other frames under numbers an earlier launch saved (its files may outlive a
+    save cut short): files are named by the rings that wrote them, so a snapshot of the new rings never reuses
+    the old ones, and restores the new frames."""
+    old = rings()
+    _write(old, 1500)
+    ReplayWriter(tmp_path, [old], "a").save(1, {"x": np.arange(1)}, np.array([0]))
+    new = rings()
+    for _ in range(1500):  # the same numbers, other frames
+        new.write(frame=np.full((2, 6, 6), 7, np.uint8), episode_step=np.zeros(2, np.int32))
+    path = ReplayWriter(tmp_path, [new], "b").save(2, {"x": np.arange(1)}, np.array([0]))
+    again = rings()
+    restore_frames(path, [again], SPEC)
+    out = {"frame": np.empty((1500, 2, 6, 6), np.uint8), "episode_step": np.empty((1500, 2), np.int32)}
+    assert again.read(np.arange(1500), out).all() and (out["frame"] == 7).all()

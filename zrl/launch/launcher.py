@@ -31,7 +31,7 @@ from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
 from zrl.replay.snapshot import SnapshotMismatch
-from zrl.replay_checkpoint import newest, replay_folder, restore_frames
+from zrl.replay_checkpoint import new_stream, newest, replay_folder, restore_frames
 from zrl.roles.common import StartFrom, WorkerStart
 
 if TYPE_CHECKING:
@@ -74,6 +74,8 @@ class Launcher:
         self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
         self.stop_reason = "budget reached"
         self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
+        self.replay_stream = ""  # run.checkpoint_replay: this launch's rings' token in replay file names
+        self.rings_hold = ""  # the replay checkpoint whose frames were put back into them
 
     def run(self) -> int:
         cfg = self.cfg
@@ -174,7 +176,7 @@ class Launcher:
                 code = EXIT_USAGE
                 return code
             if cfg.run.checkpoint_replay:
-                self._replays_from_disk(frames=self.resume_dir is not None)
+                self._replays_from_disk(start=True)
             log.info(
                 "%d rings of %d slots, %.1f MB each",
                 len(wiring.rings),
@@ -277,32 +279,43 @@ class Launcher:
         calls = sample_calls(state) if state is not None else self.sample_calls
         self.wiring.roles = dataclasses.replace(self.wiring.roles, sample_calls=calls)
         if cfg.run.checkpoint_replay:  # the frames are still in the rings: the new broker takes the index
-            self._replays_from_disk(frames=False)
+            self._replays_from_disk(start=False)
         self.stop = self.wiring.stop_flag()
         self.tally.restarted()
         self._start_roles(start, time.monotonic())
         return None
 
-    def _replays_from_disk(self, frames: bool) -> None:
+    def _replays_from_disk(self, start: bool) -> None:
         """run.checkpoint_replay: have the broker write replay checkpoints in the run folder and start with the
-        newest one there, if any; with ``frames`` (a resumed run's new rings) put its frames back into the rings
-        first. One that does not fit (another ring layout) is said, and the replays refill."""
-        folder = replay_folder(self.folder.path)
-        found, state = newest(folder), ""
-        if found is not None:
+        newest one there whose frames the rings hold. At the launch's ``start`` (new rings) a resumed run's newest
+        one has its frames put back into them first; one that does not fit (another ring layout) or cannot be read
+        is said, and the replays refill. At a restart of the roles the rings go on: the newest one is used if
+        these rings wrote it (its stream) or took its frames at the start."""
+        folder, roles = replay_folder(self.folder.path), self.wiring.roles
+        if start:
+            self.replay_stream, self.rings_hold = new_stream(), ""
+        found, state, text = newest(folder), "", ""
+        if found is not None and start:
             path, _ = found
             try:
-                restored = restore_frames(path, self.wiring.rings, self.wiring.ring_spec) if frames else None
+                restored = restore_frames(path, self.wiring.rings, self.wiring.ring_spec)
             except SnapshotMismatch as err:
                 text = f"the replays refill: {err}"
             else:
+                state = self.rings_hold = str(path)
+                text = f"the replays start from {path.name} ({restored:,} frames put back into the rings)"
+        elif found is not None:
+            path, manifest = found
+            if manifest.get("stream") == self.replay_stream or str(path) == self.rings_hold:
                 state = str(path)
-                text = f"the replays start from {path.name}" + (
-                    f" ({restored:,} frames put back into the rings)" if restored is not None else ""
-                )
+            else:
+                text = f"the replays refill: the frames of {path.name} are not in this launch's rings"
+        if text:
             log.info(text)
             self.console.say(text)
-        self.wiring.roles = dataclasses.replace(self.wiring.roles, replay_dir=str(folder), replay_state=state)
+        self.wiring.roles = dataclasses.replace(
+            roles, replay_dir=str(folder), replay_state=state, replay_stream=self.replay_stream
+        )
 
     def _admit_remote(self) -> None:
         """Say, and write to connect.txt, the line a remote host runs to work for this run."""

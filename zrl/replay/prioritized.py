@@ -128,10 +128,10 @@ class PrioritizedReplay:
 
     def state(self) -> dict[str, np.ndarray]:
         """Every column, stamp and priority, as arrays (zrl/replay/snapshot.py)."""
-        return {
-            **{f"column.{name}": column for name, column in self.columns.items()},
-            "stamps": self.stamps,
-            "priorities": self.tree.priorities,
+        return {  # copies: a snapshot is written by a thread while the broker goes on changing these
+            **{f"column.{name}": column.copy() for name, column in self.columns.items()},
+            "stamps": self.stamps.copy(),
+            "priorities": self.tree.priorities.copy(),
             **{name: np.array(getattr(self, name)) for name in _COUNTERS},
         }
 

@@ -58,7 +58,7 @@ class BrokerLoop:
         self.received = self.batches_sent = self.credits = self.credits_granted = 0
         self.insert_time_s = 0.0
         self.decoded = Decoder()
-        self.saver = ReplayWriter(wiring.replay_dir, rings) if wiring.replay_dir else None
+        self.saver = ReplayWriter(wiring.replay_dir, rings, wiring.replay_stream) if wiring.replay_dir else None
         self.last_save_step = 0  # the learner step of the last replay checkpoint asked for
         self.told = ""  # the saver's last failure, once said
 
@@ -72,8 +72,10 @@ class BrokerLoop:
             return
         try:
             held = self.part.restore(replay_checkpoint.load_state(self.wiring.replay_state))
-        except SnapshotMismatch as err:
-            self._notice(f"the replays refill: the replay checkpoint cannot be used ({err})")
+        except Exception as err:  # a file that does not fit or is damaged: never a crash loop, never half a replay
+            why = err if isinstance(err, SnapshotMismatch) else f"{type(err).__name__}: {err}"
+            self._notice(f"the replays refill: the replay checkpoint cannot be used ({why})")
+            self.part = agents.get(self.cfg.algo).broker_part()(self.cfg, self.wiring, self.rings)
             return
         self._notice(f"the replays start with {held} units from {self.wiring.replay_state}")
 
@@ -81,14 +83,14 @@ class BrokerLoop:
         """Write a replay checkpoint for learner step ``step``: in the writer's thread, or here with ``wait`` (the
         broker's last one). One asked for while the last is still being written is skipped."""
         self.last_save_step = max(self.last_save_step, step)
-        if self.saver is None:
+        if self.saver is None or self.saver.busy():
             return
         state, oldest = self.part.snapshot(), self.part.oldest_frames()
         if wait:
             try:
                 self.saver.save(step, state, oldest)
-            except OSError as err:
-                self.saver.error = f"the last replay checkpoint failed ({err.strerror or err})"
+            except Exception as err:  # a full disk, or anything else: the previous snapshot stays
+                self.saver.error = f"the last replay checkpoint failed ({err})"
         else:
             self.saver.start(step, state, oldest)
         if self.saver.error and self.saver.error != self.told:
@@ -117,6 +119,7 @@ class BrokerLoop:
         report = Every(1.0)
         try:
             self._restore_replay()
+            part = self.part  # a new one if the replay checkpoint could not be used
             if weights is not None:  # the part needs the current policy (elite features) before it can sample
                 first = wait_for_weights(ctx, wiring, -1, poll_ms, self.stop_event)
                 if first is None:

@@ -63,6 +63,7 @@ class RunWiring:
     replay_from: str = ""  # deterministic resume: the checkpoint whose trained actions the worker plays again first
     replay_dir: str = ""  # run.checkpoint_replay: where the broker writes replay checkpoints ("": it does not)
     replay_state: str = ""  # a replay checkpoint's manifest whose replays the broker starts with ("": empty ones)
+    replay_stream: str = ""  # the token of this launch's rings in replay checkpoint file names
 
 
 def env_spec_text(wiring: RunWiring) -> str:

@@ -79,7 +79,18 @@ class ApexBroker:
     def restore(self, state: dict[str, np.ndarray]) -> int:
         """Hold what ``snapshot`` saved; the transitions that can still be drawn."""
         self.replay.load_state(state)
-        held = int((self.replay.replay.tree.priorities > 0).sum())
+        r = self.replay.replay
+        live = np.flatnonzero(r.tree.priorities > 0)
+        workers, frame, following = (r.columns[c][live] for c in ("worker_id", "frame", "next_frame"))
+        whole = np.ones(len(live), bool)
+        for i, ring in enumerate(self.rings):  # frames saved as missing: never drawn (gather would drop them)
+            mine = workers == i
+            if mine.any():
+                oldest = np.maximum(frame[mine] - self.reach_back, 0)
+                whole[mine] = ring.valid(oldest) & ring.valid(frame[mine]) & ring.valid(following[mine])
+        r.tree.update(live[~whole], np.zeros(int((~whole).sum())))
+        r.evicted += int((~whole).sum())
+        held = int(whole.sum())
         if held >= self.apex.learn_start:  # the learner goes on at once, at its share of the new env steps
             self.pace_from = 0
         return held
