@@ -18,6 +18,8 @@ setup(
         # msgpack: tests/test_protocol.py reads and forges the wire form with an implementation other than zrl's
         # selenium: drives Debian's Chromium (through its chromedriver) for the dashboard's browser test; 4.51, as
         # 4.52 needs a certifi newer than the package index here holds
+        # hypothesis: tests/test_properties.py generates the untrusted inputs of every decoder (messages, weights,
+        # checkpoints, configs, the reference's replay JSON)
         "test": [
             "pytest==9.2.0",
             "pytest-timeout==2.4.0",
@@ -25,6 +27,7 @@ setup(
             "ruff==0.17.6",
             "msgpack==1.2.4",
             "selenium==4.51.0",
+            "hypothesis==6.170.17",
         ],
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py

@@ -165,6 +165,8 @@ def read_toml(path: str | Path) -> dict:
         raise ConfigError(f"{path}: cannot be read (permission denied)") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid TOML: values nested too deeply") from None
 
 
 def parse_set(item: str) -> tuple[str, str, Any]:
@@ -179,6 +181,8 @@ def parse_set(item: str) -> tuple[str, str, Any]:
             return dotted, "", tomllib.loads(f"v = {text}")["v"]
         except tomllib.TOMLDecodeError:
             return dotted, "", text
+        except RecursionError:
+            raise ConfigError(f"--set {item}: the value is nested too deeply") from None
     if dotted.count(".") != 1:
         raise ConfigError(f"--set {item}: the key must be section.key, e.g. learner.batch_size")
     section, key = dotted.split(".")
@@ -186,6 +190,8 @@ def parse_set(item: str) -> tuple[str, str, Any]:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         value = text
+    except RecursionError:
+        raise ConfigError(f"--set {item}: the value is nested too deeply") from None
     return section, key, value
 
 
@@ -249,11 +255,33 @@ def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def from_dict(raw: dict[str, Any], source: str) -> Config:
-    """Rebuild a config from to_dict output (e.g. stored in a checkpoint)."""
+    """Rebuild a config from to_dict output (e.g. stored in a checkpoint); a ConfigError naming ``source`` for
+    anything else (a checkpoint that verifies may still hold any value there)."""
+    if not _named_tables(raw):
+        raise ConfigError(f"{source}: the stored config is not a table of named keys")
     layered: dict[str, Any] = {}
     sources: dict[str, str] = {}
     _merge(layered, _renamed(raw), source, sources)
     return _build(layered, sources)
+
+
+def _named_tables(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is a table whose keys, and those of every table within it (in lists too), are strings."""
+    if not isinstance(value, dict) or depth > 8:  # no config nests that deep
+        return False
+    for key, item in value.items():
+        if not isinstance(key, str):
+            return False
+        tables = (
+            [item]
+            if isinstance(item, dict)
+            else [t for t in item if isinstance(t, dict)]
+            if isinstance(item, list)
+            else []
+        )
+        if not all(_named_tables(table, depth + 1) for table in tables):
+            return False
+    return True
 
 
 def dumps(cfg: Config) -> str:

@@ -36,7 +36,7 @@ def _truncated(value: Any, where: str) -> Any:
     if isinstance(value, (int, float, str)) and not isinstance(value, bool):
         try:
             return float(int(value))
-        except ValueError:
+        except (ValueError, OverflowError):
             raise ConfigError(
                 f"{where} = {value!r} is not a whole number (the reference reads it with int())"
             ) from None
@@ -51,6 +51,8 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
         items = json.loads(text)
     except json.JSONDecodeError as err:
         raise ConfigError(f"{source}: not valid JSON: {err}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid JSON: nested too deeply") from None
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
         raise ConfigError(
             f'{source}: expected a JSON list of objects, e.g. [{{"type": "queue", "capacity": 1, "sample_ratio": 1}}]'
@@ -106,6 +108,8 @@ def replays_from_json(text: str, source: str) -> list[dict[str, Any]]:
             if custom and name in TRUNCATED:
                 value = _truncated(value, f"{source}: {key}.{name}")
             elif name == "alfa_annealing_factor" and isinstance(value, int) and not isinstance(value, bool):
+                if abs(value) > 2**1023:
+                    raise ConfigError(f"{source}: {key}.{name} = {value} is beyond a float")
                 value = float(value)
             table[name] = value
         if custom and sampler is None:  # insertion only: the reference samples uniformly, whatever lambda says
