@@ -25,13 +25,16 @@ Every ``--every`` seconds it samples the memory (USS) of the launcher and its ro
 the run's shared-memory segments. At the end (Ctrl-C to the launcher: an orderly stop) it checks that nothing of
 the run is left (segments, socket folders, processes), that frames played and episodes never went backwards in
 metrics.csv, and that episodes.csv numbers its episodes without a gap; and it compares the memory after the
-warm-up with the memory at the end (the goal: under 5% growth). Not part of CI: a record, kept in perf/results/.
+warm-up with the memory at the end (the goal: under 5% growth). The samples also give the learner's weights version
+beside the oldest and newest a worker acts with; the curve and the plot give each episode's worker, and the run's
+metrics.csv and episodes.csv are kept gzipped beside the JSON. Not part of CI: a record, kept in perf/results/.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import os
 import random
@@ -296,9 +299,16 @@ class Soak:
             except psutil.Error:
                 continue
         segs = segments()
+        last = self.metrics()[-1:] or [{}]
         self.samples.append(
             {
                 "at_s": round(self.now(), 1),
+                # the learner's weights version, and the oldest and newest a worker acts with: a worker left on
+                # old weights (after a restart, say) shows as a version gap that does not close
+                "policy_version": [
+                    last[0].get(k, "")
+                    for k in ("policy_version", "worker_policy_version_min", "worker_policy_version_max")
+                ],
                 "uss_mb": uss,
                 "total_uss_mb": round(sum(uss.values()), 1),
                 "launcher_fds": fds,
@@ -362,9 +372,13 @@ class Soak:
                 "env_frames": int(r["env_frames"]),
                 "wall_time": float(r["wall_time"]),
                 "raw_return": float(r["raw_return"]),
+                "worker_id": int(r["worker_id"]),
+                "env_index": int(r["env_index"]),
+                "length_frames": int(r["length_frames"]),
             }
             for r in episodes
         ]
+        kept = self.keep_logs()
         recovered = [f["recovery_s"] for f in self.faults if f.get("recovered")]
         result = {
             "minutes": self.args.minutes,
@@ -385,8 +399,24 @@ class Soak:
             "launcher_fds_first_last": [warm[0]["launcher_fds"], warm[-1]["launcher_fds"]] if warm else None,
             "samples": self.samples,
             "curve": curve,
+            "logs": kept,
         }
         return result
+
+    def keep_logs(self) -> list[str]:
+        """The run's metrics.csv and episodes.csv, gzipped beside the JSON (the run folder goes with the soak):
+        every column (losses, weights versions, each episode's worker and env) for a look after the fact."""
+        kept = []
+        for name in ("metrics.csv", "episodes.csv"):
+            src = self.run_dir / name
+            if not src.exists():
+                continue
+            dst = Path(self.args.json).with_suffix(f".{name}.gz")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            with open(src, "rb") as fin, gzip.open(dst, "wb", compresslevel=9) as fout:
+                shutil.copyfileobj(fin, fout)
+            kept.append(dst.name)
+        return kept
 
     def close(self) -> None:
         if self.tmpfs:
@@ -413,11 +443,14 @@ def plot(result: dict, path: str) -> None:
         return
     t0 = curve[0]["wall_time"]
     fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4))
-    a.plot([c["env_frames"] / 1e6 for c in curve], [c["raw_return"] for c in curve], ".", ms=3)
+    for worker in sorted({c.get("worker_id", 0) for c in curve}):  # one colour per worker slot
+        mine = [c for c in curve if c.get("worker_id", 0) == worker]
+        returns = [c["raw_return"] for c in mine]
+        a.plot([c["env_frames"] / 1e6 for c in mine], returns, ".", ms=3, label=f"worker {worker}")
+        b.plot([(c["wall_time"] - t0) / 60 for c in mine], returns, ".", ms=3)
     a.set_xlabel("env frames (M)")
     a.set_ylabel("episode return")
-    minutes = [(c["wall_time"] - t0) / 60 for c in curve]
-    b.plot(minutes, [c["raw_return"] for c in curve], ".", ms=3)
+    a.legend(loc="upper left", fontsize=8)
     for f in result["faults"]:
         b.axvline(f["at_s"] / 60, color="red" if "kill" in f["fault"] else "orange", alpha=0.4, lw=1)
     b.set_xlabel("minutes (faults: red kill, orange other)")
