@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from zrl.config import ConfigError, EnvConfig
-from zrl.envs import atari_rom, make_vector_env, probe
+from zrl.envs import atari_rom, clip_rewards, make_vector_env, probe
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +58,52 @@ def test_pong_clips_rewards_and_keeps_raw_scores():
         assert raw_total.min() <= -21 + 5
     finally:
         env.close()
+
+
+# Each method's values, worked by hand from the reference platform's formulas (ClipRewardEnv): sign(r);
+# clamp(r, -1, 1); 5 tanh(r/5) for r >= 0 and 5 * 0.3 tanh(r/5) below.
+RAW = [-30.0, -1.0, -0.5, 0.0, 0.25, 1.0, 5.0, 200.0]
+CLIPPED = {
+    "abs_one_sign": [-1.0, -1.0, -1.0, 0.0, 1.0, 1.0, 1.0, 1.0],
+    "abs_one_clamp": [-1.0, -1.0, -0.5, 0.0, 0.25, 1.0, 1.0, 1.0],
+    "soft_asymmetric": [-1.49998, -0.29606, -0.14950, 0.0, 0.24979, 0.98688, 3.80797, 5.0],
+}
+
+
+@pytest.mark.parametrize("method", sorted(CLIPPED))
+def test_each_reward_clipping_method_gives_the_reference_formulas_values(method):
+    got = clip_rewards(np.array(RAW, np.float32), method)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, CLIPPED[method], atol=5e-5)
+
+
+@pytest.mark.parametrize("method", sorted(CLIPPED))
+def test_space_invaders_trains_on_rewards_clipped_by_the_method_chosen(method):
+    """Space Invaders scores 5 to 30 a shot: each method's clip of them is what the step gives to train on."""
+    env = make_vector_env(EnvConfig(id="ALE/SpaceInvaders-v5", clip_method=method), 2, seed=3)
+    try:
+        env.reset()
+        rng = np.random.default_rng(0)
+        seen = set()
+        for _ in range(3000):
+            step = env.step(rng.integers(0, env.num_actions, 2))
+            np.testing.assert_allclose(step.rewards, clip_rewards(step.raw_rewards, method), rtol=1e-6)
+            seen |= {float(r) for r in step.raw_rewards if r > 1}
+            if len(seen) >= 2:
+                break
+        assert len(seen) >= 2, "random Space Invaders should hit two kinds of alien within 3000 steps"
+        big = np.array(sorted(seen), np.float32)
+        expected = {"abs_one_sign": 1.0, "abs_one_clamp": 1.0, "soft_asymmetric": 5 * np.tanh(big / 5)}[method]
+        np.testing.assert_allclose(clip_rewards(big, method), expected, rtol=1e-6)
+    finally:
+        env.close()
+
+
+def test_an_unknown_clipping_method_is_a_config_error_naming_the_choices():
+    from zrl.config import load
+
+    with pytest.raises(ConfigError, match="env.clip_method.*abs_one_sign.*abs_one_clamp.*soft_asymmetric"):
+        load(None, ["env.clip_method=tanh"])
 
 
 def test_breakout_life_loss_ends_training_episode_not_the_game():

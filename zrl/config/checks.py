@@ -19,6 +19,7 @@ from zrl.errors import ConfigError, choice, fail
 REPLAY_TYPES = ("queue", "uniform", "elite", "attentive", "prioritized")
 WORKER_POLICIES = ("network", "uniform")
 RESTART_POLICIES = ("resume", "stop")
+CLIP_METHODS = ("abs_one_sign", "abs_one_clamp", "soft_asymmetric")
 FEATURE_REPLAYS = ("elite", "attentive")
 DISTANCES = ("ln_norm", "cos_dist", "kl_div")
 OPTIMIZERS = ("rmsprop", "rmsprop_tf", "adam")
@@ -111,6 +112,7 @@ def check(cfg) -> None:
     choice("transport.kind", cfg.transport.kind, TRANSPORT_KINDS)
     choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
     choice("run.restart_policy", cfg.run.restart_policy, RESTART_POLICIES)
+    choice("env.clip_method", cfg.env.clip_method, CLIP_METHODS)
     if not cfg.env.id:
         fail("env.id", "must name an environment, e.g. ALE/Pong-v5 or CartPole-v1")
     for key, device in devices(cfg):

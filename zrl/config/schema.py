@@ -145,8 +145,18 @@ class EnvConfig:
         ),
     ] = True
     clip_rewards: Annotated[
-        bool, Meta(description="Train on sign(reward); raw scores are still what episodes.csv reports.")
+        bool,
+        Meta(
+            description="Train on clipped rewards (env.clip_method says how); raw scores are still what episodes.csv reports."
+        ),
     ] = True
+    clip_method: Annotated[
+        str,
+        Meta(
+            extra={"hint": "abs_one_sign, abs_one_clamp or soft_asymmetric"},
+            description="How env.clip_rewards clips each step's reward r (the reference platform's reward_clipping_method): abs_one_sign, sign(r) (DQN's and IMPALA's); abs_one_clamp, r clamped to [-1, 1]; soft_asymmetric, 5 tanh(r/5) for r >= 0 and 1.5 tanh(r/5) below (IMPALA's asymmetric clip: losses weigh 0.3 of gains, and large rewards keep their order).",
+        ),
+    ] = "abs_one_sign"
     fire_reset: Annotated[bool, Meta(description="Atari: press FIRE at reset in games that need it.")] = True
     max_episode_frames: Annotated[
         int,

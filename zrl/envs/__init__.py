@@ -37,6 +37,20 @@ class Step:
     game_over: np.ndarray
 
 
+def clip_rewards(raw: np.ndarray, method: str) -> np.ndarray:
+    """The rewards a learner trains on under ``env.clip_method`` (the reference platform's formulas):
+    abs_one_sign, sign(r); abs_one_clamp, r clamped to [-1, 1]; soft_asymmetric, 5 tanh(r/5) for r >= 0 and
+    1.5 tanh(r/5) below."""
+    if method == "abs_one_sign":
+        return np.sign(raw)
+    if method == "abs_one_clamp":
+        return np.clip(raw, -1.0, 1.0)
+    if method == "soft_asymmetric":
+        soft = np.tanh(raw / 5.0)
+        return (np.where(raw < 0, 1.5, 5.0) * soft).astype(raw.dtype)
+    raise ValueError(f"env.clip_method: {method!r} is not abs_one_sign, abs_one_clamp or soft_asymmetric")
+
+
 def _snake(game: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", game).lower()
 
@@ -83,7 +97,7 @@ class AtariVectorEnv:
 
         self.num_envs = num_envs
         self.frames_per_step = cfg.frame_skip
-        self._clip = cfg.clip_rewards
+        self._clip = cfg.clip_method if cfg.clip_rewards else None
         self._seed = seed
         self._env = _Ale(
             rom,
@@ -118,7 +132,7 @@ class AtariVectorEnv:
         raw = rewards.astype(np.float32)
         return Step(
             frames=obs[:, 0],
-            rewards=np.sign(raw) if self._clip else raw,
+            rewards=raw if self._clip is None else clip_rewards(raw, self._clip),
             raw_rewards=raw,
             done=terminated,
             game_over=game_over | truncated,
@@ -151,7 +165,7 @@ class GymVectorEnv:
         self.num_actions = int(actions.n)
         self.frame_shape = tuple(space.shape)
         self.frame_dtype = np.dtype(np.uint8) if space.dtype == np.uint8 else np.dtype(np.float32)
-        self._clip = cfg.clip_rewards
+        self._clip = cfg.clip_method if cfg.clip_rewards else None
         self._seed = seed
         self._frames = np.zeros((num_envs, *self.frame_shape), self.frame_dtype)
 
@@ -176,7 +190,7 @@ class GymVectorEnv:
             self._frames[i] = obs
         return Step(
             frames=self._frames,  # valid until the next step; the worker copies it into its ring and stack
-            rewards=np.sign(raw) if self._clip else raw,
+            rewards=raw if self._clip is None else clip_rewards(raw, self._clip),
             raw_rewards=raw,
             done=done,
             game_over=game_over,
