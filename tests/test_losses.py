@@ -139,6 +139,25 @@ def test_vtrace_loss_total_is_weighted_sum():
         assert x.dim() == 0
 
 
+def test_pg_cost_weighs_the_policy_gradient_term_alone():
+    """The reference's policy_gradient_loss_weight: total = w * pg + ...; at 0 the policy learns from the entropy
+    term only, and the value's gradient is the same whatever w."""
+    inputs = _vtrace_inputs()
+    one = losses.vtrace_loss(**inputs, baseline_cost=0.3, entropy_cost=0.02)
+    w = losses.vtrace_loss(**inputs, baseline_cost=0.3, entropy_cost=0.02, pg_cost=2.5)
+    torch.testing.assert_close(w.pg, one.pg)
+    torch.testing.assert_close(w.total, 2.5 * one.pg + 0.3 * one.baseline + 0.02 * one.entropy)
+    off = losses.vtrace_loss(**inputs, baseline_cost=0.3, entropy_cost=0.02, pg_cost=0.0)
+    logits_grad, values_grad = torch.autograd.grad(
+        off.total, [inputs["learner_logits"], inputs["values"]], retain_graph=True
+    )
+    entropy_only = torch.autograd.grad(0.02 * off.entropy, inputs["learner_logits"])[0]
+    torch.testing.assert_close(logits_grad, entropy_only)
+    torch.testing.assert_close(values_grad, torch.autograd.grad(one.total, inputs["values"])[0])
+    with pytest.raises(ValueError, match="pg_cost must be non-negative"):
+        losses.vtrace_loss(**inputs, pg_cost=-1.0)
+
+
 def test_vtrace_loss_parts_match_components():
     inputs = _vtrace_inputs(seed=1)
     out = losses.vtrace_loss(**inputs, clip_rho_threshold=1.0, clip_pg_rho_threshold=1.0)

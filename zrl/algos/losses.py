@@ -216,7 +216,7 @@ def value_cloning_loss(
 class VTraceLoss(NamedTuple):
     """Total loss and its parts (all scalars).
 
-    ``total = pg + baseline_cost * baseline + entropy_cost * entropy
+    ``total = pg_cost * pg + baseline_cost * baseline + entropy_cost * entropy
     + clear_policy_weight * policy_cloning + clear_value_weight * value_cloning``;
     a cloning term whose weight is 0 is returned as a zero and left out of ``total``.
     ``mean_rho`` is the mean unclipped importance weight and ``masked_fraction``
@@ -254,6 +254,7 @@ def vtrace_loss(
     clear_value_weight: float = 0.0,
     clear_policy_kl: str = "mu_pi",
     clear_value_loss: str = "squared",
+    pg_cost: float = 1.0,
 ) -> VTraceLoss:
     """IMPALA actor-critic loss with V-trace off-policy correction.
 
@@ -279,6 +280,7 @@ def vtrace_loss(
         clear_value_weight: weight of the CLEAR value-cloning term.
         clear_policy_kl: policy-cloning direction, one of ``POLICY_CLONING_DIRECTIONS``.
         clear_value_loss: value-cloning form, one of ``VALUE_CLONING_FORMS``.
+        pg_cost: weight of the policy-gradient loss (``pg`` is returned unweighted).
 
     Returns:
         VTraceLoss(total, pg, baseline, entropy, mean_rho, policy_cloning,
@@ -305,7 +307,8 @@ def vtrace_loss(
         raise ValueError(f"clear_policy_kl must be one of {POLICY_CLONING_DIRECTIONS}, got {clear_policy_kl!r}")
     if clear_value_loss not in VALUE_CLONING_FORMS:
         raise ValueError(f"clear_value_loss must be one of {VALUE_CLONING_FORMS}, got {clear_value_loss!r}")
-    for name, weight in (("clear_policy_weight", clear_policy_weight), ("clear_value_weight", clear_value_weight)):
+    weights = (("clear_policy_weight", clear_policy_weight), ("clear_value_weight", clear_value_weight))
+    for name, weight in (*weights, ("pg_cost", pg_cost)):
         if not weight >= 0:
             raise ValueError(f"{name} must be non-negative, got {weight!r}")
     if clear_value_weight > 0 and behaviour_values is None:
@@ -342,7 +345,7 @@ def vtrace_loss(
     pg = policy_gradient_loss(learner_logits, actions, vt.pg_advantages, mask=mask)
     baseline = baseline_loss(vt.vs, values, mask=mask)
     entropy = entropy_loss(learner_logits)
-    total = pg + baseline_cost * baseline + entropy_cost * entropy
+    total = pg_cost * pg + baseline_cost * baseline + entropy_cost * entropy
     # A term whose weight is 0 stays out of total, so it cannot change it (not even a nan through 0 * nan).
     policy_cloning = values.new_zeros(())
     if clear_policy_weight > 0:

@@ -340,6 +340,13 @@ class LearnerConfig:
             description="Rewards are multiplied by this before the loss (after any clipping); keeps value targets in a range nets fit well.",
         ),
     ] = 1.0
+    pg_cost: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="V-trace: weight of the policy-gradient loss (the reference platform's policy_gradient_loss_weight).",
+        ),
+    ] = 1.0
     baseline_cost: Annotated[float, Meta(ge=0, description="Weight of the value (baseline) loss.")] = 0.5
     entropy_cost: Annotated[
         float,

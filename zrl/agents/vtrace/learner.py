@@ -63,6 +63,7 @@ def sgd_step(
         bootstrap_value=values[-1],
         rewards=batch["rewards"] * cfg.reward_scale,
         discounts=batch["discounts"] * cfg.discount,
+        pg_cost=cfg.pg_cost,
         baseline_cost=cfg.baseline_cost,
         entropy_cost=cfg.entropy_cost,
         clip_rho_threshold=algo.clip_rho or None,
