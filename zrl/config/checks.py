@@ -22,6 +22,7 @@ RESTART_POLICIES = ("resume", "stop")
 CLIP_METHODS = ("abs_one_sign", "abs_one_clamp", "soft_asymmetric")
 FEATURE_REPLAYS = ("elite", "attentive")
 DISTANCES = ("ln_norm", "cos_dist", "kl_div")
+QUEUE_DISCARDS = ("keep_latest", "keep_oldest", "alternating")
 OPTIMIZERS = ("rmsprop", "rmsprop_tf", "adam")
 PRECISIONS = ("fp32", "bf16")
 MODEL_KINDS = ("auto", "atari", "atari_small", "mlp", "auto_nature")
@@ -38,7 +39,7 @@ _REPLAY_SAMPLED = (
 )
 # The keys each replay type takes: a key of another type is a mistake that names the types it belongs to.
 REPLAY_KEYS = {
-    "queue": _REPLAY_COMMON,
+    "queue": _REPLAY_COMMON + ("discard",),
     "uniform": _REPLAY_COMMON + ("fill_fraction",),
     "elite": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED + ("elite_insertion", "elite_batch_size"),
     "attentive": _REPLAY_COMMON + ("fill_fraction",) + _REPLAY_SAMPLED + ("elite_insertion", "elite_batch_size"),
@@ -185,6 +186,7 @@ def _check_replays(cfg) -> None:
                 f"(learner.batch_size {batch} x sample_ratio {rep.sample_ratio} = {round(share)})",
             )
         choice(f"{key}.dist_function", rep.dist_function, DISTANCES)
+        choice(f"{key}.discard", rep.discard, QUEUE_DISCARDS)
         if rep.strategy not in (1, 2, 3, 4):
             fail(f"{key}.strategy", f"{rep.strategy} is not one of 1, 2, 3, 4")
         if rep.elite_insertion and rep.capacity < cfg.workers.envs_per_worker:

@@ -403,6 +403,13 @@ class ReplayConfig:
             description="Share of every batch taken from this replay; the ratios sum to 1 and batch_size x sample_ratio must be whole.",
         ),
     ] = 1.0
+    discard: Annotated[
+        str,
+        Meta(
+            extra={"hint": "keep_latest, keep_oldest or alternating"},
+            description="queue: what a full queue drops for a new unroll (the reference platform's discarding_strategy, which chose what its writer queue between workers and replays dropped; zrl's workers write frames into rings and the broker takes every unroll, so a queue replay is where a full buffer drops): keep_latest, its oldest unroll (the freshest data trains); keep_oldest, the new unroll; alternating, the oldest and the new one by turns. The reference's alternating dropped each new item with odds 0.5 whether or not the queue was full (and its writer applied no strategy at all); zrl's drops only when full, and by turns, so that nothing is lost below capacity and a run repeats.",
+        ),
+    ] = "keep_latest"
     fill_fraction: Annotated[
         float,
         Meta(

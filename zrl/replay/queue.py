@@ -1,5 +1,6 @@
-"""The queue replay: a bounded FIFO of fresh unrolls. Capacity in unrolls; when full the oldest unroll
-is dropped and counted, so a slow learner trains on the freshest data and memory stays bounded."""
+"""The queue replay: a bounded FIFO of fresh unrolls. Capacity in unrolls; when full, one unit is dropped and
+counted, so that memory stays bounded: by default the oldest, so that a slow learner trains on the freshest data
+(``discard``: keep_latest, keep_oldest or alternating)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,19 @@ import numpy as np
 from zrl.replay.snapshot import SnapshotMismatch, scalar
 from zrl.replay.store import Unit, units_from, units_state
 
+DISCARDS = ("keep_latest", "keep_oldest", "alternating")
+
 
 class QueueReplay:
-    def __init__(self, capacity: int) -> None:
+    """``discard``, what a full queue drops for a new unit: keep_latest, its oldest unit; keep_oldest, the new
+    unit; alternating, the oldest and the new unit by turns (the oldest first)."""
+
+    def __init__(self, capacity: int, discard: str = "keep_latest") -> None:
         if capacity <= 0:
             raise ValueError(f"capacity must be > 0, got {capacity}")
-        self.capacity = capacity
+        if discard not in DISCARDS:
+            raise ValueError(f"discard must be one of {', '.join(DISCARDS)}, got {discard!r}")
+        self.capacity, self.discard = capacity, discard
         self._units: deque[Unit] = deque()
         self.dropped_full = 0
 
@@ -24,8 +32,11 @@ class QueueReplay:
 
     def add(self, unit: Unit) -> None:
         if len(self._units) == self.capacity:
-            self._units.popleft()
             self.dropped_full += 1
+            turn_of_the_new = self.discard == "alternating" and self.dropped_full % 2 == 0
+            if self.discard == "keep_oldest" or turn_of_the_new:
+                return
+            self._units.popleft()
         self._units.append(unit)
 
     def units(self) -> list[Unit]:

@@ -154,7 +154,7 @@ def make_replays(cfg: Config, frames_per_step: int, scorer: Scorer | None, seed:
         rng = np.random.default_rng([seed, 7919, i])
         min_fill = fill_target(cfg, rep)
         if rep.type == "queue":
-            replays.append(QueueReplay(queue_capacity(cfg, rep)))
+            replays.append(QueueReplay(queue_capacity(cfg, rep), rep.discard))
         elif rep.type == "uniform":
             replays.append(UniformReplay(rep.capacity, share, min_fill, rng))
         else:
