@@ -79,3 +79,58 @@ def test_its_state_round_trips_through_a_state_dict():
     opt_a.step()
     opt_b.step()
     torch.testing.assert_close(a, b)
+
+
+def _rates(cfg, total_steps: int, steps: int) -> list[float]:
+    from zrl.optim import make_optimizer
+
+    opt, sched = make_optimizer(torch.nn.Linear(2, 1), cfg, total_steps)
+    out = []
+    for _ in range(steps):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
+
+
+def test_the_multistep_schedule_lowers_the_rate_as_torchs_multisteplr_does():
+    from zrl.config import LearnerConfig
+
+    cfg = LearnerConfig(
+        optimizer="adam", learning_rate=0.01, lr_schedule="multistep", lr_milestones=(3, 7), lr_gamma=0.5
+    )
+    reference_opt = torch.optim.Adam(torch.nn.Linear(2, 1).parameters(), lr=0.01)
+    reference = torch.optim.lr_scheduler.MultiStepLR(reference_opt, milestones=[3, 7], gamma=0.5)
+    expected = []
+    for _ in range(10):
+        expected.append(reference_opt.param_groups[0]["lr"])
+        reference_opt.step()
+        reference.step()
+    assert _rates(cfg, 10**6, 10) == pytest.approx(expected)
+    assert expected[:3] == [0.01] * 3 and expected[3] == pytest.approx(0.005) and expected[9] == pytest.approx(0.0025)
+
+
+def test_the_polynomial_schedule_with_power_2_is_the_reference_platforms_decay():
+    """The reference's PolynomialLRDecay: lr(k) = (lr0 - lr_end) (1 - k/L)^2 + lr_end, then lr_end past L."""
+    from zrl.config import LearnerConfig
+
+    lr0, end, total = 0.0008, 0.00001, 8
+    cfg = LearnerConfig(optimizer="adam", learning_rate=lr0, lr_end=end, lr_decay_power=2.0)
+    expected = [(lr0 - end) * (1 - min(k, total) / total) ** 2 + end for k in range(12)]
+    assert _rates(cfg, total, 12) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(
+    "sets, match",
+    [
+        (["learner.lr_schedule=cosine"], "learner.lr_schedule.*polynomial.*multistep"),
+        (["learner.lr_schedule=multistep"], "learner.lr_milestones.*at least one"),
+        (["learner.lr_schedule=multistep", "learner.lr_milestones=[500, 100]"], "learner.lr_milestones.*rising"),
+        (["learner.lr_gamma=0"], "learner.lr_gamma"),
+    ],
+)
+def test_a_bad_schedule_is_a_config_error_naming_the_key(sets, match):
+    from zrl.config import ConfigError, load
+
+    with pytest.raises(ConfigError, match=match):
+        load(None, sets)

@@ -24,6 +24,7 @@ FEATURE_REPLAYS = ("elite", "attentive")
 DISTANCES = ("ln_norm", "cos_dist", "kl_div")
 QUEUE_DISCARDS = ("keep_latest", "keep_oldest", "alternating")
 OPTIMIZERS = ("rmsprop", "rmsprop_tf", "adam")
+LR_SCHEDULES = ("polynomial", "multistep")
 PRECISIONS = ("fp32", "bf16")
 MODEL_KINDS = ("auto", "atari", "atari_small", "mlp", "auto_nature")
 TRANSPORT_KINDS = ("ipc", "tcp")
@@ -102,6 +103,12 @@ def check(cfg) -> None:
     if cfg.learner.lr_end > cfg.learner.learning_rate:
         fail("learner.lr_end", f"{cfg.learner.lr_end} is above learner.learning_rate {cfg.learner.learning_rate}")
     choice("learner.optimizer", cfg.learner.optimizer, OPTIMIZERS)
+    choice("learner.lr_schedule", cfg.learner.lr_schedule, LR_SCHEDULES)
+    milestones = list(cfg.learner.lr_milestones)
+    if cfg.learner.lr_schedule == "multistep" and not milestones:
+        fail("learner.lr_milestones", "multistep needs at least one learner step to lower the rate at, e.g. [100000]")
+    if any(m <= 0 for m in milestones) or milestones != sorted(set(milestones)):
+        fail("learner.lr_milestones", f"must be positive learner steps in rising order, got {milestones}")
     if cfg.learner.optimizer == "rmsprop_tf" and not cfg.learner.rmsprop_alpha < 1.0:
         fail(
             "learner.rmsprop_alpha",

@@ -313,15 +313,34 @@ class LearnerConfig:
             description="Initial learning rate. With rmsprop_tf and eps 1e-5, Pong's 100-episode mean at 12 minutes was -12.7, against -19.5 with PyTorch's RMSprop at 4.8e-4 and eps 0.01 (2 cores, AMD EPYC, seed 1).",
         ),
     ] = 0.0006
+    lr_schedule: Annotated[
+        str,
+        Meta(
+            extra={"hint": "polynomial or multistep"},
+            description="How the learning rate changes over learner steps: polynomial, from learning_rate to lr_end over lr_decay_steps with power lr_decay_power (the reference platform's PolynomialLRDecay, its only one in use, had power 2 over lr_scheduler_steps); multistep, learning_rate times lr_gamma for each of lr_milestones passed (the reference's MultiStepLR, which no option of its could select). A constant rate: polynomial with lr_end = learning_rate.",
+        ),
+    ] = "polynomial"
     lr_decay_steps: Annotated[
         int,
         Meta(
             ge=0,
-            description="Learner steps over which the learning rate decays polynomially to lr_end; 0 derives them from run.max_env_frames.",
+            description="polynomial: learner steps over which the learning rate decays to lr_end; 0 derives them from run.max_env_frames.",
         ),
     ] = 0
-    lr_end: Annotated[float, Meta(ge=0, description="Learning rate at the end of the decay.")] = 0.0
-    lr_decay_power: Annotated[float, Meta(ge=0, description="Power of the polynomial decay (1 is linear).")] = 1.0
+    lr_end: Annotated[float, Meta(ge=0, description="polynomial: the learning rate at the end of the decay.")] = 0.0
+    lr_decay_power: Annotated[float, Meta(ge=0, description="polynomial: the power of the decay (1 is linear).")] = 1.0
+    lr_milestones: Annotated[
+        tuple[int, ...],
+        Meta(description="multistep: the learner steps, rising, at which the learning rate is multiplied by lr_gamma."),
+    ] = ()
+    lr_gamma: Annotated[
+        float,
+        Meta(
+            gt=0,
+            le=1,
+            description="multistep: the factor of the learning rate at each milestone (torch's MultiStepLR's 0.1).",
+        ),
+    ] = 0.1
     rmsprop_alpha: Annotated[float, Meta(ge=0, le=1, description="RMSprop smoothing constant.")] = 0.99
     rmsprop_eps: Annotated[
         float,
