@@ -279,6 +279,12 @@ class ModelConfig:
             description="Length of the state feature vector the feature head emits; workers send it with every unroll when an elite or attentive replay needs it.",
         ),
     ] = 512
+    feature_layer: Annotated[
+        bool,
+        Meta(
+            description="The features are a linear layer of their own on the hidden layer (the reference platform's use_additional_scaling_FC_layer, true by default there too); false: the features are the hidden layer itself, so feature_size must be its width (model.hidden_size, or mlp_hidden's last).",
+        ),
+    ] = True
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from zrl.config import ModelConfig
+from zrl.config import ConfigError, ModelConfig
 from zrl.gather import kept_frames, stack_observations
 
 
@@ -42,11 +42,16 @@ def _init(layer: nn.Module, gain: float) -> nn.Module:
 
 
 class _Heads(nn.Module):
-    def __init__(self, width: int, num_actions: int, feature_size: int) -> None:
+    """Policy, value and feature heads on a ``width`` hidden layer; ``feature_layer`` false: the features are the
+    hidden layer itself (``feature_size`` must be its width), with no layer of their own."""
+
+    def __init__(self, width: int, num_actions: int, feature_size: int, feature_layer: bool = True) -> None:
         super().__init__()
         self.policy = _init(nn.Linear(width, num_actions), 0.01)
         self.value = _init(nn.Linear(width, 1), 1.0)
-        self.feature = _init(nn.Linear(width, feature_size), 1.0)
+        if not feature_layer and feature_size != width:
+            raise ValueError(f"features without a layer of their own are the {width} hidden units, not {feature_size}")
+        self.feature = _init(nn.Linear(width, feature_size), 1.0) if feature_layer else nn.Identity()
 
     def forward(self, hidden: torch.Tensor, with_features: bool) -> Output:
         features = self.feature(hidden) if with_features else None
@@ -105,11 +110,19 @@ class AtariNet(nn.Module):
     """A conv torso (Nature DQN's: conv 32x8/4, 64x4/2, 64x3/1; or ``kind = "atari_small"``: 16x8/4, 32x4/2) and a
     hidden_size layer on stacked 84x84 frames, computed channels-last."""
 
-    def __init__(self, stack: int, num_actions: int, hidden_size: int, feature_size: int, kind: str = "atari") -> None:
+    def __init__(
+        self,
+        stack: int,
+        num_actions: int,
+        hidden_size: int,
+        feature_size: int,
+        kind: str = "atari",
+        feature_layer: bool = True,
+    ) -> None:
         super().__init__()
         convs, width = conv_torso(kind, stack)
         self.torso = nn.Sequential(*convs, _init(nn.Linear(width, hidden_size), math.sqrt(2)), nn.ReLU())
-        self.heads = _Heads(hidden_size, num_actions, feature_size)
+        self.heads = _Heads(hidden_size, num_actions, feature_size, feature_layer)
         self.stack = stack
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
@@ -171,12 +184,19 @@ class MLPNet(nn.Module):
     heads, a separate one for the value, so that large value errors do not swamp the policy's inputs."""
 
     def __init__(
-        self, in_size: int, num_actions: int, hidden: tuple[int, ...], feature_size: int, scale: bool, stack: int
+        self,
+        in_size: int,
+        num_actions: int,
+        hidden: tuple[int, ...],
+        feature_size: int,
+        scale: bool,
+        stack: int,
+        feature_layer: bool = True,
     ) -> None:
         super().__init__()
         self.torso = _mlp(in_size, hidden)
         self.value_torso = _mlp(in_size, hidden)
-        self.heads = _Heads(hidden[-1], num_actions, feature_size)
+        self.heads = _Heads(hidden[-1], num_actions, feature_size, feature_layer)
         self._scale = scale
         self.stack = stack
 
@@ -214,12 +234,23 @@ def build_model(
     if kind in IMAGE_KINDS:
         # Channels-last convolutions: the Nature CNN's forward and backward on 8 x 21 Pong observations took
         # 48 ms instead of 109 ms (2 threads, AMD EPYC); the weights' flat vector is unchanged (logical order).
-        net = AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size, kind)
+        net = AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size, kind, cfg.feature_layer)
         return net.to(memory_format=torch.channels_last)
     in_size = stack * int(np.prod(frame_shape))
-    return MLPNet(
-        in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale=np.dtype(frame_dtype) == np.uint8, stack=stack
-    )
+    scale = np.dtype(frame_dtype) == np.uint8
+    return MLPNet(in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale, stack, cfg.feature_layer)
+
+
+def check_feature_layer(cfg: ModelConfig, kind: str) -> None:
+    """ConfigError when features without a layer of their own (model.feature_layer false) cannot be the
+    hidden layer: model.feature_size must be its width."""
+    width = cfg.hidden_size if kind in IMAGE_KINDS else cfg.mlp_hidden[-1]
+    if not cfg.feature_layer and cfg.feature_size != width:
+        key = "model.hidden_size" if kind in IMAGE_KINDS else "model.mlp_hidden's last width"
+        raise ConfigError(
+            f"model.feature_size: {cfg.feature_size}, but with model.feature_layer = false the features are the "
+            f"hidden layer, {key} = {width} units; set model.feature_size = {width}, or feature_layer = true"
+        )
 
 
 def resolve_device(name: str) -> torch.device:
