@@ -27,6 +27,7 @@ MOVED_KEYS = {
 # Keys a resumed run may change: how long, how many processes, how often it reports and saves.
 SAFE_ON_RESUME = (
     "run.tensorboard",
+    "run.background_save",
     "run.max_env_frames",
     "run.log_interval_s",
     "run.checkpoint_every_steps",

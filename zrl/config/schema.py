@@ -47,6 +47,12 @@ class RunConfig:
             description="Also write every figure of metrics.csv and episodes.csv as TensorBoard events in the run folder (tensorboard --logdir results), at env-frame steps. Needs the tensorboard package, which the install includes; without it the run says so once and goes on."
         ),
     ] = True
+    background_save: Annotated[
+        bool,
+        Meta(
+            description="The reference platform's background_save, taken with either value and no effect: zrl always writes metrics.csv, episodes.csv and zrl.log row by row as the run goes, from the launcher, off the learner's path (what the reference's true did in a thread of its learner). Its false held every line in memory until the run ended, where a crash lost them all; zrl does not offer that.",
+        ),
+    ] = True
     checkpoint_every_steps: Annotated[
         int,
         Meta(
