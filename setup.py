@@ -49,6 +49,7 @@ setup(
             "zrl-report=zrl.cli:report_main",
             "zrl-plot=zrl.cli:plot_main",
             "zrl-dashboard=zrl.cli:dashboard_main",
+            "zrl-translate=zrl.cli:translate_main",
         ]
     },
 )
