@@ -44,8 +44,20 @@ def test_features_without_a_layer_must_have_the_hidden_layers_width():
     with pytest.raises(ConfigError, match=r"mlp_hidden's last width = 64"):
         check_feature_layer(dataclasses.replace(cfg, mlp_hidden=(64, 64)), "mlp")
     check_feature_layer(dataclasses.replace(cfg, feature_size=256), "atari_small")
-    with pytest.raises(ValueError, match="256 hidden units, not 512"):
+    with pytest.raises(ConfigError, match="model.feature_size: 512") as refused:
         build_model(cfg, (84, 84), "|u1", 4, 3)
+    assert refused.value.key == "model.feature_size"
+
+
+@pytest.mark.unit
+def test_an_ape_x_network_has_no_feature_head_and_takes_any_feature_keys():
+    from zrl import agents
+    from zrl.config import load
+
+    apex = str(REPO / "config" / "apex_iqn_pong.toml")
+    cfg = load(apex, ["model.feature_layer=false", "model.feature_size=7"])
+    model = agents.get("apex_iqn").build_model(cfg, (84, 84), "|u1", 6)
+    assert model is not None
 
 
 @pytest.mark.e2e

@@ -410,7 +410,7 @@ class BrokerStats(_Message, tag="broker_stats", eq=False):
     unrolls_dropped_stale: Annotated[
         int, Stat("units (Ape-X: transitions) dropped because their ring had overwritten their frames")
     ]
-    unrolls_dropped_full: Annotated[int, Stat("fresh units dropped, oldest first, from a full queue")]
+    unrolls_dropped_full: Annotated[int, Stat("fresh units a full queue dropped (replay.discard says which)")]
     seq_gaps: Annotated[int, Stat("worker messages that never arrived (gaps in their numbering)")]
     decode_errors: Annotated[
         int, Stat("messages the broker refused: malformed, of the wrong kind, or not fitting this run")

@@ -20,7 +20,6 @@ import argparse
 import ast
 import difflib
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -103,7 +102,7 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         _o("--render", "bool", True, "zrl-eval --render", "used only when testing"),
         _o("--feature_out_layer_size", "int", 512, "model.feature_size"),
         _o("--use_additional_scaling_FC_layer", "bool", True, "model.feature_layer"),
-        _o("--lr_scheduler_steps", "int", 10_000, "learner.lr_decay_steps", "its polynomial decay has power 2 (learner.lr_decay_power = 2)"),
+        _o("--lr_scheduler_steps", "int", 10_000, "learner.lr_decay_steps", "its polynomial decay has power 2 (learner.lr_decay_power = 2), and its first update already took lr(1)"),
         _o("--optimizer", "str", "rmsprop", "learner.optimizer", "rmsprop is PyTorch's in both; zrl's default is rmsprop_tf"),
         _o("--rmsprop_eps", "float", 0.01, "learner.rmsprop_eps"),
         _o("--lr_end_value", "float", 0.00001, "learner.lr_end"),
@@ -195,6 +194,7 @@ class Translation:
         self.notes: list[str] = []
         self.used: set[str] = set()  # the flags some key or note took
         self.why: dict[str, str] = {}  # keys set by what the reference hard-wires, not by a flag
+        self.only_given = False  # continuing or testing: the reference took the rest from the checkpoint
 
     def value(self, flag: str) -> Any:
         """The flag's value as the reference reads it: given, or its default."""
@@ -282,6 +282,13 @@ def _ebv(tr: Translation) -> None:
     v = tr.value
     put = tr.put
     tr.values["algo"], tr.sources["algo"] = "vtrace", ()
+    if v("--op_mode") != "train":  # flags not given came from the checkpoint's stored flags, not the defaults
+        tr.only_given = True
+        zrl = "zrl-launch --resume RUN, with the run's own config" if v("--op_mode") == "train_w_load" else "zrl-eval"
+        tr.note(
+            "--op_mode",
+            f"the run file holds only the flags given (the reference took the rest from the checkpoint); use {zrl}",
+        )
     put("env.id", v("--env"), "--env")
     put("env.clip_rewards", v("--clip_rewards"), "--clip_rewards")
     put("env.clip_method", v("--reward_clipping_method"), "--reward_clipping_method")
@@ -328,21 +335,32 @@ def _ebv(tr: Translation) -> None:
     put("vtrace.laser_kl_threshold", v("--kl_div_threshold"), "--kl_div_threshold")
     put("model.feature_size", v("--feature_out_layer_size"), "--feature_out_layer_size")
     put("model.feature_layer", v("--use_additional_scaling_FC_layer"), "--use_additional_scaling_FC_layer")
-    if not v("--use_additional_scaling_FC_layer"):  # its hidden layer is then feature_out_layer_size wide
+    if v("--use_additional_scaling_FC_layer"):
+        put("model.hidden_size", 512, why="its hidden layer is 512 wide")
+    else:  # its hidden layer is then feature_out_layer_size wide
         put(
             "model.hidden_size",
             v("--feature_out_layer_size"),
             "--use_additional_scaling_FC_layer",
             "--feature_out_layer_size",
         )
+    if not tr.only_given:
+        tr.notes.append(
+            "its network's convolutions (64 3x3/3, 64 3x3/2, 128 3x3/2) have no zrl equivalent: zrl's model.kind "
+            "auto (atari_small) takes their place"
+        )
     put("broker.prefetch_batches", v("--cache_output_buffer_size"), "--cache_output_buffer_size")
+    if tr.only_given and "--replay_parameters" not in tr.given:
+        return
     tr.replays = replays_from_json(_replay_json(v("--replay_parameters")), "--replay_parameters")
+    tr.used.add("--replay_parameters")
     for rep in tr.replays:
         if rep["type"] == "queue":
             rep["discard"] = v("--discarding_strategy")
+            tr.used.add("--discarding_strategy")
         else:
             rep["fill_fraction"] = v("--training_fill_in_factor")
-    tr.used.update(("--replay_parameters", "--discarding_strategy", "--training_fill_in_factor"))
+            tr.used.add("--training_fill_in_factor")
     if v("--op_mode") == "train":
         tr.used.add("--op_mode")
 
@@ -396,6 +414,10 @@ def _rainbow(tr: Translation) -> None:
         lr_flag = "--lr-IQN" if "--lr-IQN" in tr.given else lr_flag
         eps_flag = "--adam-eps-IQN" if "--adam-eps-IQN" in tr.given else eps_flag
         alpha_flag = "--priority-exponent-IQN" if "--priority-exponent-IQN" in tr.given else alpha_flag
+    spellings = {"--lr": lr_flag, "--adam-eps": eps_flag, "--priority-exponent": alpha_flag}
+    for flag, taken in {**spellings, **{f"{f}-IQN": t for f, t in spellings.items()}}.items():
+        if flag != taken:
+            tr.note(flag, f"ignored: {taken} is the one this run takes")
     put("learner.learning_rate", v(lr_flag), lr_flag)
     put("learner.lr_end", v(lr_flag), lr_flag, why="a constant rate")
     put("learner.adam_eps", v(eps_flag), eps_flag)
@@ -413,6 +435,13 @@ def _rainbow(tr: Translation) -> None:
     elif "--gpu-number" in tr.given:
         put("learner.device", f"cuda:{v('--gpu-number')}", "--gpu-number")
     put("model.hidden_size", v("--hidden-size"), "--hidden-size")
+    put("model.kind", "atari", why="its torso is the Nature DQN's (with a padding of 1 on the first convolution)")
+    put("learner.grad_norm_clip", 0.0, why="its learner does not clip gradients")
+    if not v("--disable-SABER-mode"):
+        tr.notes.append(
+            "SABER mode: its training episodes also ended after 5 minutes without reward; zrl's training env has no "
+            "such rule (zrl-eval --protocol saber scores with it)"
+        )
     put("apex.head", "c51" if rainbow else "iqn", "--rainbow-only")
     put("apex.priority_exponent", v(alpha_flag), alpha_flag)
     put("apex.importance_beta", v("--priority-weight"), "--priority-weight")
@@ -473,11 +502,8 @@ def parse(reference: str, argv: list[str]) -> dict[str, str]:
             parser.add_argument(*names, dest=option.flag, action="store_const", const="")
         else:
             parser.add_argument(*names, dest=option.flag, action="append", default=None)
-    argv = [
-        a
-        for a in argv
-        if a not in ("python", "python3") and not re.fullmatch(r"\S*(main|launch_\w+|test_multiple_seed)(\.py)?", a)
-    ]
+    while argv and not argv[0].startswith("-"):  # "python main.py ...": the words before the first flag
+        argv = argv[1:]
     try:
         known, extra = parser.parse_known_args(argv)
     except argparse.ArgumentError as err:
@@ -485,6 +511,8 @@ def parse(reference: str, argv: list[str]) -> dict[str, str]:
     if extra:
         flags = [o.flag for o in OPTIONS[reference]]
         word = extra[0].split("=", 1)[0]
+        if word in ("--out", "--from", "-h", "--help"):
+            raise ConfigError(f"{word} is zrl-translate's own option: give it before --")
         hint = difflib.get_close_matches(word, flags, n=1)
         raise ConfigError(
             f"{word!r} is not an option of {NAMES[reference]}" + (f" (did you mean {hint[0]}?)" if hint else "")
@@ -511,6 +539,8 @@ def translate(reference: str, argv: list[str]) -> tuple[str, list[str]]:
         reason = str(err).split(": ", 1)[1] if ": " in str(err) else str(err)
         key = err.key or ""
         flags = f" (from {tr.source(key)})" if key in tr.sources and (tr.sources[key] or key in tr.why) else ""
+        if tr.values.get("run.deterministic"):
+            flags += "; --reproducible is zrl's run.deterministic, which needs one worker and one queue replay"
         raise ConfigError(f"the translation is not a run zrl can make{flags}: {reason}") from None
     return text, tr.notes
 
@@ -523,7 +553,8 @@ def render(tr: Translation) -> str:
     sections: dict[str, list[str]] = {}
     for key, value in tr.values.items():
         section, _, name = key.rpartition(".")
-        if defaults.get(key, object()) == value and not any(f in tr.given for f in tr.sources[key]):
+        given = any(f in tr.given for f in tr.sources[key])
+        if (defaults.get(key, object()) == value or tr.only_given) and not given:
             continue
         comment = [f"# {tr.source(key)}"] if tr.sources[key] or key in tr.why else []
         entry = [*comment, tomli_w.dumps({name: value}).rstrip("\n")]

@@ -160,7 +160,7 @@ class EnvConfig:
         str,
         Meta(
             extra={"hint": "abs_one_sign, abs_one_clamp or soft_asymmetric"},
-            description="How env.clip_rewards clips each step's reward r (the reference platform's reward_clipping_method): abs_one_sign, sign(r) (DQN's and IMPALA's); abs_one_clamp, r clamped to [-1, 1]; soft_asymmetric, 5 tanh(r/5) for r >= 0 and 1.5 tanh(r/5) below (IMPALA's asymmetric clip: losses weigh 0.3 of gains, and large rewards keep their order).",
+            description="How env.clip_rewards clips each step's reward r (the reference platform's reward_clipping_method): abs_one_sign, sign(r) (DQN's); abs_one_clamp, r clamped to [-1, 1] (IMPALA's abs_one); soft_asymmetric, 5 tanh(r/5) for r >= 0 and 1.5 tanh(r/5) below (IMPALA's soft_asymmetric: losses weigh 0.3 of gains, and large rewards keep their order).",
         ),
     ] = "abs_one_sign"
     fire_reset: Annotated[bool, Meta(description="Atari: press FIRE at reset in games that need it.")] = True
@@ -336,7 +336,7 @@ class LearnerConfig:
         int,
         Meta(
             ge=0,
-            description="polynomial: learner steps over which the learning rate decays to lr_end; 0 derives them from run.max_env_frames.",
+            description="polynomial: learner steps over which the learning rate decays to lr_end; 0 derives them from run.max_env_frames. Elite and attentive replays anneal lambda over them too, whatever the schedule.",
         ),
     ] = 0
     lr_end: Annotated[float, Meta(ge=0, description="polynomial: the learning rate at the end of the decay.")] = 0.0

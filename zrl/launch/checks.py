@@ -27,11 +27,12 @@ def preflight(cfg: Config) -> envs.EnvSpec:
     if cfg.transport.curve_keys:  # here, not in zrl.config, which transport imports
         transport.load_curve_keys(cfg.transport.curve_keys)
     spec = envs.probe(cfg.env)
-    from zrl.models import check_feature_layer, model_kind, parameter_count
+    from zrl.models import parameter_count
 
     try:
-        check_feature_layer(cfg.model, model_kind(cfg.model, spec.frame_shape))
         model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    except ConfigError:
+        raise  # a model key's own mistake, named by the model
     except ValueError as err:
         raise ConfigError(f"model.kind: {err}") from None
     check_weights_fit(parameter_count(model))

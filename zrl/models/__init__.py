@@ -231,6 +231,7 @@ def build_model(
 ) -> nn.Module:
     """The network ``cfg.kind`` asks for; auto picks the conv net for 84x84 frames."""
     kind = model_kind(cfg, frame_shape)
+    check_feature_layer(cfg, kind)
     if kind in IMAGE_KINDS:
         # Channels-last convolutions: the Nature CNN's forward and backward on 8 x 21 Pong observations took
         # 48 ms instead of 109 ms (2 threads, AMD EPYC); the weights' flat vector is unchanged (logical order).
@@ -249,7 +250,8 @@ def check_feature_layer(cfg: ModelConfig, kind: str) -> None:
         key = "model.hidden_size" if kind in IMAGE_KINDS else "model.mlp_hidden's last width"
         raise ConfigError(
             f"model.feature_size: {cfg.feature_size}, but with model.feature_layer = false the features are the "
-            f"hidden layer, {key} = {width} units; set model.feature_size = {width}, or feature_layer = true"
+            f"hidden layer, {key} = {width} units; set model.feature_size = {width}, or feature_layer = true",
+            "model.feature_size",
         )
 
 
