@@ -135,3 +135,23 @@ def test_gymnasium_box_env_resets_in_the_same_step():
         assert ends >= 3
     finally:
         env.close()
+
+
+def test_atari_frames_come_in_colour_and_at_any_resolution():
+    grey = make_vector_env(EnvConfig(id="ALE/Pong-v5", resolution=(60, 50)), 2, seed=0)
+    colour = make_vector_env(EnvConfig(id="ALE/Pong-v5", resolution=(60, 50), grayscale=False), 2, seed=0)
+    try:
+        assert grey.frame_shape == (60, 50) and colour.frame_shape == (3, 60, 50)
+        g, c = grey.reset(), colour.reset()
+        assert g.shape == (2, 60, 50) and c.shape == (2, 3, 60, 50) and c.dtype == np.uint8 and c.flags.c_contiguous
+        step = colour.step(np.zeros(2, np.int64))
+        assert step.frames.shape == (2, 3, 60, 50)
+        # Pong's colour: the three channels differ (a grey frame copied thrice would not), and their luminance
+        # is the grey frame's, to ale-py's rounding
+        assert not np.array_equal(c[:, 0], c[:, 1])
+        luminance = (0.299 * c[:, 0] + 0.587 * c[:, 1] + 0.114 * c[:, 2]).astype(np.float32)
+        assert np.abs(luminance - g.astype(np.float32)).mean() < 2.0
+    finally:
+        grey.close()
+        colour.close()
+    assert probe(EnvConfig(id="ALE/Breakout-v5", grayscale=False, resolution=(100, 80))).frame_shape == (3, 100, 80)

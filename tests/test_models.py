@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, run_command
+from conftest import REPO, csv_rows, run_command
 
 from zrl.config import ConfigError, ModelConfig
 from zrl.models import build_model, check_feature_layer
@@ -69,3 +69,69 @@ def test_a_run_whose_features_cannot_be_its_hidden_layer_is_refused_before_anyth
     assert done.returncode == 2, done.stderr
     assert "model.feature_size: 7" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").iterdir())
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("frame_shape", [(60, 50), (3, 60, 50), (3, 84, 84)])
+def test_conv_nets_take_colour_and_any_resolution_and_unrolls_equal_their_stacks(frame_shape):
+    """The first fully connected layer follows the frame size; colour frames are 3 x stack channels; a batch of
+    unrolls gives what their stacked observations give (episode starts blanked)."""
+    from zrl.gather import stack_observations
+    from zrl.models import CONV_LAYERS, conv_side
+
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(kind="atari_small", hidden_size=32, feature_size=8), frame_shape, "|u1", 4, 5)
+    first = model.torso[0]
+    assert first.in_channels == 4 * (3 if len(frame_shape) == 3 else 1)
+    convs_out = (
+        CONV_LAYERS["atari_small"][1]
+        * conv_side("atari_small", frame_shape[-2])
+        * conv_side("atari_small", frame_shape[-1])
+    )
+    assert [m for m in model.torso if isinstance(m, torch.nn.Linear)][0].in_features == convs_out
+    frames = torch.randint(0, 255, (2, 12, *frame_shape), dtype=torch.uint8)
+    steps = torch.tensor([list(range(12)), [5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 8]])  # the second starts an episode
+    got = model.forward_unrolls(frames, steps, with_features=True)
+    stacks = stack_observations(frames, steps, 4)
+    want = model(stacks.reshape(-1, *stacks.shape[2:]), with_features=True)
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got.features, want.features, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind, smallest", [("atari", 36), ("atari_small", 20)])
+def test_a_resolution_too_small_for_the_convolutions_names_the_smallest_that_fits(kind, smallest):
+    from zrl import agents
+    from zrl.config import load
+
+    build_model(ModelConfig(kind=kind), (smallest, smallest), "|u1", 4, 5)  # the smallest fits
+    with pytest.raises(
+        ConfigError, match=rf"env.resolution: \[{smallest - 1}, {smallest}\] is too small.*\[{smallest}, {smallest}\]"
+    ):
+        build_model(ModelConfig(kind=kind), (3, smallest - 1, smallest), "|u1", 4, 5)
+    apex = load(str(REPO / "config" / "apex_iqn_pong.toml"), [f'model.kind="{kind}"'])
+    with pytest.raises(ConfigError, match="env.resolution"):
+        agents.get("apex_iqn").build_model(apex, (smallest - 1, smallest - 1), "|u1", 6)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("algo_config", ["pong.toml", "apex_iqn_pong.toml"])
+def test_colour_frames_at_another_resolution_train_through_the_rings_and_gather(tmp_path, no_leaks, algo_config):
+    apex = algo_config.startswith("apex")
+    budget = 12_000 if apex else 30_000
+    sets = ["env.grayscale=false", "env.resolution=[64, 48]", f"run.max_env_frames={budget}"]
+    sets += ["workers.envs_per_worker=2"] if apex else ["workers.envs_per_worker=4"]
+    if apex:
+        sets += ["apex.learn_start=1000", "apex.priority_batch=50", 'replay=[{"type":"prioritized","capacity":5000}]']
+    done = run_command(
+        "zrl-launch", "--config", str(REPO / "config" / algo_config), *(x for s in sets for x in ("--set", s)), "--quiet",
+        cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (folder,) = (tmp_path / "results").iterdir()
+    rows = csv_rows(folder / "metrics.csv")
+    assert int(rows[-1]["env_frames"]) >= budget and int(rows[-1]["learner_step"]) > 0
+    from zrl.config import load
+
+    stored = load(folder / "config.toml", (), stored=True)
+    assert stored.env.resolution == (64, 48) and not stored.env.grayscale

@@ -171,7 +171,7 @@ SAMPLES = {
     "--multiprocessing_backend": "python_native",
     "--discarding_strategy": "keep_oldest",
     "--optimizer": "adam",
-    "--frame_scale_resolution": "64,64",
+    "--frame_scale_resolution": "80,64",
     "--observation_shape": "(4, 64, 64)",
     "--replay_parameters": '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
     "--batch_size": "20",
@@ -227,6 +227,14 @@ REPLAY_FLAGS = {
     "--training_fill_in_factor": "fill_fraction = 0.4",
     "--memory-capacity": "capacity = 1000001",
 }
+
+
+@pytest.mark.unit
+def test_colour_frames_and_the_resolution_are_carried_over_as_height_and_width():
+    cfg, _, _ = _run("ebv", "--grayscaling_frames= --frame_scale_resolution=80,64")
+    assert not cfg.env.grayscale and cfg.env.resolution == (64, 80)
+    with pytest.raises(ConfigError, match="--frame_scale_resolution: '84x84' is not two integers"):
+        translate("ebv", ["--frame_scale_resolution=84x84"])
 
 
 @pytest.mark.unit

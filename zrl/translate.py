@@ -73,9 +73,9 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         _o("--skipped_frames", "int", 4, "env.frame_skip"),
         _o("--frames_stacked", "int", 4, "env.frame_stack"),
         _o("--noop_threshold", "int", 30, "env.noop_max", "the reference draws 1 to N no-ops, ale-py 0 to N"),
-        _o("--grayscaling_frames", "bool", True, "", "not yet: zrl's frames are grey (colour frames are planned)"),
+        _o("--grayscaling_frames", "bool", True, "env.grayscale", "colour broke its network; zrl's takes 3 x frame_stack channels"),
         _o("--episodic_life", "bool", True, "env.episodic_life"),
-        _o("--frame_scale_resolution", "str", "84,84", "", "not yet: zrl's frames are 84x84 (other resolutions are planned)"),
+        _o("--frame_scale_resolution", "str", "84,84", "env.resolution", "its text is width,height (as its resize read it); zrl's key is [height, width]; its conv nets take 20 x 20 and up (atari: 36 x 36)"),
         _o("--actions_count", "int", None, "", "no key: zrl reads the action count from the game (the reference's default came from its default game, whatever --env said)"),
         _o("--observation_shape", "str", "(4, 84, 84)", "", "no key: zrl derives it from the frames and env.frame_stack"),
         _o("--learner_thread_count", "int", 1, "", "no equivalent: one learner process; learner.torch_threads sets its PyTorch threads"),
@@ -296,6 +296,8 @@ def _ebv(tr: Translation) -> None:
     put("env.frame_stack", v("--frames_stacked"), "--frames_stacked")
     put("env.noop_max", v("--noop_threshold"), "--noop_threshold")
     put("env.episodic_life", v("--episodic_life"), "--episodic_life")
+    put("env.grayscale", v("--grayscaling_frames"), "--grayscaling_frames")
+    put("env.resolution", _resolution(v("--frame_scale_resolution")), "--frame_scale_resolution")
     put(
         "run.max_env_frames",
         v("--environment_max_steps") * v("--skipped_frames"),
@@ -363,6 +365,18 @@ def _ebv(tr: Translation) -> None:
             tr.used.add("--training_fill_in_factor")
     if v("--op_mode") == "train":
         tr.used.add("--op_mode")
+
+
+def _resolution(text: str) -> list[int]:
+    """--frame_scale_resolution's "W,H" (its wrappers resized to element 0 wide, element 1 high) as zrl's
+    [height, width]."""
+    try:
+        width, height = (int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(
+            f"--frame_scale_resolution: {text!r} is not two integers, width,height (e.g. 84,84)"
+        ) from None
+    return [height, width]
 
 
 def _replay_json(text: str) -> str:
@@ -614,6 +628,8 @@ def table(reference: str) -> str:
 
 
 def _toml_value(value: Any) -> str:
+    if isinstance(value, (list, tuple)):  # inline, one table row
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return tomli_w.dumps({"x": value})[4:].strip()
 
 

@@ -150,6 +150,19 @@ class EnvConfig:
             description="Atari: a lost life ends the training episode (discount 0) without resetting the game; scores count whole games."
         ),
     ] = True
+    grayscale: Annotated[
+        bool,
+        Meta(
+            description="Atari: grey frames (one channel); false keeps colour, three channels a frame, stored as [3, H, W] and stacked into 3 x frame_stack channels (the reference platform's grayscaling_frames). Colour triples the rings' memory and the first convolution's cost.",
+        ),
+    ] = True
+    resolution: Annotated[
+        tuple[int, int],
+        Meta(
+            extra={"hint": "[height, width]"},
+            description="Atari: [height, width] the frames are resized to (the reference platform's frame_scale_resolution, which it gave as width,height). The conv nets' first fully connected layer follows the size; the smallest they take is 20 x 20 (atari_small) and 36 x 36 (atari).",
+        ),
+    ] = (84, 84)
     clip_rewards: Annotated[
         bool,
         Meta(
@@ -268,7 +281,7 @@ class ModelConfig:
     kind: Annotated[
         str,
         Meta(
-            description="Network: atari (the Nature DQN's three conv layers and a hidden_size layer), atari_small (the 2013 DQN's and A3C's two conv layers, 16 and 32 channels, a third of the cost), mlp, or auto (atari_small for 84x84 frames, mlp otherwise; a run stores the kind it resolved, and auto_nature is what a run folder written before atari_small stored: atari for 84x84 frames). On 2 CPU cores atari_small reached -10.8 on Pong at 10 minutes against the Nature net's -17.3 (10.6k against 7.6k frames/s; about the same return per frame)."
+            description="Network: atari (the Nature DQN's three conv layers and a hidden_size layer), atari_small (the 2013 DQN's and A3C's two conv layers, 16 and 32 channels, a third of the cost), mlp, or auto (atari_small for image frames, [H, W] grey or [3, H, W] colour; mlp otherwise; a run stores the kind it resolved, and auto_nature is what a run folder written before atari_small stored: atari for 84x84 frames). On 2 CPU cores atari_small reached -10.8 on Pong at 10 minutes against the Nature net's -17.3 (10.6k against 7.6k frames/s; about the same return per frame)."
         ),
     ] = "auto"
     hidden_size: Annotated[

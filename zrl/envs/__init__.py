@@ -86,10 +86,10 @@ def _camel(rom: str) -> str:
 
 
 class AtariVectorEnv:
-    """M Atari games stepped by ale-py's C++ vector env, one thread, single 84x84 frames."""
+    """M Atari games stepped by ale-py's C++ vector env, one thread, single frames: [H, W] grey (84x84 by
+    default), or [3, H, W] in colour (env.grayscale false)."""
 
     frame_dtype = np.dtype(np.uint8)
-    frame_shape = (84, 84)
 
     def __init__(self, cfg: EnvConfig, rom: str, num_envs: int, seed: int) -> None:
         import gymnasium
@@ -108,6 +108,9 @@ class AtariVectorEnv:
             noop_max=cfg.noop_max,
             use_fire_reset=cfg.fire_reset,
             max_num_frames_per_episode=cfg.max_episode_frames,
+            img_height=cfg.resolution[0],
+            img_width=cfg.resolution[1],
+            grayscale=cfg.grayscale,
             repeat_action_probability=cfg.sticky_action_prob,
             full_action_space=cfg.full_action_space,
             episodic_life=False,
@@ -117,11 +120,18 @@ class AtariVectorEnv:
         )
         self.num_actions = int(self._env.single_action_space.n)
         self._episode_frame = np.zeros(num_envs, np.int64)
+        self._colour = not cfg.grayscale
+        height, width = cfg.resolution
+        self.frame_shape = (height, width) if cfg.grayscale else (3, height, width)
+
+    def _frames(self, obs: np.ndarray) -> np.ndarray:
+        """ale-py's [M, 1, H, W] grey or [M, 1, H, W, 3] colour observations as single frames [M, *frame_shape]."""
+        return np.ascontiguousarray(obs[:, 0].transpose(0, 3, 1, 2)) if self._colour else obs[:, 0]
 
     def reset(self) -> np.ndarray:
         obs, info = self._env.reset(seed=self._seed)
         self._episode_frame[:] = info["episode_frame_number"]
-        return obs[:, 0]
+        return self._frames(obs)
 
     def step(self, actions: np.ndarray) -> Step:
         obs, rewards, terminated, truncated, info = self._env.step(actions)
@@ -131,7 +141,7 @@ class AtariVectorEnv:
         self._episode_frame[:] = episode_frame
         raw = rewards.astype(np.float32)
         return Step(
-            frames=obs[:, 0],
+            frames=self._frames(obs),
             rewards=raw if self._clip is None else clip_rewards(raw, self._clip),
             raw_rewards=raw,
             done=terminated,

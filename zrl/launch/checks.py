@@ -8,6 +8,8 @@ import dataclasses
 import os
 from pathlib import Path
 
+import numpy as np
+
 from zrl import agents, checkpoint, envs, protocol, transport
 from zrl.config import SAFE_ON_RESUME, TOP_KEYS, Config, ConfigError, devices, to_dict
 
@@ -139,5 +141,6 @@ def check_shm_room(cfg: Config, spec: envs.EnvSpec, shm_dir: str = SHM_DIR) -> N
         raise ConfigError(
             f"workers.ring_slots: the rings need {need / 1e6:,.0f} MB of shared memory and {shm_dir} has "
             f"{free / 1e6:,.0f} MB free; lower workers.ring_slots (0: sized from the replay), workers.count or "
-            f"workers.remote, shrink the replays, or give {shm_dir} more room"
+            f"workers.remote, shrink the replays, use smaller frames (env.resolution, env.grayscale: "
+            f"{int(np.prod(spec.frame_shape))} bytes each now), or give {shm_dir} more room"
         )

@@ -58,8 +58,10 @@ class _Heads(nn.Module):
         return Output(self.policy(hidden), self.value(hidden).squeeze(-1), features)
 
 
-NATURE_CONV_OUT = 64 * 7 * 7
+NATURE_CONV_OUT = 64 * 7 * 7  # on 84x84 frames
 SMALL_CONV_OUT = 32 * 9 * 9
+# each image kind's convolutions (kernel, stride) and output channels: their flattened width on any frame size
+CONV_LAYERS = {"atari": (((8, 4), (4, 2), (3, 1)), 64), "atari_small": (((8, 4), (4, 2)), 32)}
 
 
 def nature_convs(stack: int) -> list[nn.Module]:
@@ -89,9 +91,33 @@ def small_convs(stack: int) -> list[nn.Module]:
     ]
 
 
-def conv_torso(kind: str, stack: int) -> tuple[list[nn.Module], int]:
-    """The convolutions of an image ``kind`` (atari or atari_small) and their flattened width."""
-    return (small_convs(stack), SMALL_CONV_OUT) if kind == "atari_small" else (nature_convs(stack), NATURE_CONV_OUT)
+def conv_side(kind: str, side: int) -> int:
+    """A frame side's length after an image kind's convolutions (0: the frame is too small for them)."""
+    for kernel, stride in CONV_LAYERS[kind][0]:
+        side = (side - kernel) // stride + 1 if side >= kernel else 0
+    return max(side, 0)
+
+
+def smallest_side(kind: str) -> int:
+    """The smallest frame side an image kind's convolutions take (36 for atari, 20 for atari_small)."""
+    return next(side for side in range(1, 1000) if conv_side(kind, side) >= 1)
+
+
+def image_frames(frame_shape: tuple[int, ...]) -> bool:
+    """Frames a conv net takes: [H, W] grey, or [3, H, W] colour."""
+    return len(frame_shape) == 2 or (len(frame_shape) == 3 and frame_shape[0] == 3)
+
+
+def conv_torso(kind: str, stack: int, frame_shape: tuple[int, ...] = (84, 84)) -> tuple[list[nn.Module], int]:
+    """The convolutions of an image ``kind`` (atari or atari_small) on ``stack`` frames of ``frame_shape`` and their
+    flattened width. Colour frames [3, H, W] come as [N, stack, 3, H, W] and are merged into 3 x stack channels
+    first."""
+    channels = stack * (frame_shape[0] if len(frame_shape) == 3 else 1)
+    convs = small_convs(channels) if kind == "atari_small" else nature_convs(channels)
+    if len(frame_shape) == 3:
+        convs = [nn.Flatten(1, 2), *convs]
+    height, width = frame_shape[-2:]
+    return convs, CONV_LAYERS[kind][1] * conv_side(kind, height) * conv_side(kind, width)
 
 
 def _forward_stacks(
@@ -118,14 +144,20 @@ class AtariNet(nn.Module):
         feature_size: int,
         kind: str = "atari",
         feature_layer: bool = True,
+        frame_shape: tuple[int, ...] = (84, 84),
     ) -> None:
         super().__init__()
-        convs, width = conv_torso(kind, stack)
+        convs, width = conv_torso(kind, stack, frame_shape)
+        if len(frame_shape) == 3:  # colour: forward merges the stack's channels itself (channels-last wants 4-d)
+            convs = convs[1:]
+        self.colour = len(frame_shape) == 3
         self.torso = nn.Sequential(*convs, _init(nn.Linear(width, hidden_size), math.sqrt(2)), nn.ReLU())
         self.heads = _Heads(hidden_size, num_actions, feature_size, feature_layer)
         self.stack = stack
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
+        if self.colour:  # [N, stack, 3, H, W] -> [N, 3 x stack, H, W]
+            obs = obs.flatten(1, 2)
         # channels-last while the frames are bytes, a quarter of the copy their floats would need
         x = scaled_frames(obs.contiguous(memory_format=torch.channels_last))
         return self.heads(self.torso(x), with_features)
@@ -149,7 +181,7 @@ class AtariNet(nn.Module):
         s = self.stack
         b = frames.shape[0]
         steps = np.arange(frames.shape[1] - s + 1) if at is None else np.asarray(at, np.int64)
-        if len(steps) * s <= frames.shape[1]:
+        if len(steps) * s <= frames.shape[1] or self.colour:  # colour frames: as stacks
             return _forward_stacks(self, frames, episode_steps, steps, with_features)
         index = torch.from_numpy(steps).to(frames.device)
         lo, hi = int(steps[0]), int(steps[-1]) + 1
@@ -214,15 +246,25 @@ IMAGE_KINDS = ("atari", "atari_small")
 
 
 def model_kind(cfg: ModelConfig, frame_shape: tuple[int, ...]) -> str:
-    """atari, atari_small or mlp: what ``cfg.kind`` means for these frames (auto: the small conv net for 84x84
-    frames, an MLP otherwise)."""
+    """atari, atari_small or mlp: what ``cfg.kind`` means for these frames (auto: the small conv net for image
+    frames, [H, W] or [3, H, W], an MLP otherwise). ConfigError (env.resolution) for frames too small for the
+    kind's convolutions, naming the smallest that fits."""
     kind = cfg.kind
     if kind == "auto":
-        kind = "atari_small" if tuple(frame_shape) == (84, 84) else "mlp"
+        kind = "atari_small" if image_frames(frame_shape) else "mlp"
     elif kind == "auto_nature":  # a run folder's config from before atari_small: auto meant the Nature net
-        kind = "atari" if tuple(frame_shape) == (84, 84) else "mlp"
-    if kind in IMAGE_KINDS and tuple(frame_shape) != (84, 84):
-        raise ValueError(f"model.kind = {kind!r} needs 84x84 frames, the environment gives {frame_shape}")
+        kind = "atari" if image_frames(frame_shape) else "mlp"
+    if kind in IMAGE_KINDS and not image_frames(frame_shape):
+        raise ValueError(
+            f"model.kind = {kind!r} needs image frames, [H, W] or [3, H, W]; the environment gives {frame_shape}"
+        )
+    if kind in IMAGE_KINDS and min(frame_shape[-2:]) < smallest_side(kind):
+        side = smallest_side(kind)
+        raise ConfigError(
+            f"env.resolution: {list(frame_shape[-2:])} is too small for model.kind {kind}'s convolutions; the smallest "
+            f'that fits is [{side}, {side}] (set model.kind = "mlp" for an MLP on frames this small)',
+            "env.resolution",
+        )
     return kind
 
 
@@ -235,7 +277,7 @@ def build_model(
     if kind in IMAGE_KINDS:
         # Channels-last convolutions: the Nature CNN's forward and backward on 8 x 21 Pong observations took
         # 48 ms instead of 109 ms (2 threads, AMD EPYC); the weights' flat vector is unchanged (logical order).
-        net = AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size, kind, cfg.feature_layer)
+        net = AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size, kind, cfg.feature_layer, frame_shape)
         return net.to(memory_format=torch.channels_last)
     in_size = stack * int(np.prod(frame_shape))
     scale = np.dtype(frame_dtype) == np.uint8

@@ -159,7 +159,7 @@ def _torso(cfg, frame_shape: tuple[int, ...], stack: int, state_size: int = 0) -
 
     kind = model_kind(cfg, frame_shape)
     if kind in IMAGE_KINDS:
-        convs, width = conv_torso(kind, stack)
+        convs, width = conv_torso(kind, stack, frame_shape)
         layers, hidden = list(convs), cfg.hidden_size
     else:
         layers, width = [nn.Flatten()], stack * int(np.prod(frame_shape))
