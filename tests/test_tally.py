@@ -62,6 +62,32 @@ def test_an_episode_is_counted_at_the_runs_frames_and_stats_are_kept():
     assert metrics["time_env_step_s"] == 2.0 and "learner_step" not in metrics
 
 
+def test_a_worker_gone_silent_counts_in_no_worker_figure_but_its_frames_stay(monkeypatch):
+    """A departed worker (a remote one that left, say) must not hold worker_policy_version_min back."""
+    clock = [100.0]
+    monkeypatch.setattr("zrl.launch.tally.time.monotonic", lambda: clock[0])
+    t = Tally(live_window_s=5.0)
+    t.take(_with(worker_stats(0, 500), policy_version=40))
+    t.take(_with(worker_stats(1, 300), policy_version=10))
+    row = t.metrics_row(1.0, 0.0, 0.0)
+    assert (row["worker_policy_version_min"], row["worker_policy_version_max"]) == (10, 40)
+    clock[0] = 104.0
+    t.take(_with(worker_stats(0, 900), policy_version=60))  # worker 1 last heard 4 s ago: still live
+    assert t.metrics_row(2.0, 0.0, 0.0)["worker_policy_version_min"] == 10
+    clock[0] = 106.0  # worker 1 silent for 6 s
+    row = t.metrics_row(3.0, 0.0, 0.0)
+    assert (row["worker_policy_version_min"], row["worker_policy_version_max"]) == (60, 60)
+    assert row["env_frames"] == 900 + 300  # its frames still count
+    clock[0] = 120.0  # nobody heard from lately: the last reports stand rather than nothing
+    assert t.metrics_row(4.0, 0.0, 0.0)["worker_policy_version_min"] == 10
+
+
+def _with(message, **fields):
+    import msgspec
+
+    return msgspec.structs.replace(message, **fields)
+
+
 def test_rates_are_per_second_since_the_last_call():
     t = Tally()
     assert t.rates(10.0) == (0.0, 0.0)  # the start

@@ -66,7 +66,8 @@ class Launcher:
         self.dashboard = dashboard  # bound already; it serves once the run folder exists
         self.spec = spec
         self.console = Console(quiet)
-        self.tally = Tally(frames_start=env_frames_start)
+        # a worker silent for a few of its stats intervals counts in no worker figure (its frames still count)
+        self.tally = Tally(frames_start=env_frames_start, live_window_s=max(5.0, 5 * cfg.workers.stats_interval_s))
         self.resume_dir = run_dir
         self.start = start
         self.notes = [n for n in (split_note(cfg),) if n]  # said and logged once the run's log is open

@@ -51,6 +51,11 @@ class Tally:
     worker_restarts: int = 0
     role_restarts: int = 0  # restarts of the run's roles (run.restart_policy)
     stats_errors: int = 0  # stats-channel messages dropped as malformed or not from this run's roles
+    # a worker whose stats stopped this long ago (dead, replaced, a remote one that left) counts in no worker
+    # figure of a metrics row (its frames still count): a departed remote worker's last weights version held
+    # worker_policy_version_min back for 15-25 s after each SIGKILL of it in the chaos soak
+    live_window_s: float = 5.0
+    heard: dict[int, float] = field(default_factory=dict)  # each worker's last stats, monotonic time
     _last_interval: dict | None = None
     _last_rates: tuple | None = None  # (env frames, time, learner samples) at the last rates()
 
@@ -86,6 +91,7 @@ class Tally:
             }
         if isinstance(msg, protocol.WorkerStats):
             self.workers[msg.worker_id] = msg
+            self.heard[msg.worker_id] = time.monotonic()
         elif isinstance(msg, protocol.BrokerStats):
             self.broker = msg
         elif isinstance(msg, protocol.LearnerStats):
@@ -138,6 +144,12 @@ class Tally:
             out["broker_feature_s"] = d["features"] / d["batches"]
         return out
 
+    def live_workers(self) -> list[protocol.WorkerStats]:
+        """The latest stats of the workers heard from within ``live_window_s`` (every worker's when none is)."""
+        now = time.monotonic()
+        live = [w for wid, w in self.workers.items() if now - self.heard.get(wid, now) <= self.live_window_s]
+        return live or list(self.workers.values())
+
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns) if self.returns else float("nan")
 
@@ -155,7 +167,7 @@ class Tally:
             "role_restarts": self.role_restarts,
             "stats_decode_errors": self.stats_errors,
         }
-        for reports in (list(self.workers.values()), [self.broker], [self.learner], [self.ingest]):
+        for reports in (self.live_workers(), [self.broker], [self.learner], [self.ingest]):
             row.update(stat_columns([r for r in reports if r is not None]))
         row.update(self.interval_figures())
         return row
