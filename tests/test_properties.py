@@ -8,7 +8,8 @@ CASE_LIMIT_S on one input fails its case (a hang in the making, which Hypothesis
 pytest-timeout stops a test that hangs outright (the timeout scales with the number of cases).
 
 ``ZRL_PROPERTY_EXAMPLES`` sets the cases each test generates: the default keeps this file near 40 s on 2
-cores, for CI; the nightly run gives 10000 (its record: perf/results/properties/nightly_10k.txt). Hypothesis
+cores, for CI; the nightly run gives 10000 (its record: perf/results/properties/nightly_10k.txt: 111 passed, 67
+CPU-minutes, a peak of 4.6 GB, which is Hypothesis keeping each running test's drawn values, not a decoder). Hypothesis
 keeps no example database (``database=None``): the tests write nothing into the repository, and a failure
 prints its shrunk example and a ``@reproduce_failure`` blob to replay it.
 """
