@@ -139,6 +139,12 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
         "apex.target_quantiles=8",
         "--set",
         "apex.acting_quantiles=8",
+        # in colour at 64 x 48: the transitions of [3, H, W] frames through rings, gather and the IQN net (grey
+        # 84 x 84 Ape-X Pong runs in tests/test_e2e.py's replay-checkpoint tests)
+        "--set",
+        "env.grayscale=false",
+        "--set",
+        "env.resolution=[64, 48]",
     )
     result = run_command("zrl-launch", "--config", PONG, *small, cwd=tmp_path, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -158,6 +164,8 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
         assert all(math.isfinite(s) and -21 <= s <= 21 for s in scores), e
         assert scores[0] == scores[1] == scores[2], e
     assert_loadable(run_dir)
+    stored = load(run_dir / "config.toml", (), stored=True)
+    assert stored.env.resolution == (64, 48) and not stored.env.grayscale
 
 
 @pytest.mark.e2e
