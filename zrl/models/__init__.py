@@ -58,8 +58,6 @@ class _Heads(nn.Module):
         return Output(self.policy(hidden), self.value(hidden).squeeze(-1), features)
 
 
-NATURE_CONV_OUT = 64 * 7 * 7  # on 84x84 frames
-SMALL_CONV_OUT = 32 * 9 * 9
 # each image kind's convolutions (kernel, stride) and output channels: their flattened width on any frame size
 CONV_LAYERS = {"atari": (((8, 4), (4, 2), (3, 1)), 64), "atari_small": (((8, 4), (4, 2)), 32)}
 
@@ -98,6 +96,15 @@ def conv_side(kind: str, side: int) -> int:
     return max(side, 0)
 
 
+def conv_width(kind: str, height: int, width: int) -> int:
+    """The flattened width of an image kind's convolutions on frames of height x width."""
+    return CONV_LAYERS[kind][1] * conv_side(kind, height) * conv_side(kind, width)
+
+
+NATURE_CONV_OUT = conv_width("atari", 84, 84)  # 64 x 7 x 7
+SMALL_CONV_OUT = conv_width("atari_small", 84, 84)  # 32 x 9 x 9
+
+
 def smallest_side(kind: str) -> int:
     """The smallest frame side an image kind's convolutions take (36 for atari, 20 for atari_small)."""
     return next(side for side in range(1, 1000) if conv_side(kind, side) >= 1)
@@ -110,14 +117,11 @@ def image_frames(frame_shape: tuple[int, ...]) -> bool:
 
 def conv_torso(kind: str, stack: int, frame_shape: tuple[int, ...] = (84, 84)) -> tuple[list[nn.Module], int]:
     """The convolutions of an image ``kind`` (atari or atari_small) on ``stack`` frames of ``frame_shape`` and their
-    flattened width. Colour frames [3, H, W] come as [N, stack, 3, H, W] and are merged into 3 x stack channels
-    first."""
+    flattened width. Colour frames [3, H, W] take 3 x stack input channels: the caller merges a stack's
+    [N, stack, 3, H, W] into [N, 3 x stack, H, W] first."""
     channels = stack * (frame_shape[0] if len(frame_shape) == 3 else 1)
     convs = small_convs(channels) if kind == "atari_small" else nature_convs(channels)
-    if len(frame_shape) == 3:
-        convs = [nn.Flatten(1, 2), *convs]
-    height, width = frame_shape[-2:]
-    return convs, CONV_LAYERS[kind][1] * conv_side(kind, height) * conv_side(kind, width)
+    return convs, conv_width(kind, *frame_shape[-2:])
 
 
 def _forward_stacks(
@@ -148,9 +152,7 @@ class AtariNet(nn.Module):
     ) -> None:
         super().__init__()
         convs, width = conv_torso(kind, stack, frame_shape)
-        if len(frame_shape) == 3:  # colour: forward merges the stack's channels itself (channels-last wants 4-d)
-            convs = convs[1:]
-        self.colour = len(frame_shape) == 3
+        self.colour = len(frame_shape) == 3  # forward merges a colour stack's channels (channels-last wants 4-d)
         self.torso = nn.Sequential(*convs, _init(nn.Linear(width, hidden_size), math.sqrt(2)), nn.ReLU())
         self.heads = _Heads(hidden_size, num_actions, feature_size, feature_layer)
         self.stack = stack
@@ -271,7 +273,7 @@ def model_kind(cfg: ModelConfig, frame_shape: tuple[int, ...]) -> str:
 def build_model(
     cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int
 ) -> nn.Module:
-    """The network ``cfg.kind`` asks for; auto picks the conv net for 84x84 frames."""
+    """The network ``cfg.kind`` asks for; auto picks the conv net for image frames."""
     kind = model_kind(cfg, frame_shape)
     check_feature_layer(cfg, kind)
     if kind in IMAGE_KINDS:

@@ -160,7 +160,8 @@ def _torso(cfg, frame_shape: tuple[int, ...], stack: int, state_size: int = 0) -
     kind = model_kind(cfg, frame_shape)
     if kind in IMAGE_KINDS:
         convs, width = conv_torso(kind, stack, frame_shape)
-        layers, hidden = list(convs), cfg.hidden_size
+        merge = [nn.Flatten(1, 2)] if len(frame_shape) == 3 else []  # a colour stack's [stack, 3] channels as one
+        layers, hidden = merge + list(convs), cfg.hidden_size
     else:
         layers, width = [nn.Flatten()], stack * int(np.prod(frame_shape))
         for w in cfg.mlp_hidden:
