@@ -22,6 +22,9 @@ from zrl.protocol import (
     BrokerStats,
     Credit,
     Episode,
+    EvalRequest,
+    EvalResult,
+    EvaluatorStats,
     IndexRequest,
     IngestStats,
     Join,
@@ -255,6 +258,29 @@ FACTORIES = {
         remote_auth_refused=7,
         ingest_busy_s=0.5,
     ),
+    "EvalRequest": lambda rng: EvalRequest(index=3, env_frames=int(rng.integers(0, 10**9)), wall_s=61.5),
+    "EvaluatorStats": lambda rng: EvaluatorStats(pid=7, time=1.0, evaluations=2, episodes=20, skipped=1),
+    "EvalResult": lambda rng: EvalResult(
+        pid=7,
+        index=3,
+        env_frames=int(rng.integers(0, 10**9)),
+        wall_s=61.5,
+        learner_step=900,
+        policy_version=225,
+        protocol="saber",
+        episodes=10,
+        mean=float(rng.standard_normal()),
+        ci95_low=-1.0,
+        ci95_high=1.0,
+        median=0.0,
+        min=-2.0,
+        max=2.0,
+        human_normalised=0.25,
+        mean_max_q=4.25,
+        frames_played=40_000,
+        seconds=12.5,
+        best=1,
+    ),
 }
 
 
@@ -320,11 +346,21 @@ def test_message_types_tuple():
         RemoteData,
         Notice,
         IngestStats,
+        EvalRequest,
+        EvaluatorStats,
+        EvalResult,
     }
     assert len({cls.TAG for cls in MESSAGE_TYPES}) == len(MESSAGE_TYPES)
     assert FORMAT_VERSION == 1
     assert MAX_MESSAGE_BYTES == 64 * 1024 * 1024
     assert issubclass(ProtocolError, ValueError)
+
+
+def test_an_evaluation_figure_that_does_not_apply_travels_as_nan():
+    """EvalResult's human_normalised (a game without reference scores) and mean_max_q (a policy agent)."""
+    msg = FACTORIES["EvalResult"](np.random.default_rng(0))
+    out = decode(msgspec.structs.replace(msg, human_normalised=float("nan"), mean_max_q=float("nan")).encode())
+    assert np.isnan(out.human_normalised) and np.isnan(out.mean_max_q) and out.mean == msg.mean
 
 
 @pytest.mark.parametrize("kind", sorted(FACTORIES))

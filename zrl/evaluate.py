@@ -26,39 +26,18 @@ from typing import Any
 import numpy as np
 
 from zrl import checkpoint, scores
-from zrl.config import Config, ConfigError, EnvConfig, from_dict
+from zrl.config import Config, ConfigError, from_dict
+from zrl.roles.evaluator import (
+    BOOTSTRAP_RESAMPLES,
+    FRAMES_5_MIN,
+    PROTOCOLS,
+    Player,
+    minimal_actions,
+    protocol_env,
+    summary,
+)
 
-PROTOCOLS = ("deepmind", "machado", "saber")
-FRAMES_5_MIN = 18_000
-FRAMES_30_MIN = 108_000
-FRAMES_100_HOURS = 100 * 60 * 60 * 60
-BOOTSTRAP_RESAMPLES = 10_000
-
-
-def protocol_env(train: EnvConfig, protocol: str) -> tuple[EnvConfig, int]:
-    """The env settings a protocol plays under, and the frames without reward that end an episode (0: none)."""
-    base = dataclasses.replace(train, clip_rewards=False, episodic_life=False)
-    if protocol == "deepmind":
-        return dataclasses.replace(base, noop_max=30, sticky_action_prob=0.0, max_episode_frames=FRAMES_30_MIN), 0
-    if protocol == "machado":
-        return dataclasses.replace(
-            base, noop_max=0, sticky_action_prob=0.25, full_action_space=True, max_episode_frames=FRAMES_30_MIN
-        ), 0
-    if protocol == "saber":
-        return dataclasses.replace(
-            base, noop_max=0, sticky_action_prob=0.25, full_action_space=True, max_episode_frames=FRAMES_100_HOURS
-        ), FRAMES_5_MIN
-    raise ConfigError(f"--protocol: {protocol!r} is not one of {', '.join(PROTOCOLS)}")
-
-
-def minimal_actions(rom: str) -> np.ndarray:
-    """The ALE action ids of a game's minimal action set, in the order a minimal-set policy indexes them."""
-    import ale_py
-
-    ale = ale_py.ALEInterface()
-    ale.setLoggerMode(ale_py.LoggerMode.Error)
-    ale.loadROM(ale_py.roms.get_rom_path(rom))
-    return np.array([a.value for a in ale.getMinimalActionSet()], np.int64)
+__all__ = ["FRAMES_5_MIN", "PROTOCOLS", "compare", "evaluate", "minimal_actions", "protocol_env", "summary", "table"]
 
 
 def find_checkpoint(ref: str) -> Path:
@@ -157,101 +136,30 @@ def _play(job: Job) -> list[dict[str, Any]]:
     """Play this worker's episodes; one result dict per episode."""
     import torch
 
-    from zrl import agents
-    from zrl.envs import atari_rom, make_vector_env
-    from zrl.gather import ActingStack
-
     torch.set_num_threads(1)
     state = checkpoint.load(job.ckpt)
     cfg = from_dict(state["config"], job.ckpt)
-    agent = agents.get(cfg.algo)
-    env_cfg, stuck_frames = protocol_env(cfg.env, job.protocol)
-    rom = atari_rom(cfg.env.id)
-    if rom is None:
-        env_cfg, stuck_frames = cfg.env, 0  # not Atari: the protocols' Atari settings do not apply
+    player = Player(cfg, job.protocol, job.greedy)
+    player.model.load_state_dict(state["model"])
     results = []
-    model = mapping = None
     for episode in job.episodes:
-        seed = job.seed + episode
-        env = make_vector_env(env_cfg, 1, seed)
-        if model is None:  # the policy's own action set from training, mapped onto the set in play
-            if env_cfg.full_action_space and rom is not None and not cfg.env.full_action_space:
-                mapping = minimal_actions(rom)
-            else:
-                mapping = np.arange(env.num_actions)
-            model = agent.build_model(cfg, env.frame_shape, env.frame_dtype.str, len(mapping))
-            model.load_state_dict(state["model"])
-            model.eval()
-        rng = np.random.default_rng(seed)
-        q_generator = torch.Generator().manual_seed(seed)
-        stack = ActingStack(1, cfg.env.frame_stack, env.frame_shape, env.frame_dtype.str)
-        first = env.reset()
-        stack.reset(first)
-        obs = torch.from_numpy(stack.array)
-        watched = episode == 0 and (job.video or job.render) and len(env.frame_shape) == 2
-        recorded = [first[0].copy()] if watched and job.video else []
+        watched = episode == 0 and (job.video or job.render) and len(player.frame_shape) == 2
+        recorded: list[np.ndarray] = []
         window = _Window(f"zrl-eval {cfg.env.id} ({job.protocol})") if watched and job.render else None
-        total = at_5 = at_30 = 0.0
-        frames = since_reward = 0
-        ended_by = "game over"
-        while True:
-            with torch.no_grad():
-                scores = agent.action_scores(model, obs, cfg, q_generator)[0]
-            if job.greedy or agent.acts_greedily:
-                choice = int(np.argmax(scores))
-            else:  # a sample of the policy's softmax (Gumbel-max)
-                choice = int(np.argmax(scores - np.log(-np.log(rng.random(scores.shape)))))
-            step = env.step(np.array([mapping[choice]]))
-            if recorded:
-                recorded.append(step.frames[0].copy())
+
+        def watch(frame: np.ndarray, window=window, recorded=recorded) -> None:
+            if job.video:
+                recorded.append(frame.copy())
             if window is not None:
-                window.show(step.frames[0])
-            reward = float(step.raw_rewards[0])
-            frames += env.frames_per_step
-            total += reward
-            at_5 += reward if frames <= FRAMES_5_MIN else 0.0
-            at_30 += reward if frames <= FRAMES_30_MIN else 0.0
-            since_reward = 0 if reward != 0.0 else since_reward + env.frames_per_step
-            if step.game_over[0]:
-                if frames >= env_cfg.max_episode_frames - env.frames_per_step:
-                    ended_by = "frame cap"
-                break
-            if stuck_frames and since_reward >= stuck_frames:
-                ended_by = "no reward for 5 minutes"
-                break
-            stack.push(step.frames, step.game_over)
-        env.close()
+                window.show(frame)
+
+        result = player.play(job.seed + episode, on_frame=watch if watched else None)
         if window is not None:
             window.close()
         if recorded:
             write_video(job.video, recorded)
-        results.append(
-            {
-                "episode": episode,
-                "seed": seed,
-                "score": total,
-                "score_5min": at_5,
-                "score_30min": at_30,
-                "frames": frames,
-                "ended_by": ended_by,
-            }
-        )
+        results.append({"episode": episode, **result})
     return results
-
-
-def summary(values: np.ndarray, seed: int) -> dict[str, float]:
-    """Mean, median, min, max, standard deviation and a 95% bootstrap interval of the mean."""
-    rng = np.random.default_rng(seed)
-    means = rng.choice(values, (BOOTSTRAP_RESAMPLES, len(values)), replace=True).mean(axis=1)
-    return {
-        "mean": float(values.mean()),
-        "median": float(np.median(values)),
-        "min": float(values.min()),
-        "max": float(values.max()),
-        "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-        "ci95_low": float(np.percentile(means, 2.5)),
-        "ci95_high": float(np.percentile(means, 97.5)),
-    }
 
 
 def evaluate(

@@ -60,6 +60,35 @@ METRIC_COLUMNS = (
 has taken since this launch began, summed over the workers) and the interval's time shares."""
 
 
+EVAL_COLUMNS = (
+    "wall_time",
+    "elapsed_s",
+    "env_frames",
+    "index",
+    "learner_step",
+    "policy_version",
+    "protocol",
+    "episodes",
+    "mean",
+    "ci95_low",
+    "ci95_high",
+    "median",
+    "min",
+    "max",
+    "human_normalised",
+    "mean_max_q",
+    "frames_played",
+    "seconds",
+    "best",
+)
+"""eval.csv: one row per evaluation during training (eval.interval_frames): when it was asked (wall_time, the
+launch's elapsed_s and the run's env_frames), the weights it played (learner_step, policy_version), and its
+scores: the mean raw score over its episodes with a 95% bootstrap interval, median, min, max, the human-normalised
+mean (empty for a game without reference scores), the mean max-Q over the held-out states (value-based agents;
+empty otherwise), the frames it played, its seconds, and best (1: best.pt holds these weights)."""
+EVAL_SCALARS = ("mean", "ci95_low", "ci95_high", "human_normalised", "mean_max_q")
+
+
 TB_RETRY_S = 30.0  # how long after the disk refused TensorBoard's writer a new one is tried; doubled each time
 TB_RETRY_MAX_S = 600.0
 PENDING_LIMIT = 16 << 20  # bytes an AppendFile keeps in memory while its disk refuses them
@@ -300,6 +329,18 @@ class TensorBoardLog:
                 ("episodes/raw_return", float(row["raw_return"]), step, wall),
                 ("episodes/mean_return_100", mean_return_100, step, wall),
                 ("episodes/length_frames", int(row["length_frames"]), step, wall),
+            ]
+        )
+
+    def evaluation(self, row: dict) -> None:
+        """An eval.csv row's scores as ``eval/<column>`` at its env frames (a figure that does not apply is left
+        out)."""
+        step, wall = int(row["env_frames"]), number(row, "wall_time")
+        self._write(
+            [
+                (f"eval/{column}", value, step, wall)
+                for column in EVAL_SCALARS
+                if (value := number(row, column)) is not None and math.isfinite(value)
             ]
         )
 

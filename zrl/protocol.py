@@ -80,6 +80,9 @@ __all__ = [
     "RemoteData",
     "Notice",
     "IngestStats",
+    "EvalRequest",
+    "EvaluatorStats",
+    "EvalResult",
     "decode",
     "encode_weights",
     "decode_weights",
@@ -681,6 +684,56 @@ class IngestStats(_Message, tag="ingest_stats"):
     ingest_busy_s: Annotated[float, Stat("seconds the ingest spent checking, decompressing, writing and forwarding")]
 
 
+# Evaluation during training (eval.interval_frames): the launcher asks, the evaluator (zrl/roles/evaluator.py)
+# plays and reports on the stats channel.
+
+
+class EvalRequest(_Message, tag="eval_request"):
+    """launcher -> evaluator: evaluate the learner's latest weights; evaluation ``index`` of the run, due at
+    ``env_frames`` frames played and ``wall_s`` seconds of the run."""
+
+    index: Count
+    env_frames: Count
+    wall_s: float
+
+
+class EvaluatorStats(_Message, tag="evaluator_stats"):
+    """evaluator -> launcher, about once a second, also while it plays: its heartbeat and counts (cumulative)."""
+
+    pid: int
+    time: float
+    evaluations: Count
+    episodes: Count
+    skipped: Annotated[Count, Meta(description="requests passed over for a newer one while an evaluation played")]
+
+
+class EvalResult(_Message, tag="eval_result"):
+    """evaluator -> launcher: evaluation ``index`` (asked at ``env_frames``, ``wall_s``) of the weights of
+    ``policy_version`` (learner step ``learner_step``): ``episodes`` under ``protocol``, their mean raw score with
+    a 95% bootstrap interval, and what else is known; NaN where a figure does not apply (no reference scores for
+    the game; no Q-values for a policy agent). ``best`` 1: best.pt now holds these weights (run.best_by = eval)."""
+
+    pid: int
+    index: Count
+    env_frames: Count
+    wall_s: float
+    learner_step: Count
+    policy_version: Count
+    protocol: Text
+    episodes: Count
+    mean: float
+    ci95_low: float
+    ci95_high: float
+    median: float
+    min: float
+    max: float
+    human_normalised: float
+    mean_max_q: float
+    frames_played: Count
+    seconds: float
+    best: Annotated[int, Meta(ge=0, le=1)]
+
+
 MESSAGE_TYPES: tuple[type[_Message], ...] = (
     Unroll,
     Batch,
@@ -705,6 +758,9 @@ MESSAGE_TYPES: tuple[type[_Message], ...] = (
     RemoteData,
     Notice,
     IngestStats,
+    EvalRequest,
+    EvaluatorStats,
+    EvalResult,
 )
 assert set(MESSAGE_TYPES) == set(_REGISTRY.values())
 
@@ -732,6 +788,9 @@ Message = (
     | RemoteData
     | Notice
     | IngestStats
+    | EvalRequest
+    | EvaluatorStats
+    | EvalResult
 )
 
 

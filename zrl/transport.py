@@ -30,7 +30,7 @@ from zmq.auth.thread import ThreadAuthenticator
 from zrl.config import ConfigError, TransportConfig
 from zrl.protocol import MAX_MESSAGE_BYTES
 
-ENDPOINT_NAMES = ("unrolls", "batches", "credits", "weights", "weights_req", "stats", "priorities")
+ENDPOINT_NAMES = ("unrolls", "batches", "credits", "weights", "weights_req", "stats", "priorities", "evaluations")
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class Endpoints:
     weights_req: str  # workers DEALER -> learner ROUTER (bind): current weights on (re)start
     stats: str  # every role PUSH -> launcher PULL (bind): stats, heartbeats, episodes
     priorities: str  # Ape-X: learner PUSH -> broker PULL (bind): the trained transitions' new priorities
+    evaluations: str = ""  # launcher PUSH (bind) -> evaluator PULL: eval.interval_frames' requests
     gate: str = ""  # remote workers DEALER -> ingest ROUTER (bind, tcp): a run with workers.remote
     remote_weights: str = ""  # ingest PUB (bind, tcp) -> remote workers SUB: the learner's weights, passed on
 

@@ -19,6 +19,8 @@ from zrl.errors import ConfigError, choice, fail
 REPLAY_TYPES = ("queue", "uniform", "elite", "attentive", "prioritized")
 WORKER_POLICIES = ("network", "uniform")
 RESTART_POLICIES = ("resume", "stop")
+BEST_BY = ("train", "eval")
+EVAL_PROTOCOLS = ("auto", "deepmind", "machado", "saber")
 CLIP_METHODS = ("abs_one_sign", "abs_one_clamp", "soft_asymmetric")
 FEATURE_REPLAYS = ("elite", "attentive")
 DISTANCES = ("ln_norm", "cos_dist", "kl_div")
@@ -121,6 +123,10 @@ def check(cfg) -> None:
     choice("workers.policy", cfg.workers.policy, WORKER_POLICIES)
     choice("run.restart_policy", cfg.run.restart_policy, RESTART_POLICIES)
     choice("env.clip_method", cfg.env.clip_method, CLIP_METHODS)
+    choice("eval.protocol", cfg.eval.protocol, EVAL_PROTOCOLS)
+    choice("run.best_by", cfg.run.best_by, BEST_BY)
+    if cfg.run.best_by == "eval" and not cfg.eval.interval_frames:
+        fail("run.best_by", '"eval" needs evaluations during training: set eval.interval_frames, e.g. 1000000')
     if not cfg.env.id:
         fail("env.id", "must name an environment, e.g. ALE/Pong-v5 or CartPole-v1")
     for key, device in devices(cfg):

@@ -27,6 +27,13 @@ MOVED_KEYS = {
 # Keys a resumed run may change: how long, how many processes, how often it reports and saves.
 SAFE_ON_RESUME = (
     "run.tensorboard",
+    "run.best_by",
+    "eval.interval_frames",
+    "eval.episodes",
+    "eval.protocol",
+    "eval.greedy",
+    "eval.held_out_states",
+    "eval.nice",
     "run.background_save",
     "run.max_env_frames",
     "run.log_interval_s",

@@ -117,6 +117,13 @@ class RunConfig:
             description="Learner and broker keep the memory PyTorch frees in their heap for the next step (glibc mallopt) instead of returning large blocks to the system at once: on CPU the Atari learner's step ran 1.8x faster on a 2-core machine. Their memory stays at its peak. No effect where the C library is not glibc."
         ),
     ] = True
+    best_by: Annotated[
+        str,
+        Meta(
+            extra={"hint": "train or eval"},
+            description='What best.pt follows. "train": the checkpoint written when the mean raw score of the last 100 training episodes was at its best (best.json says which and when). "eval": the weights that scored best in an evaluation during training (the [eval] section, which must then be on): best.pt holds those weights, written by the evaluator, and best.json their evaluation.',
+        ),
+    ] = "train"
     deterministic: Annotated[
         bool,
         Meta(
@@ -555,6 +562,57 @@ class TransportConfig:
 
 
 @dataclass(frozen=True)
+class EvalConfig:
+    interval_frames: Annotated[
+        int,
+        Meta(
+            ge=0,
+            extra={"hint": "0: off"},
+            description="Evaluate the policy every this many env frames while training goes on: a process of its own (zrl-evaluator) takes the learner's latest published weights and plays eval.episodes under eval.protocol; eval.csv and TensorBoard (eval/*) get the score at the frames it was asked at. The learner never waits for it; an evaluation still playing when the next is due skips the missed ones. 0: off (zrl-eval scores checkpoints afterwards). On 2 cores it takes CPU from the workers: see perf/README.md for its cost. The reference Rainbow-IQN Ape-X's evaluation-interval was 500k steps = 2M frames.",
+        ),
+    ] = 0
+    episodes: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="Episodes per evaluation, played one after another; episode i of every evaluation plays with the same seed (eval.seed + i), so that successive scores differ by the policy, not by luck. The reference played 100; 10 is what a 2-core machine plays in minutes on Pong.",
+        ),
+    ] = 10
+    protocol: Annotated[
+        str,
+        Meta(
+            extra={"hint": "auto, deepmind, machado or saber"},
+            description='zrl-eval\'s protocol the evaluations play under (see zrl-eval --help): deepmind (30 no-ops, no clipping, 30-minute cap), machado (sticky actions 0.25, the full action set) or saber (machado, and an episode ends after 5 minutes without reward; 100-hour cap). "auto": saber for a value-based agent (apex_iqn), deepmind for V-trace. An env that is not Atari is played as it trains (eval.csv says train_env).',
+        ),
+    ] = "auto"
+    greedy: Annotated[
+        bool,
+        Meta(
+            description="V-trace: act on the policy's most likely action instead of sampling it (zrl-eval --greedy). Value-based agents always act greedily.",
+        ),
+    ] = False
+    held_out_states: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="Value-based agents (apex_iqn): the mean over this many held-out states of the largest Q-value, written with every evaluation (eval.csv mean_max_q), as DQN and Rainbow track it. The states are stacked observations of a uniformly random policy in the training env, collected once at the run's first evaluation with eval.seed and kept in eval/held_out_states.npz, so a resumed run tracks the same ones. 0: none. Ignored for V-trace.",
+        ),
+    ] = 500
+    seed: Annotated[
+        int,
+        Meta(ge=0, description="Seed of the evaluation episodes (episode i: seed + i) and of the held-out states."),
+    ] = 1_000_003
+    nice: Annotated[
+        int,
+        Meta(
+            ge=0,
+            le=19,
+            description="Scheduling priority the evaluator lowers itself by (Unix nice), so that the learner, broker and workers keep their share of the cores: evaluations then take longer on a busy machine, not training.",
+        ),
+    ] = 5
+
+
+@dataclass(frozen=True)
 class Config:
     algo: Annotated[
         str,
@@ -573,6 +631,7 @@ class Config:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     replay: tuple[ReplayConfig, ...] = (ReplayConfig(),)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
 
     def __post_init__(self) -> None:
         check(self)
@@ -589,5 +648,6 @@ SECTIONS: dict[str, type] = {
     "apex": ApexConfig,
     "broker": BrokerConfig,
     "transport": TransportConfig,
+    "eval": EvalConfig,
 }
 TOP_KEYS: dict[str, type] = {"algo": str}  # keys outside any section

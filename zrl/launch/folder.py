@@ -1,6 +1,6 @@
 """A run folder, ``results/<env>_<unix_ts>/``: made new or found again (``--resume``), locked for one launcher
 at a time, checked for disk room, and while the launcher runs in it: ``config.toml`` (the resolved config),
-``zrl.log`` (the launcher's log), ``episodes.csv`` and ``metrics.csv`` open for writing, with TensorBoard events
+``zrl.log`` (the launcher's log), ``episodes.csv``, ``metrics.csv`` and (eval.interval_frames) ``eval.csv`` open for writing, with TensorBoard events
 beside them (run.tensorboard), ``checkpoints/`` (written by the learner; best.pt and best.json kept here), and no
 partial checkpoint left at the end."""
 
@@ -18,6 +18,7 @@ from zrl import agents, checkpoint, envs
 from zrl.config import Config, ConfigError, dumps
 from zrl.metrics import (
     EPISODE_COLUMNS,
+    EVAL_COLUMNS,
     METRIC_COLUMNS,
     AppendHandler,
     CsvLog,
@@ -146,12 +147,12 @@ def _tell_and_log(text: str) -> None:
 
 class RunFolder:
     """The folder while a launcher runs in it: the resolved config written to ``config.toml`` and the "zrl"
-    logger writing to ``zrl.log`` from the start; ``open_csvs()`` opens ``episodes.csv`` and ``metrics.csv``
-    (appended to on resume); ``close_files()`` closes them and removes partial checkpoints; ``close_log()``
+    logger writing to ``zrl.log`` from the start; ``open_csvs()`` opens ``episodes.csv``, ``metrics.csv`` and
+    ``eval.csv`` (appended to on resume); ``close_files()`` closes them and removes partial checkpoints; ``close_log()``
     detaches the log, last."""
 
     def __init__(self, path: Path, cfg: Config) -> None:
-        self.path = path
+        self.path, self.cfg = path, cfg
         (path / "config.toml").write_text(dumps(cfg))
         self._handler = AppendHandler(path / "zrl.log")  # a full disk: its lines wait, said once on stderr
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -159,6 +160,7 @@ class RunFolder:
         log.setLevel(logging.INFO)
         self.episodes: CsvLog | None = None
         self.metrics: CsvLog | None = None
+        self.evaluations: CsvLog | None = None
         self.events: TensorBoardLog | None = None
 
     @property
@@ -168,6 +170,8 @@ class RunFolder:
     def open_csvs(self) -> None:
         self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS, _tell_and_log)
         self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS, _tell_and_log)
+        if self.cfg.eval.interval_frames:
+            self.evaluations = CsvLog(self.path / "eval.csv", EVAL_COLUMNS, _tell_and_log)
 
     def open_events(self, flush_s: float) -> str | None:
         """Write TensorBoard events beside the CSV files, a resumed run's after the steps its CSV files say were
@@ -195,6 +199,11 @@ class RunFolder:
         if self.events is not None:
             self.events.episode(row, mean_return_100)
 
+    def write_evaluation(self, row: dict) -> None:
+        self.evaluations.write(row)
+        if self.events is not None:
+            self.events.evaluation(row)
+
     def latest_checkpoint(self) -> Path | None:
         return checkpoint.latest(self.checkpoints)
 
@@ -212,7 +221,7 @@ class RunFolder:
 
     def close_files(self) -> None:
         remove_partials(self.checkpoints)  # a learner killed mid-write
-        for log_file in (self.episodes, self.metrics, self.events):
+        for log_file in (self.episodes, self.metrics, self.evaluations, self.events):
             if log_file is not None:
                 log_file.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import signal
 import time
@@ -30,6 +31,7 @@ from zrl.launch.ray_workers import check as check_ray
 from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
+from zrl.metrics import EVAL_COLUMNS
 from zrl.replay.snapshot import SnapshotMismatch
 from zrl.replay_checkpoint import new_stream, newest, replay_folder, restore_frames
 from zrl.roles.common import StartFrom, WorkerStart
@@ -153,7 +155,12 @@ class Launcher:
             replay_from=self.start.path if self.resume_dir and cfg.run.deterministic else "",
         )
         self.stop = wiring.stop_flag()
-        sup = self.supervisor = Supervisor(cfg, self.console, lambda i, start: wiring.worker(i, self.stop, start))
+        sup = self.supervisor = Supervisor(
+            cfg,
+            self.console,
+            lambda i, start: wiring.worker(i, self.stop, start),
+            lambda: wiring.evaluator(self.stop, str(self.folder.path)),
+        )
         sup.catch_signals()
         code = EXIT_OK
         try:
@@ -240,6 +247,8 @@ class Launcher:
                 for i in range(cfg.workers.count)
             },
         }
+        if cfg.eval.interval_frames:
+            procs["zrl-evaluator"] = wiring.evaluator(stop, str(self.folder.path))
         if cfg.workers.remote:
             # a restarted ingest numbers its slots' joins on from a generation of their own (seeds apart), and
             # their frame counts go on
@@ -336,6 +345,8 @@ class Launcher:
         next_report = start + cfg.run.log_interval_s
         fill = [fill_target(cfg, r) for r in cfg.replay]
         t.rates(start)
+        interval = cfg.eval.interval_frames
+        next_eval = (t.env_frames // interval + 1) * interval if interval else 0
         while True:
             self._drain(cfg.transport.poll_timeout_ms)
             self.stop.live_workers = cfg.workers.count + (t.ingest.remote_workers if t.ingest else 0)
@@ -359,6 +370,9 @@ class Launcher:
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
                 return EXIT_OK
+            if interval and t.env_frames >= next_eval:
+                self._ask_evaluation(next_eval // interval, t.env_frames, now - start)
+                next_eval = (t.env_frames // interval + 1) * interval
             if now >= next_report:
                 fps, sps = t.rates(now)
                 self.folder.write_metrics(t.metrics_row(now - start, fps, sps))
@@ -366,6 +380,35 @@ class Launcher:
                 log.info(line)
                 self.console.line(line)
                 next_report = now + cfg.run.log_interval_s
+
+    def _ask_evaluation(self, index: int, env_frames: int, elapsed: float) -> None:
+        """Ask the evaluator for evaluation ``index`` of the learner's latest weights (eval.interval_frames)."""
+        request = protocol.EvalRequest(index=index, env_frames=env_frames, wall_s=elapsed)
+        if not transport.send_nowait(self.wiring.evaluations, request.encode()):
+            # no evaluator connected (it is restarting) or its queue is full: this one is skipped
+            log.warning(
+                "evaluation %d at %s env frames skipped: the evaluator is not taking requests", index, env_frames
+            )
+
+    def _evaluated(self, msg: protocol.EvalResult) -> None:
+        """An evaluation's result: a row of eval.csv and TensorBoard's eval/*, said and logged."""
+        row = {
+            "wall_time": f"{time.time():.3f}",
+            "elapsed_s": round(msg.wall_s, 3),
+            **{name: getattr(msg, name) for name in EVAL_COLUMNS[2:]},
+        }
+        row = {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        self.folder.write_evaluation(row)
+        normalised = f", human-normalised {msg.human_normalised:.3f}" if math.isfinite(msg.human_normalised) else ""
+        q = f", mean max-Q {msg.mean_max_q:.3f}" if math.isfinite(msg.mean_max_q) else ""
+        text = (
+            f"evaluation at {msg.env_frames:,} frames ({msg.protocol}, {msg.episodes} episodes, {msg.seconds:.0f} s): "
+            f"mean {msg.mean:.2f} [{msg.ci95_low:.2f}, {msg.ci95_high:.2f}]{normalised}{q}"
+            + ("; best.pt now holds these weights" if msg.best else "")
+        )
+        log.info(text)
+        self.console.line("")
+        self.console.say(text)
 
     def _budget_reached(self) -> bool:
         """Frames played reach run.max_env_frames; in a deterministic run, frames trained do."""
@@ -403,6 +446,9 @@ class Launcher:
             return
         if not current:  # late news from a worker that has been replaced
             return
+        if isinstance(msg, protocol.EvalResult):
+            self._evaluated(msg)
+            return
         row = t.take(msg)
         if row is not None:
             self.folder.write_episode(row, t.mean_return())
@@ -412,7 +458,8 @@ class Launcher:
             and msg.checkpoint_path != self.last_checkpoint
         ):
             self.last_checkpoint = msg.checkpoint_path
-            self._maybe_best(Path(msg.checkpoint_path))
+            if self.cfg.run.best_by == "train":  # "eval": the evaluator keeps best.pt
+                self._maybe_best(Path(msg.checkpoint_path))
 
     def _maybe_best(self, path: Path) -> None:
         """Keep best.pt: the checkpoint written when the 100-episode mean raw score was at its best."""

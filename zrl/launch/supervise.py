@@ -23,6 +23,7 @@ from zrl.roles.common import WorkerStart
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
 STOP_GRACE_S = 60.0  # how long an orderly stop waits for the learner's final checkpoint
 RESTART_STOP_GRACE_S = 5.0  # how long the other roles have to stop for a restart, once the learner has stopped
+EVALUATOR = "zrl-evaluator"  # the role's name (zrl/roles/evaluator.py's NAME; roles are not imported here)
 STARTUP_GRACE_S = 60.0  # the least time a role has for its first report (imports, env creation, first weights)
 
 log = logging.getLogger("zrl")
@@ -72,6 +73,8 @@ def _sender(msg) -> str | None:
         return "zrl-learner"
     if isinstance(msg, protocol.IngestStats):
         return "zrl-ingest"
+    if isinstance(msg, (protocol.EvaluatorStats, protocol.EvalResult)):
+        return EVALUATOR
     if isinstance(msg, (protocol.RoleError, protocol.Notice)):
         return msg.role
     return None
@@ -80,12 +83,19 @@ def _sender(msg) -> str | None:
 class Supervisor:
     """The role processes of one launch and what the launcher knows of each: ``procs`` by name, their pids (and
     those of replaced workers), when each was last heard from, its restarts and its last traceback.
-    ``new_worker(i, start)`` makes worker i's process (not started)."""
+    ``new_worker(i, start)`` makes worker i's process (not started), ``new_evaluator()`` the evaluator's."""
 
-    def __init__(self, cfg: Config, console: Console, new_worker: Callable[[int, WorkerStart], mp.Process]) -> None:
+    def __init__(
+        self,
+        cfg: Config,
+        console: Console,
+        new_worker: Callable[[int, WorkerStart], mp.Process],
+        new_evaluator: Callable[[], mp.Process] | None = None,
+    ) -> None:
         self.cfg = cfg
         self.console = console
         self.new_worker = new_worker
+        self.new_evaluator = new_evaluator
         self.procs: dict[str, mp.Process] = {}
         self.signals: list[int] = []
         self.restarts: dict[int, deque] = {}  # each worker's restart times within the window
@@ -201,7 +211,7 @@ class Supervisor:
                 if proc.exitcode is not None
                 else f"sent nothing for {silent:.0f} s (hung)"
             )
-            if name.startswith("zrl-worker"):
+            if name.startswith("zrl-worker") or name == EVALUATOR:
                 if self._restart(name, why, now, worker_frames):
                     continue
             elif self._may_restart_run(now):
@@ -233,19 +243,23 @@ class Supervisor:
             proc.join(10)
 
     def _restart(self, name: str, why: str, now: float, worker_frames: Callable[[int], int]) -> bool:
-        """Replace a dead or hung worker with a new one on the same ring, unless it has needed too many restarts
-        lately (or the run is deterministic, which a restart would break); False then."""
+        """Replace a dead or hung worker with a new one on the same ring (or the evaluator with a new one: the
+        run trains on without it meanwhile), unless it has needed more than workers.max_restarts restarts within
+        workers.restart_window_s (or the run is deterministic, which a restart would break); False then."""
         cfg = self.cfg
-        wid = int(name.rsplit("-", 1)[1])
+        wid = -1 if name == EVALUATOR else int(name.rsplit("-", 1)[1])
         recent = count_recent(self.restarts.setdefault(wid, deque()), now, cfg.workers.restart_window_s)
         if cfg.run.deterministic or recent > cfg.workers.max_restarts:
             return False
         self.kill_role(name)  # hung: it goes first
         self.announce(
             name,
-            f"{name} {why}; restarted it with the current weights (restart {recent} of "
+            f"{name} {why}; restarted it{' with the current weights' if wid >= 0 else ''} (restart {recent} of "
             f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)",
         )
+        if wid < 0:
+            self.start(name, self.new_evaluator(), now)
+            return True
         self.start(name, self.new_worker(wid, self.next_start(wid, worker_frames(wid))), now)
         self.worker_restarts += 1
         return True
@@ -261,9 +275,9 @@ class Supervisor:
     def _why_dead(self, name: str, why: str) -> str:
         """What died and why, with the restart rule a worker ran out of."""
         cfg = self.cfg
-        if name.startswith("zrl-worker"):
+        if name.startswith("zrl-worker") or name == EVALUATOR:
             if cfg.run.deterministic:
-                why += "; a deterministic run does not restart workers"
+                why += "; a deterministic run does not restart workers or the evaluator"
             else:
                 why += (
                     f"; that is more than workers.max_restarts = {cfg.workers.max_restarts} restarts within "

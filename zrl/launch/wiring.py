@@ -28,7 +28,7 @@ from shm.ring import Ring, RingSpec
 from zrl import envs, transport
 from zrl.config import Config, worker_slots
 from zrl.namespace import private_prefix, shm_prefix
-from zrl.roles import broker, ingest, learner, worker
+from zrl.roles import broker, evaluator, ingest, learner, worker
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart, make_ring_spec
 
 _open_wiring = None  # the Wiring open in this process: the one its fork server serves
@@ -42,6 +42,7 @@ FORKSERVER_PRELOAD = [
     "zrl.roles.learner",
     "zrl.roles.worker",
     "zrl.roles.ingest",
+    "zrl.roles.evaluator",
 ]
 
 
@@ -182,6 +183,7 @@ class Wiring:
         self.zctx: zmq.Context | None = None
         self.sockets: list[zmq.Socket] = []
         self.stats: zmq.Socket | None = None  # every role's stats, episodes and last words, to this process
+        self.evaluations: zmq.Socket | None = None  # eval.interval_frames: this process's requests to the evaluator
         self.roles: RunWiring | None = None  # what each role is given to find its peers
         self.reaper: subprocess.Popen | None = None
 
@@ -204,6 +206,8 @@ class Wiring:
             gate, weights = transport.plan_remote(cfg.transport)
             self.endpoints = dataclasses.replace(self.endpoints, gate=gate, remote_weights=weights)
         self.stats = self.socket(zmq.PULL, hwm=10_000, bind=self.endpoints.stats)
+        if cfg.eval.interval_frames:
+            self.evaluations = self.socket(zmq.PUSH, hwm=100, bind=self.endpoints.evaluations)
         self.roles = RunWiring(
             self.endpoints,
             tuple(r.name for r in self.rings),
@@ -247,6 +251,12 @@ class Wiring:
         ``slots``: each remote slot's place after a restart of the run's roles."""
         return self.mp_ctx.Process(
             target=ingest.run, name=ingest.NAME, args=(self.cfg, self.roles, stop, run_name, slots)
+        )
+
+    def evaluator(self, stop: StopFlag, run_dir: str) -> mp.Process:
+        """The role that evaluates the learner's latest weights when asked (eval.interval_frames)."""
+        return self.mp_ctx.Process(
+            target=evaluator.run, name=evaluator.NAME, args=(self.cfg, self.roles, run_dir, stop)
         )
 
     def connect_line(self, run_name: str) -> str:
