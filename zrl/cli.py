@@ -326,11 +326,18 @@ def _counts(text: str | None, flag: str) -> list[int]:
     "replay checkpoint's size on disk per million frames.",
 )
 @click.option(
+    "--evaluation",
+    is_flag=True,
+    help="pipeline: the run without and with evaluation during training (the config's eval.interval_frames, or "
+    "one every 50,000 frames), in turn, --rounds times; learner steps/s and frames/s of each, and the evaluations "
+    "done.",
+)
+@click.option(
     "--rounds",
     type=int,
     default=2,
     show_default=True,
-    help="pipeline --observers, --remote or --replay-checkpoint: rounds of each.",
+    help="pipeline --observers, --remote, --replay-checkpoint or --evaluation: rounds of each.",
 )
 @click.option("--frames", type=int, default=None, help="learning: each run's budget of env frames.")
 @click.option(
@@ -383,6 +390,7 @@ def bench_main(
     observers,
     remote,
     replay_checkpoint,
+    evaluation,
     rounds,
     frames,
     seeds,
@@ -431,8 +439,10 @@ def bench_main(
             raise ConfigError("--remote goes with the transport and pipeline modes: zrl-bench transport --remote")
         if replay_checkpoint and mode != "pipeline":
             raise ConfigError("--replay-checkpoint goes with the pipeline mode: zrl-bench pipeline --replay-checkpoint")
-        if sum((remote, observers, replay_checkpoint)) > 1:
-            raise ConfigError("give one of --remote, --observers and --replay-checkpoint")
+        if evaluation and mode != "pipeline":
+            raise ConfigError("--evaluation goes with the pipeline mode: zrl-bench pipeline --evaluation")
+        if sum((remote, observers, replay_checkpoint, evaluation)) > 1:
+            raise ConfigError("give one of --remote, --observers, --replay-checkpoint and --evaluation")
         opt = bench.Options(
             config_path=config_path,
             sets=list(sets),
@@ -451,6 +461,7 @@ def bench_main(
             observers=observers,
             remote=remote,
             replay_checkpoint=replay_checkpoint,
+            evaluation=evaluation,
             rounds=rounds,
         )
         name = "suggest" if suggest else mode

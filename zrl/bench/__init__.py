@@ -30,6 +30,7 @@ class Options:
     observers: bool = False  # pipeline: with and without TensorBoard and the dashboard, in turn
     remote: bool = False  # transport: the remote path too; pipeline: a remote worker against a local one
     replay_checkpoint: bool = False  # pipeline: checkpoints without and with the replays saved beside them
+    evaluation: bool = False  # pipeline: without and with evaluation during training
     rounds: int = 2
 
 
@@ -57,6 +58,10 @@ def run(mode: str, opt: Options, progress) -> dict:
             return modes.remote_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         if opt.replay_checkpoint:
             return modes.replay_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
+        if opt.evaluation:
+            return modes.evaluation_mode(
+                opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress
+            )
         if opt.observers:
             return modes.observers_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         return modes.pipeline_mode(
@@ -208,6 +213,7 @@ def render(mode: str, result: dict) -> str:
             "observer": ["page_updates"],
             "workers": ["joined"],
             "replay_checkpoint": ["replay_saves", "replay_save_s", "replay_mb", "mb_per_million_frames"],
+            "evaluation": ["evaluations", "eval_seconds", "eval_episodes"],
         }[label]
         out.append(f"{result['workers']} workers x {result['envs_per_worker']} envs, {result['rounds']} rounds:")
         out.append(

@@ -843,6 +843,41 @@ def replay_mode(
     return {"workers": cfg.workers.count, **result}
 
 
+EVALUATION_EVERY = 50_000  # env frames between evaluations in evaluation_mode when the config sets none
+
+
+def evaluation_watch(results: Path, done: threading.Event) -> dict:
+    """At the run's end, its eval.csv: the evaluations done, the seconds they took and the episodes they played."""
+    done.wait()
+    found = list(results.glob("*/eval.csv"))
+    if not found:
+        return {"evaluations": 0}
+    with open(found[0]) as fh:
+        rows = list(csv.DictReader(fh))
+    return {
+        "evaluations": len(rows),
+        "eval_seconds": round(sum(float(r["seconds"]) for r in rows), 1),
+        "eval_episodes": sum(int(r["episodes"]) for r in rows),
+    }
+
+
+def evaluation_mode(
+    config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
+) -> dict:
+    """The pipeline without and with evaluation during training (the config's eval.interval_frames, or an
+    evaluation every EVALUATION_EVERY frames: the evaluator busy most of the time), in turn (compare_mode): what
+    the evaluator costs the learner and the workers."""
+    every = cfg.eval.interval_frames or EVALUATION_EVERY
+    variants = {
+        "off": Variant(cfg.workers.count, ("eval.interval_frames=0", "run.best_by=train")),
+        "on": Variant(cfg.workers.count, (f"eval.interval_frames={every}",), (), evaluation_watch),
+    }
+    result = compare_mode(
+        config_path, sets, cfg.workers.envs_per_worker, seconds, warmup, rounds, progress, variants, "evaluation"
+    )
+    return {"workers": cfg.workers.count, "eval_interval_frames": every, **result}
+
+
 WORKER = "import sys; sys.argv[0] = 'zrl-worker'; from zrl.cli import worker_main; worker_main()"
 
 
