@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 # hung run fails with its own output; these catch a test that hangs anywhere else.
 TIER_TIMEOUT_S = {"unit": 60, "integration": 180, "e2e": 600, "learning": 1500}
 BIN = REPO / "bin"
-ROLE_TITLES = ("zrl-worker", "zrl-broker", "zrl-learner", "zrl-ingest")
+ROLE_TITLES = ("zrl-worker", "zrl-broker", "zrl-learner", "zrl-ingest", "zrl-evaluator")
 
 
 # ---------------------------------------------------------------------------------------------- factories

@@ -107,7 +107,7 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
 
 
 @pytest.mark.e2e
-def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path, no_leaks):
+def test_pong_with_two_workers_writes_its_files_saber_scores_and_evaluations(tmp_path: Path, no_leaks):
     cfg = load(PONG)
     assert cfg.algo == "apex_iqn" and cfg.replay[0].type == "prioritized"
     small = (
@@ -145,6 +145,15 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
         "env.grayscale=false",
         "--set",
         "env.resolution=[64, 48]",
+        # evaluation during training: SABER (auto, for a value-based agent) and the mean max-Q of held-out states
+        "--set",
+        "eval.interval_frames=5000",
+        "--set",
+        "eval.episodes=1",
+        "--set",
+        "eval.held_out_states=32",
+        "--set",
+        "eval.nice=0",
     )
     result = run_command("zrl-launch", "--config", PONG, *small, cwd=tmp_path, timeout=420)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -166,6 +175,13 @@ def test_pong_with_two_workers_writes_its_files_and_saber_scores(tmp_path: Path,
     assert_loadable(run_dir)
     stored = load(run_dir / "config.toml", (), stored=True)
     assert stored.env.resolution == (64, 48) and not stored.env.grayscale
+    evaluations = csv_rows(run_dir / "eval.csv")  # the last may be cut short by the run's end
+    assert evaluations, "no evaluation finished"
+    for row in evaluations:
+        assert row["protocol"] == "saber" and -21 <= float(row["mean"]) <= 21
+        assert math.isfinite(float(row["mean_max_q"])), row
+    with np.load(run_dir / "eval" / "held_out_states.npz") as kept:
+        assert kept["states"].shape == (32, 4, 3, 64, 48) and kept["states"].any()
 
 
 @pytest.mark.e2e

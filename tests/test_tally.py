@@ -155,15 +155,23 @@ def test_every_role_figure_is_one_declaration_the_tally_writes():
             ingest_busy_s=0.25,
         )
     )
+    t.take(protocol.EvaluatorStats(pid=10, time=1.0, evaluations=2, episodes=20, skipped=1))
     row = t.metrics_row(10.0, 1.0, 2.0)
     assert set(row) == set(METRIC_COLUMNS)
+    assert (row["evaluations"], row["eval_episodes"], row["eval_skipped"]) == (2, 20, 1)
     assert (row["remote_workers"], row["remote_refused"], row["remote_auth_refused"]) == (1, 6, 7)
     assert (row["worker_policy_version_min"], row["worker_policy_version_max"]) == (3, 7)
     assert row["time_weights_wait_s"] == row["worker_weights_wait_s"] == 0.5 and row["time_env_step_s"] == 2.0
     assert (row["learner_decode_errors"], row["decode_errors"]) == (3, 4)
     assert row["replay_sizes"] == "16 0" and row["time_broker_sample_s"] == 1.5 and row["time_learner_wait_s"] == 2.0
     assert row["total_loss"] == 0.5 and row["learner_wait_fraction"] == 2.0 / 8.5
-    for message in (protocol.WorkerStats, protocol.BrokerStats, protocol.LearnerStats, protocol.IngestStats):
+    for message in (
+        protocol.WorkerStats,
+        protocol.BrokerStats,
+        protocol.LearnerStats,
+        protocol.IngestStats,
+        protocol.EvaluatorStats,
+    ):
         for _, stat in message.STATS:
             assert stat.column in METRIC_COLUMNS and METRIC_DOCS[stat.column] == stat.doc != ""
     assert STEP_METRICS == tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)

@@ -122,6 +122,12 @@ def test_rainbows_examples_are_its_run_with_its_counters_in_zrls_units():
     assert cfg.env.sticky_action_prob == 0.25 and cfg.env.full_action_space and cfg.env.noop_max == 0
     assert (cfg.learner.optimizer, cfg.learner.learning_rate, cfg.learner.lr_end) == ("adam", 5e-5, 5e-5)
     assert cfg.apex.replay_ratio == 4.0  # synchronised actors: an update per 4 env steps
+    # it ran no evaluation of its own: zrl's stays off unless an --evaluation flag asks for it
+    assert cfg.eval.interval_frames == 0
+    asked, _, _ = _run("rainbow", RAINBOW_LEARNER + " --evaluation-episodes 20")
+    # then every 500,000 steps of 4 frames, under SABER, with 500 held-out states
+    assert (asked.eval.interval_frames, asked.eval.episodes, asked.eval.protocol) == (2_000_000, 20, "saber")
+    assert asked.eval.held_out_states == 500
     assert sorted(notes) == [
         "--log-interval 2500: no equivalent: zrl prints progress every run.log_interval_s seconds",
         "SABER mode: its training episodes also ended after 5 minutes without reward; zrl's training env has no "
@@ -154,6 +160,8 @@ def test_rainbows_test_command_names_zrl_eval():
     assert any(n.startswith("--model m.pth: a zrl checkpoint") for n in notes)
     cfg, _, notes = _run("rainbow", "--game pong --rainbow-only 1 --lr 0.001 --disable-SABER-mode")
     assert notes == ["--lr 0.001: ignored: --lr-Rainbow is the one this run takes"]
+    evaluated, _, _ = _run("rainbow", "--game pong --disable-SABER-mode --evaluation-interval 100000")
+    assert evaluated.eval.protocol == "machado"  # sticky actions and the 30-minute cap, without SABER's rules
     assert (cfg.env.id, cfg.apex.head, cfg.apex.priority_exponent, cfg.learner.learning_rate) == (
         "ALE/Pong-v5",
         "c51",

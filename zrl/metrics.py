@@ -32,7 +32,13 @@ EPISODE_COLUMNS = (
     "env_index",
 )
 
-STATS_MESSAGES = (protocol.LearnerStats, protocol.WorkerStats, protocol.BrokerStats, protocol.IngestStats)
+STATS_MESSAGES = (
+    protocol.LearnerStats,
+    protocol.WorkerStats,
+    protocol.BrokerStats,
+    protocol.IngestStats,
+    protocol.EvaluatorStats,
+)
 """The roles' reports whose fields marked ``protocol.Stat`` are columns of metrics.csv: the declaration gives each
 column's name, how the launcher combines the workers' reports, and what it means (``METRIC_DOCS``)."""
 
@@ -81,8 +87,9 @@ EVAL_COLUMNS = (
     "seconds",
     "best",
 )
-"""eval.csv: one row per evaluation during training (eval.interval_frames): when it was asked (wall_time, the
-launch's elapsed_s and the run's env_frames), the weights it played (learner_step, policy_version), and its
+"""eval.csv: one row per evaluation during training (eval.interval_frames): when the weights it played were taken
+from the learner (wall_time, the launch's elapsed_s, and the run's env_frames then), which request it answered
+(index: the multiple of eval.interval_frames passed), the weights (learner_step, policy_version), and its
 scores: the mean raw score over its episodes with a 95% bootstrap interval, median, min, max, the human-normalised
 mean (empty for a game without reference scores), the mean max-Q over the held-out states (value-based agents;
 empty otherwise), the frames it played, its seconds, and best (1: best.pt holds these weights)."""

@@ -689,34 +689,36 @@ class IngestStats(_Message, tag="ingest_stats"):
 
 
 class EvalRequest(_Message, tag="eval_request"):
-    """launcher -> evaluator: evaluate the learner's latest weights; evaluation ``index`` of the run, due at
-    ``env_frames`` frames played and ``wall_s`` seconds of the run."""
+    """launcher -> evaluator: evaluate the learner's latest weights; evaluation ``index`` of the run (the multiple
+    of eval.interval_frames passed), asked at ``env_frames`` frames played."""
 
     index: Count
     env_frames: Count
-    wall_s: float
 
 
 class EvaluatorStats(_Message, tag="evaluator_stats"):
-    """evaluator -> launcher, about once a second, also while it plays: its heartbeat and counts (cumulative)."""
+    """evaluator -> launcher, about once a second, also while it plays: its heartbeat and counts (cumulative, in
+    this evaluator's life)."""
 
     pid: int
     time: float
-    evaluations: Count
-    episodes: Count
-    skipped: Annotated[Count, Meta(description="requests passed over for a newer one while an evaluation played")]
+    evaluations: Annotated[Count, Stat("evaluations the evaluator finished (eval.interval_frames)")]
+    episodes: Annotated[Count, Stat("episodes it played for them", column="eval_episodes")]
+    skipped: Annotated[
+        Count, Stat("evaluations asked for and passed over for a newer one while one played", column="eval_skipped")
+    ]
 
 
 class EvalResult(_Message, tag="eval_result"):
-    """evaluator -> launcher: evaluation ``index`` (asked at ``env_frames``, ``wall_s``) of the weights of
-    ``policy_version`` (learner step ``learner_step``): ``episodes`` under ``protocol``, their mean raw score with
+    """evaluator -> launcher: evaluation ``index`` (asked at ``env_frames``) of the weights of ``policy_version``
+    (learner step ``learner_step``), taken from the learner at ``weights_time`` (unix seconds): ``episodes`` under ``protocol``, their mean raw score with
     a 95% bootstrap interval, and what else is known; NaN where a figure does not apply (no reference scores for
     the game; no Q-values for a policy agent). ``best`` 1: best.pt now holds these weights (run.best_by = eval)."""
 
     pid: int
     index: Count
     env_frames: Count
-    wall_s: float
+    weights_time: float
     learner_step: Count
     policy_version: Count
     protocol: Text

@@ -143,9 +143,9 @@ OPTIONS: dict[str, tuple[Option, ...]] = {
         _o("--adam-eps", "float", 0.0003125, "learner.adam_eps"),
         _o("--batch-size", "int", 32, "learner.batch_size"),
         _o("--learn-start", "int", 80_000, "apex.learn_start", "transitions in both"),
-        _o("--evaluation-interval", "int", 500_000, "", "not yet: zrl-eval scores checkpoints after training (evaluation during training is planned); the reference only averaged training episodes"),
-        _o("--evaluation-episodes", "int", 100, "", "not yet: zrl-eval --episodes scores a checkpoint (evaluation during training is planned)"),
-        _o("--evaluation-size", "int", 500, "", "not yet: held-out states' mean max-Q is planned (the reference declared it and never read it)"),
+        _o("--evaluation-interval", "int", 500_000, "eval.interval_frames", "steps there (x --action-repeat frames), frames here; the reference averaged its last --evaluation-episodes training episodes (metrics.csv's mean_return_100 does that); zrl plays evaluation episodes of its own in a process beside training, set when one of the three --evaluation flags is given (off otherwise)"),
+        _o("--evaluation-episodes", "int", 100, "eval.episodes", "the reference's window of training episodes; zrl plays this many evaluation episodes (10 by default, minutes on 2 cores)"),
+        _o("--evaluation-size", "int", 500, "eval.held_out_states", "the reference declared it and never read it; zrl tracks the mean max-Q over that many held-out states"),
         _o("--log-interval", "int", 25_000, "", "no equivalent: zrl prints progress every run.log_interval_s seconds"),
         _o("--render", "flag", False, "zrl-eval --render", "used only when testing"),
         _o("--disable-cudnn", "flag", False, "", "no equivalent: zrl leaves cuDNN on"),
@@ -483,6 +483,17 @@ def _rainbow(tr: Translation) -> None:
         "--replay-frequency",
     )
     put("broker.prefetch_batches", v("--queue-size"), "--queue-size")
+    if {"--evaluation-interval", "--evaluation-episodes", "--evaluation-size"} & set(tr.given):
+        # the reference ran no evaluation of its own (it averaged training episodes): zrl's is on when asked for
+        put(
+            "eval.interval_frames",
+            v("--evaluation-interval") * v("--action-repeat"),
+            "--evaluation-interval",
+            "--action-repeat",
+        )
+        put("eval.episodes", v("--evaluation-episodes"), "--evaluation-episodes")
+        put("eval.held_out_states", v("--evaluation-size"), "--evaluation-size")
+        put("eval.protocol", "machado" if v("--disable-SABER-mode") else "saber", "--disable-SABER-mode")
     tr.replays = [{"type": "prioritized", "capacity": v("--memory-capacity"), "sample_ratio": 1.0}]
     tr.used.add("--memory-capacity")
     if v("--nb-actor") < 1:

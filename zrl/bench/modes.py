@@ -844,6 +844,7 @@ def replay_mode(
 
 
 EVALUATION_EVERY = 50_000  # env frames between evaluations in evaluation_mode when the config sets none
+EVALUATION_NICE_BESIDE = 5  # evaluation_mode also runs the evaluator at this priority, unless the config's is it
 
 
 def evaluation_watch(results: Path, done: threading.Event) -> dict:
@@ -865,13 +866,19 @@ def evaluation_mode(
     config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
 ) -> dict:
     """The pipeline without and with evaluation during training (the config's eval.interval_frames, or an
-    evaluation every EVALUATION_EVERY frames: the evaluator busy most of the time), in turn (compare_mode): what
-    the evaluator costs the learner and the workers."""
+    evaluation every EVALUATION_EVERY frames: the evaluator busy most of the time), at the config's eval.nice and
+    at EVALUATION_NICE_BESIDE, in turn (compare_mode): what the evaluator costs the learner and the workers, and
+    how long its evaluations take."""
     every = cfg.eval.interval_frames or EVALUATION_EVERY
+    on = f"eval.interval_frames={every}"
     variants = {
         "off": Variant(cfg.workers.count, ("eval.interval_frames=0", "run.best_by=train")),
-        "on": Variant(cfg.workers.count, (f"eval.interval_frames={every}",), (), evaluation_watch),
+        f"on, nice {cfg.eval.nice}": Variant(cfg.workers.count, (on,), (), evaluation_watch),
     }
+    if cfg.eval.nice != EVALUATION_NICE_BESIDE:  # what a higher priority would buy and cost, beside it
+        variants[f"on, nice {EVALUATION_NICE_BESIDE}"] = Variant(
+            cfg.workers.count, (on, f"eval.nice={EVALUATION_NICE_BESIDE}"), (), evaluation_watch
+        )
     result = compare_mode(
         config_path, sets, cfg.workers.envs_per_worker, seconds, warmup, rounds, progress, variants, "evaluation"
     )

@@ -607,9 +607,9 @@ class EvalConfig:
         Meta(
             ge=0,
             le=19,
-            description="Scheduling priority the evaluator lowers itself by (Unix nice), so that the learner, broker and workers keep their share of the cores: evaluations then take longer on a busy machine, not training.",
+            description="Scheduling priority the evaluator lowers itself by (Unix nice, 0-19), below the workers' (workers.nice), so that training keeps the cores and evaluations take the cycles it leaves: on a busy machine an evaluation takes longer, training does not. A lower value buys faster evaluations with frames/s: see perf/README.md (zrl-bench pipeline --evaluation) for both on 2 cores.",
         ),
-    ] = 5
+    ] = 19
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ live line and writes the CSV files (tally), and stops in order: a final checkpoi
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
 import os
 import signal
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,6 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("zrl")
 
 REMOTE_GENERATIONS = 1000  # a remote slot's joins per generation of the ingest, at most, before seeds repeat
+FRAMES_SEEN = 100_000  # the launcher's (time, frames) history kept for eval.csv
 DASHBOARD_LINGER_S = 2.5  # after the run, open pages have this long to show its end before the page server stops
 
 
@@ -79,6 +82,9 @@ class Launcher:
         self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
         self.replay_stream = ""  # run.checkpoint_replay: this launch's rings' token in replay file names
         self.rings_hold = ""  # the replay checkpoint whose frames were put back into them
+        # eval.interval_frames: (unix time, env frames) as the run went, to place an evaluation at the frames when
+        # its weights were taken (hours of it at the poll rate)
+        self.frames_seen: deque = deque(maxlen=FRAMES_SEEN)
 
     def run(self) -> int:
         cfg = self.cfg
@@ -347,6 +353,7 @@ class Launcher:
         t.rates(start)
         interval = cfg.eval.interval_frames
         next_eval = (t.env_frames // interval + 1) * interval if interval else 0
+        self.started_at = time.time() - (time.monotonic() - start)  # the launch's start, in unix time
         while True:
             self._drain(cfg.transport.poll_timeout_ms)
             self.stop.live_workers = cfg.workers.count + (t.ingest.remote_workers if t.ingest else 0)
@@ -370,9 +377,12 @@ class Launcher:
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
                 return EXIT_OK
-            if interval and t.env_frames >= next_eval:
-                self._ask_evaluation(next_eval // interval, t.env_frames, now - start)
-                next_eval = (t.env_frames // interval + 1) * interval
+            if interval:
+                if not self.frames_seen or self.frames_seen[-1][1] != t.env_frames:
+                    self.frames_seen.append((time.time(), t.env_frames))
+                if t.env_frames >= next_eval:
+                    self._ask_evaluation(t.env_frames // interval, t.env_frames)
+                    next_eval = (t.env_frames // interval + 1) * interval
             if now >= next_report:
                 fps, sps = t.rates(now)
                 self.folder.write_metrics(t.metrics_row(now - start, fps, sps))
@@ -381,29 +391,41 @@ class Launcher:
                 self.console.line(line)
                 next_report = now + cfg.run.log_interval_s
 
-    def _ask_evaluation(self, index: int, env_frames: int, elapsed: float) -> None:
-        """Ask the evaluator for evaluation ``index`` of the learner's latest weights (eval.interval_frames)."""
-        request = protocol.EvalRequest(index=index, env_frames=env_frames, wall_s=elapsed)
+    def _ask_evaluation(self, index: int, env_frames: int) -> None:
+        """Ask the evaluator for evaluation ``index`` of the learner's latest weights (eval.interval_frames); none
+        once it is lost for good."""
+        if "zrl-evaluator" not in self.supervisor.procs:
+            return
+        request = protocol.EvalRequest(index=index, env_frames=env_frames)
         if not transport.send_nowait(self.wiring.evaluations, request.encode()):
             # no evaluator connected (it is restarting) or its queue is full: this one is skipped
             log.warning(
                 "evaluation %d at %s env frames skipped: the evaluator is not taking requests", index, env_frames
             )
 
+    def _frames_at(self, when: float, asked: int) -> int:
+        """The run's env frames at unix time ``when`` (from the tally's recent history); ``asked``, the frames
+        its request was sent at, when the history does not reach back that far."""
+        times = self.frames_seen
+        i = bisect.bisect_right(times, (when, float("inf"))) - 1
+        return times[i][1] if i >= 0 else asked
+
     def _evaluated(self, msg: protocol.EvalResult) -> None:
-        """An evaluation's result: a row of eval.csv and TensorBoard's eval/*, said and logged."""
+        """An evaluation's result: a row of eval.csv and TensorBoard's eval/* at the frames when its weights were
+        taken, said and logged."""
         row = {
-            "wall_time": f"{time.time():.3f}",
-            "elapsed_s": round(msg.wall_s, 3),
+            "wall_time": f"{msg.weights_time:.3f}",
+            "elapsed_s": round(msg.weights_time - self.started_at, 3),
             **{name: getattr(msg, name) for name in EVAL_COLUMNS[2:]},
+            "env_frames": self._frames_at(msg.weights_time, msg.env_frames),
         }
         row = {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
         self.folder.write_evaluation(row)
         normalised = f", human-normalised {msg.human_normalised:.3f}" if math.isfinite(msg.human_normalised) else ""
         q = f", mean max-Q {msg.mean_max_q:.3f}" if math.isfinite(msg.mean_max_q) else ""
         text = (
-            f"evaluation at {msg.env_frames:,} frames ({msg.protocol}, {msg.episodes} episodes, {msg.seconds:.0f} s): "
-            f"mean {msg.mean:.2f} [{msg.ci95_low:.2f}, {msg.ci95_high:.2f}]{normalised}{q}"
+            f"evaluation at {row['env_frames']:,} frames ({msg.protocol}, {msg.episodes} episodes, "
+            f"{msg.seconds:.0f} s): mean {msg.mean:.2f} [{msg.ci95_low:.2f}, {msg.ci95_high:.2f}]{normalised}{q}"
             + ("; best.pt now holds these weights" if msg.best else "")
         )
         log.info(text)
@@ -516,6 +538,11 @@ def launch(
         if init_from is not None:
             state = usable_checkpoint(Path(init_from), cfg, spec)
             theirs = state.get("config", {}).get("learner", {}).get("optimizer")
+            if init_optimizer and "optimizer" not in state:
+                raise ConfigError(
+                    f"--init-optimizer: {init_from} holds a network's weights only (best.pt kept by the evaluator "
+                    "under run.best_by = eval); drop --init-optimizer, or start from one of the run's ckpt_*.pt"
+                )
             if init_optimizer and theirs != cfg.learner.optimizer:
                 raise ConfigError(
                     f"--init-optimizer: {init_from} holds {theirs} state and this run uses "

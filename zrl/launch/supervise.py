@@ -214,6 +214,9 @@ class Supervisor:
             if name.startswith("zrl-worker") or name == EVALUATOR:
                 if self._restart(name, why, now, worker_frames):
                     continue
+                if name == EVALUATOR:  # training goes on without evaluations
+                    self._give_up_evaluator(why)
+                    continue
             elif self._may_restart_run(now):
                 return name, why, True
             return name, self._why_dead(name, why), False
@@ -245,11 +248,12 @@ class Supervisor:
     def _restart(self, name: str, why: str, now: float, worker_frames: Callable[[int], int]) -> bool:
         """Replace a dead or hung worker with a new one on the same ring (or the evaluator with a new one: the
         run trains on without it meanwhile), unless it has needed more than workers.max_restarts restarts within
-        workers.restart_window_s (or the run is deterministic, which a restart would break); False then."""
+        workers.restart_window_s (or it is a worker of a deterministic run, which a restart would break); False
+        then."""
         cfg = self.cfg
         wid = -1 if name == EVALUATOR else int(name.rsplit("-", 1)[1])
         recent = count_recent(self.restarts.setdefault(wid, deque()), now, cfg.workers.restart_window_s)
-        if cfg.run.deterministic or recent > cfg.workers.max_restarts:
+        if (cfg.run.deterministic and wid >= 0) or recent > cfg.workers.max_restarts:
             return False
         self.kill_role(name)  # hung: it goes first
         self.announce(
@@ -264,6 +268,18 @@ class Supervisor:
         self.worker_restarts += 1
         return True
 
+    def _give_up_evaluator(self, why: str) -> None:
+        """The evaluator is lost past its restarts: reaped and left out, said once; the run trains on without
+        evaluations (the launcher asks for none once it is gone from ``procs``)."""
+        self.kill_role(EVALUATOR)
+        del self.procs[EVALUATOR]
+        self.announce(
+            EVALUATOR,
+            f"{EVALUATOR} {why}; that is more than workers.max_restarts = {self.cfg.workers.max_restarts} restarts "
+            f"within workers.restart_window_s = {self.cfg.workers.restart_window_s:g} s: the run goes on without "
+            "evaluations",
+        )
+
     def announce(self, name: str, text: str) -> None:
         """Say and log a restart for lost role ``name``, and log the traceback it sent as it died."""
         log.warning(text)
@@ -275,9 +291,9 @@ class Supervisor:
     def _why_dead(self, name: str, why: str) -> str:
         """What died and why, with the restart rule a worker ran out of."""
         cfg = self.cfg
-        if name.startswith("zrl-worker") or name == EVALUATOR:
+        if name.startswith("zrl-worker"):
             if cfg.run.deterministic:
-                why += "; a deterministic run does not restart workers or the evaluator"
+                why += "; a deterministic run does not restart workers"
             else:
                 why += (
                     f"; that is more than workers.max_restarts = {cfg.workers.max_restarts} restarts within "

@@ -42,6 +42,7 @@ class Tally:
     broker: protocol.BrokerStats | None = None
     learner: protocol.LearnerStats | None = None
     ingest: protocol.IngestStats | None = None  # a run with remote workers
+    evaluator: protocol.EvaluatorStats | None = None  # a run with evaluation during training
     returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
     scores_5min: deque = field(default_factory=lambda: deque(maxlen=100))  # and SABER-style, capped at 5 minutes
     scores_30min: deque = field(default_factory=lambda: deque(maxlen=100))  # and at 30 minutes
@@ -98,6 +99,8 @@ class Tally:
             self.learner = msg
         elif isinstance(msg, protocol.IngestStats):
             self.ingest = msg
+        elif isinstance(msg, protocol.EvaluatorStats):
+            self.evaluator = msg
         return None
 
     def rates(self, now: float) -> tuple[float, float]:
@@ -167,7 +170,7 @@ class Tally:
             "role_restarts": self.role_restarts,
             "stats_decode_errors": self.stats_errors,
         }
-        for reports in (self.live_workers(), [self.broker], [self.learner], [self.ingest]):
+        for reports in (self.live_workers(), [self.broker], [self.learner], [self.ingest], [self.evaluator]):
             row.update(stat_columns([r for r in reports if r is not None]))
         row.update(self.interval_figures())
         return row

@@ -18,6 +18,7 @@ the mean max-Q over a fixed set of held-out states (eval.held_out_states), as DQ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -36,7 +37,7 @@ from zrl.config import Config, ConfigError, EnvConfig, to_dict
 from zrl.envs import atari_rom, make_vector_env
 from zrl.gather import ActingStack
 from zrl.models import load_flat
-from zrl.roles.common import Every, RunWiring, WeightsFeed, crash_report, should_stop, start_role
+from zrl.roles.common import Every, RunWiring, crash_report, should_stop, start_role, wait_for_weights
 
 NAME = "zrl-evaluator"
 PROTOCOLS = ("deepmind", "machado", "saber")
@@ -47,6 +48,7 @@ BOOTSTRAP_RESAMPLES = 10_000
 HELD_OUT_FILE = "held_out_states.npz"
 HELD_OUT_EVERY = 4  # one held-out state per this many random steps: fewer near-copies of one another
 REQUESTER_ID = 2**31  # the evaluator's id in its weights requests: no worker's
+RESULT_SEND_MS = 5000  # how long a result may wait for room on the stats channel
 
 
 def protocol_env(train: EnvConfig, protocol_name: str) -> tuple[EnvConfig, int]:
@@ -185,9 +187,10 @@ class Player:
         }
 
 
-def collect_states(cfg: Config, count: int, seed: int) -> np.ndarray:
+def collect_states(cfg: Config, count: int, seed: int, idle: Callable[[], object] = lambda: None) -> np.ndarray:
     """``count`` stacked observations ``[count, S, *frame_shape]`` of a uniformly random policy in the training
-    env (one every HELD_OUT_EVERY steps), seeded by ``seed``: the held-out states whose mean max-Q is tracked."""
+    env (one every HELD_OUT_EVERY steps), seeded by ``seed``: the held-out states whose mean max-Q is tracked.
+    ``idle`` runs every step (a heartbeat)."""
     rng = np.random.default_rng(seed)
     env = make_vector_env(cfg.env, 1, seed)
     try:
@@ -197,6 +200,7 @@ def collect_states(cfg: Config, count: int, seed: int) -> np.ndarray:
         taken = step = 0
         while taken < count:
             step += 1
+            idle()
             result = env.step(rng.integers(env.num_actions, size=1))
             stack.push(result.frames, result.game_over)
             if step % HELD_OUT_EVERY == 0:
@@ -207,35 +211,71 @@ def collect_states(cfg: Config, count: int, seed: int) -> np.ndarray:
     return states
 
 
-def held_out_states(cfg: Config, folder: Path) -> np.ndarray:
-    """The run's held-out states: kept in ``folder`` (eval/), so that a resumed run tracks the same ones; made
-    (and kept) when there are none, or the kept ones are of another shape, count or seed."""
+def held_out_states(
+    cfg: Config, folder: Path, shape: tuple[int, ...], idle: Callable[[], object] = lambda: None
+) -> np.ndarray:
+    """The run's held-out states, each of ``shape`` (the stack of frames the network takes): kept in ``folder``
+    (eval/), so that a resumed run tracks the same ones; made (and kept, when the disk takes them) when there
+    are none, or the kept ones are of another count, shape, type or seed, or cannot be read."""
     path = folder / HELD_OUT_FILE
     n = cfg.eval.held_out_states
     try:
         with np.load(path) as kept:
             states, seed = kept["states"], int(kept["seed"])
-        if len(states) == n and seed == cfg.eval.seed and states.shape[1] == cfg.env.frame_stack:
+        if states.shape == (n, *shape) and states.dtype == np.uint8 and seed == cfg.eval.seed:
             return states
-    except (OSError, KeyError, ValueError):
+    except Exception:  # missing, damaged, or not an npz file: made again
         pass
-    states = collect_states(cfg, n, cfg.eval.seed)
-    folder.mkdir(parents=True, exist_ok=True)
+    states = collect_states(cfg, n, cfg.eval.seed, idle)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    np.savez_compressed(tmp, states=states, seed=np.int64(cfg.eval.seed))
-    os.replace(tmp, path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(tmp, states=states, seed=np.int64(cfg.eval.seed))
+        os.replace(tmp, path)
+    except OSError:  # a full disk: this evaluator keeps them in memory, and a later one makes them again
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
     return states
 
 
-def mean_max_q(player: Player, states: np.ndarray, seed: int, batch: int = 50) -> float:
+def mean_max_q(
+    player: Player, states: np.ndarray, seed: int, batch: int = 50, idle: Callable[[], object] = lambda: None
+) -> float:
     """The mean over ``states`` of the largest Q-value the player's network gives (value-based agents)."""
     generator = torch.Generator().manual_seed(seed)
     best = []
     with torch.no_grad():
         for i in range(0, len(states), batch):
+            idle()
             q = player.agent.action_scores(player.model, torch.from_numpy(states[i : i + batch]), player.cfg, generator)
             best.append(np.asarray(q).max(axis=1))
     return float(np.concatenate(best).mean())
+
+
+def evaluation_terms(cfg: Config) -> dict[str, Any]:
+    """What makes two evaluations' scores comparable: the protocol, the episodes, their seed and the action rule."""
+    return {
+        "protocol": run_protocol(cfg),
+        "episodes": cfg.eval.episodes,
+        "seed": cfg.eval.seed,
+        "greedy": cfg.eval.greedy or agents.get(cfg.algo).acts_greedily,
+    }
+
+
+def best_so_far(checkpoints: Path, terms: dict[str, Any]) -> float:
+    """The evaluation score best.pt holds (its ``evaluation`` record: a resumed or restarted evaluator's bar);
+    -inf when best.pt holds none (run.best_by was "train"), or was evaluated on other ``terms``
+    (evaluation_terms: a resumed run that changed them starts a new bar), or there is none, or it cannot be read."""
+    try:
+        record = checkpoint.load(checkpoints / checkpoint.BEST).get("evaluation")
+    except checkpoint.CheckpointError:
+        return -math.inf
+    if not isinstance(record, dict) or any(record.get(k) != v for k, v in terms.items()):
+        return -math.inf
+    try:
+        return float(record["eval_mean"])
+    except (KeyError, TypeError, ValueError):
+        return -math.inf
 
 
 def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
@@ -249,46 +289,40 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
 
 
 class Evaluator:
-    """The evaluator role: a PULL for the launcher's requests, a PUSH for its reports, the learner's weights feed,
-    a Player, and (run.best_by = "eval") best.pt's score."""
+    """The evaluator role: a PULL for the launcher's requests, a PUSH for its reports, the learner's weights on
+    request, a Player, and (run.best_by = "eval") best.pt's score."""
 
     def __init__(self, cfg: Config, wiring: RunWiring, run_dir: Path, stop_event) -> None:
         self.cfg, self.wiring, self.stop_event = cfg, wiring, stop_event
         self.protocol = run_protocol(cfg)
+        self.terms = evaluation_terms(cfg)
         self.folder = run_dir / "eval"
         self.checkpoints = run_dir / "checkpoints"
-        self.player = Player(cfg, "deepmind" if self.protocol == "train_env" else self.protocol, cfg.eval.greedy)
         self.rom = atari_rom(cfg.env.id)
         self.states = None
-        self.best = self._best_so_far()
         self.evaluations = self.episodes = self.skipped = 0
         self.beat = Every(1.0)
-
-    def _best_so_far(self) -> float:
-        """best.json's evaluation score when it holds one (a resumed run), else -inf."""
-        try:
-            record = json.loads((self.checkpoints / "best.json").read_text())
-            return float(record["eval_mean"]) if record.get("by") == "eval" else -math.inf
-        except (OSError, ValueError, KeyError, TypeError):
-            return -math.inf
 
     def run(self) -> None:
         cfg, poll = self.cfg, self.cfg.transport.poll_timeout_ms
         self.ctx = transport.context(cfg.transport, binds=False)
-        try:
+        sockets = []
+        try:  # connected first: the launcher's requests find a peer while the player is made
             self.requests = transport.socket(self.ctx, zmq.PULL, hwm=100, connect=self.wiring.endpoints.evaluations)
+            sockets.append(self.requests)
             self.stats = transport.socket(self.ctx, zmq.PUSH, hwm=100, connect=self.wiring.endpoints.stats)
-            self.weights = WeightsFeed(self.ctx, self.wiring, REQUESTER_ID, poll, self.stop_event)
+            sockets.append(self.stats)
             self.heartbeat(force=True)
+            self.player = Player(cfg, "deepmind" if self.protocol == "train_env" else self.protocol, cfg.eval.greedy)
+            self.best = best_so_far(self.checkpoints, self.terms)
             while not should_stop(self.stop_event):
                 self.heartbeat()
                 request = self._newest_request(poll)
                 if request is not None:
                     self.evaluate(request)
         finally:
-            for name in ("weights", "requests", "stats"):
-                if hasattr(self, name):
-                    getattr(self, name).close()
+            for sock in sockets:
+                sock.close()
             transport.term(self.ctx)
 
     def _newest_request(self, poll_ms: int) -> protocol.EvalRequest | None:
@@ -308,7 +342,8 @@ class Evaluator:
         return newest
 
     def heartbeat(self, force: bool = False) -> bool:
-        """Tell the launcher it is alive (about once a second); True when the run is stopping."""
+        """Tell the launcher it is alive (about once a second; cheap to call every step); True when the run is
+        stopping."""
         if force or self.beat.due():
             transport.send_nowait(
                 self.stats,
@@ -325,9 +360,11 @@ class Evaluator:
     def evaluate(self, request: protocol.EvalRequest) -> None:
         """Play eval.episodes with the learner's current weights and report; nothing if the run stops meanwhile."""
         cfg = self.cfg
-        got = self.weights.ask()
+        self.heartbeat(force=True)
+        got = wait_for_weights(self.ctx, self.wiring, REQUESTER_ID, cfg.transport.poll_timeout_ms, self.stop_event)
         if got is None:
             return
+        taken_at = time.time()
         load_flat(self.player.model, got.flat)
         started = time.monotonic()
         played = []
@@ -340,8 +377,9 @@ class Evaluator:
         q = math.nan
         if self.player.agent.acts_greedily and cfg.eval.held_out_states:
             if self.states is None:
-                self.states = held_out_states(cfg, self.folder)
-            q = mean_max_q(self.player, self.states, cfg.eval.seed)
+                shape = (cfg.env.frame_stack, *self.player.frame_shape)
+                self.states = held_out_states(cfg, self.folder, shape, self.heartbeat)
+            q = mean_max_q(self.player, self.states, cfg.eval.seed, idle=self.heartbeat)
         score = np.array([r["score"] for r in played], np.float64)
         stats = summary(score, cfg.eval.seed)
         normalised = math.nan
@@ -349,13 +387,13 @@ class Evaluator:
             normalised = scores.human_normalised(self.rom, stats["mean"])
         best = cfg.run.best_by == "eval" and stats["mean"] > self.best and self._keep_best(request, got, stats)
         self.evaluations += 1
-        transport.send_nowait(
+        transport.send(
             self.stats,
             protocol.EvalResult(
                 pid=os.getpid(),
                 index=request.index,
                 env_frames=request.env_frames,
-                wall_s=request.wall_s,
+                weights_time=taken_at,
                 learner_step=got.learner_step,
                 policy_version=got.version,
                 protocol=self.protocol,
@@ -372,30 +410,31 @@ class Evaluator:
                 seconds=time.monotonic() - started,
                 best=int(best),
             ).encode(),
+            RESULT_SEND_MS,
         )
 
     def _keep_best(self, request: protocol.EvalRequest, got, stats: dict[str, float]) -> bool:
-        """best.pt: the evaluated weights (model only: zrl-eval and --init-from read it), and best.json their
-        evaluation; False (and nothing changed) when the disk refuses them."""
+        """best.pt: the evaluated weights (model only: zrl-eval and --init-from read it) with their evaluation,
+        and best.json that evaluation; False (and nothing changed) when the disk refuses them."""
+        record = {
+            "by": "eval",
+            "checkpoint": checkpoint.BEST,
+            "eval_mean": stats["mean"],
+            "eval_ci95": [stats["ci95_low"], stats["ci95_high"]],
+            **self.terms,
+            "env_frames": request.env_frames,
+            "learner_step": got.learner_step,
+            "policy_version": got.version,
+            "wall_time": time.time(),
+        }
         state = {
             "model": self.player.model.state_dict(),
             "config": to_dict(self.cfg),
             "learner_step": got.learner_step,
             "policy_version": got.version,
             "env_frames": request.env_frames,
+            "evaluation": record,
             "saved_at": time.time(),
-        }
-        record = {
-            "by": "eval",
-            "checkpoint": checkpoint.BEST,
-            "eval_mean": stats["mean"],
-            "eval_ci95": [stats["ci95_low"], stats["ci95_high"]],
-            "protocol": self.protocol,
-            "episodes": self.cfg.eval.episodes,
-            "env_frames": request.env_frames,
-            "learner_step": got.learner_step,
-            "policy_version": got.version,
-            "wall_time": time.time(),
         }
         try:
             self.checkpoints.mkdir(exist_ok=True)
