@@ -114,6 +114,26 @@ def test_a_resolution_too_small_for_the_convolutions_names_the_smallest_that_fit
         agents.get("apex_iqn").build_model(apex, (smallest - 1, smallest - 1), "|u1", 6)
 
 
+@pytest.mark.integration
+def test_colour_with_a_frame_stack_the_rings_cannot_hold_is_refused_before_anything_starts(tmp_path):
+    """Two ways a colour run's frames do not fit: ring slots too few for an unroll and its stack (the config's
+    check), and rings whose colour slots do not fit /dev/shm (the launcher's, before the run folder is made):
+    each a ConfigError naming the key and what would fit."""
+    from zrl.config import load
+    from zrl.envs import probe
+    from zrl.launch.checks import check_shm_room
+
+    colour = ["env.grayscale=false", "env.resolution=[64, 48]", "env.frame_stack=8"]
+    with pytest.raises(ConfigError, match=r"workers.ring_slots: 30 slots cannot keep.*at least .*= 36"):
+        load(REPO / "config" / "smoke.toml", [*colour, "workers.ring_slots=30"])
+    cfg = load(REPO / "config" / "smoke.toml", [*colour, "workers.ring_slots=100000000"])
+    spec = probe(cfg.env)
+    assert spec.frame_shape == (3, 64, 48)
+    with pytest.raises(ConfigError, match=r"workers.ring_slots: the rings need .* env.grayscale: 9216 bytes each now"):
+        check_shm_room(cfg, spec)
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.e2e
 def test_colour_frames_at_another_resolution_train_through_the_rings_and_gather(tmp_path, no_leaks):
     """V-trace's unrolls of colour frames (Ape-X's transitions in colour: tests/test_apex.py's Pong run)."""

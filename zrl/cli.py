@@ -329,7 +329,8 @@ def _counts(text: str | None, flag: str) -> list[int]:
     "--evaluation",
     is_flag=True,
     help="pipeline: the run without and with evaluation during training (the config's eval.interval_frames, or "
-    "one every 50,000 frames), in turn, --rounds times; learner steps/s and frames/s of each, and the evaluations "
+    "one every 5,000 frames: always busy), at eval.nice and at nice 5, in turn, --rounds times; learner steps/s "
+    "and frames/s of each, and the evaluations "
     "done.",
 )
 @click.option(

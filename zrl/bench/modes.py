@@ -843,7 +843,9 @@ def replay_mode(
     return {"workers": cfg.workers.count, **result}
 
 
-EVALUATION_EVERY = 50_000  # env frames between evaluations in evaluation_mode when the config sets none
+# env frames between evaluations in evaluation_mode when the config sets none: fewer than any run makes while an
+# evaluation plays, so that the next request always waits and the evaluator never idles (the worst case)
+EVALUATION_EVERY = 5_000
 EVALUATION_NICE_BESIDE = 5  # evaluation_mode also runs the evaluator at this priority, unless the config's is it
 
 
@@ -866,7 +868,7 @@ def evaluation_mode(
     config_path: str | None, sets: list[str], cfg: Config, seconds: float, warmup: float, rounds: int, progress
 ) -> dict:
     """The pipeline without and with evaluation during training (the config's eval.interval_frames, or an
-    evaluation every EVALUATION_EVERY frames: the evaluator busy most of the time), at the config's eval.nice and
+    evaluation every EVALUATION_EVERY frames: the evaluator busy all the time), at the config's eval.nice and
     at EVALUATION_NICE_BESIDE, in turn (compare_mode): what the evaluator costs the learner and the workers, and
     how long its evaluations take."""
     every = cfg.eval.interval_frames or EVALUATION_EVERY
