@@ -145,7 +145,7 @@ def _stopped_in_order(tmp_path: Path, role: str, err: str) -> dict:
     return next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
 
 
-KILLS = 4  # about 50k frames of budget per kill, so that the kills end well before the budget
+KILLS = 4  # about 30k frames of budget per kill, so that the kills end well before the budget
 
 
 def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path, no_leaks):
@@ -158,7 +158,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
         "--config",
         SMOKE,
         "--set",
-        "run.max_env_frames=200000",
+        "run.max_env_frames=120000",
         "--set",
         "workers.max_restarts=20",
         "--set",
@@ -178,7 +178,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
             _wait(pick, 60, "both workers to be running")
             victim.send_signal(signal.SIGKILL)
             killed.append(victim.pid)
-            time.sleep(rng.uniform(1.0, 3.0))
+            time.sleep(rng.uniform(0.5, 1.5))
         code, out, err = _finish(proc, 300)
     assert code == 0, err[-3000:]
     rows = metrics_rows(tmp_path)
@@ -186,7 +186,7 @@ def test_sigkilled_workers_are_replaced_and_the_run_reaches_its_budget(tmp_path,
     steps = [int(r["learner_step"]) for r in rows if r["learner_step"]]
     assert steps == sorted(steps) and steps[-1] > 2
     frames = [int(r["env_frames"]) for r in rows]
-    assert frames == sorted(frames) and frames[-1] >= 200_000  # a restarted worker's counts go on
+    assert frames == sorted(frames) and frames[-1] >= 120_000  # a restarted worker's counts go on
     (run_dir,) = (tmp_path / "results").iterdir()
     log = (run_dir / "zrl.log").read_text()
     assert log.count("exited with code -9; restarted it with the current weights") == KILLS
