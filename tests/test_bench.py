@@ -165,6 +165,27 @@ def test_pipeline_replay_checkpoint_runs_without_and_with_the_replays_saved_and_
 
 
 @pytest.mark.e2e
+def test_pipeline_evaluation_runs_without_and_with_an_evaluator_and_counts_its_evaluations(tmp_path, no_leaks):
+    doc = _bench(
+        tmp_path,
+        "pipeline",
+        "--evaluation",
+        # at the nice value the mode runs beside the config's: two ways, not three (CI's time)
+        *("--rounds", 1, "--config", SMOKE, "--seconds", 6, "--warmup", 4, "--set", "eval.nice=5"),
+        *("--set", "eval.episodes=1"),
+    )
+    result = doc["result"]
+    assert result["eval_interval_frames"] == 5000
+    assert [r["evaluation"] for r in result["rows"]] == ["on, nice 5", "off"]  # round 1's order
+    for row in result["rows"]:
+        _positive(row["learner_steps_per_s"], row["frames_per_s"])
+    on = next(r for r in result["rows"] if r["evaluation"] == "on, nice 5")
+    assert on["evaluations"] >= 1 and on["eval_episodes"] == on["evaluations"] and on["eval_seconds"] > 0, on
+    assert [s["evaluation"] for s in result["summary"]] == ["off", "on, nice 5"]
+    assert result["summary"][0]["learner_ratio"] == 1.0 and "eval_seconds" in doc["stdout"]
+
+
+@pytest.mark.e2e
 def test_pipeline_mode_breaks_the_time_down_by_role_and_names_the_bottleneck(tmp_path, no_leaks):
     doc = _bench(tmp_path, "pipeline", *SHORT_PIPELINE, "--envs-per-worker", 2)
     result = doc["result"]
