@@ -1,13 +1,5 @@
-"""zrl-eval: play episodes with a checkpoint's policy under a standard Atari protocol and report the scores.
-
-Protocols (the training preprocessing otherwise: frame skip, 84x84 frames, frame stack, fire reset):
-
-- ``deepmind``: no reward clipping, no episodic life, up to 30 random no-ops at the start, 108k-frame cap.
-- ``machado``: sticky actions (p = 0.25), the full 18-action set, no life signal, no no-ops, 108k-frame cap
-  (Machado et al. 2018).
-- ``saber``: as machado, an episode cap of 100 hours of play, and an episode ends after 5 minutes (18,000
-  frames) without reward. Three scores per episode: truncated at 5 minutes, at 30 minutes, and uncapped
-  (Toromanoff et al. 2019).
+"""zrl-eval: play episodes with a checkpoint's policy under a standard Atari protocol (deepmind, machado or saber:
+zrl/roles/evaluator.py defines them, and plays them for evaluation during training too) and report the scores.
 
 Episode i is played with seed S + i, on ``workers`` processes; the same seed gives the same results. A
 policy trained on a game's minimal action set acts in the full set through that set's ALE action ids.
