@@ -170,8 +170,9 @@ def test_pipeline_evaluation_runs_without_and_with_an_evaluator_and_counts_its_e
         tmp_path,
         "pipeline",
         "--evaluation",
-        # at the nice value the mode runs beside the config's: two ways, not three (CI's time)
-        *("--rounds", 1, "--config", SMOKE, "--seconds", 6, "--warmup", 4, "--set", "eval.nice=5"),
+        # at the nice value the mode runs beside the config's: two ways, not three (CI's time); CartPole's
+        # untrained episodes are tens of steps, so that evaluations finish in any run's seconds
+        *("--rounds", 1, "--config", CARTPOLE, "--seconds", 4, "--warmup", 4, "--set", "eval.nice=5"),
         *("--set", "eval.episodes=1"),
     )
     result = doc["result"]
@@ -181,6 +182,7 @@ def test_pipeline_evaluation_runs_without_and_with_an_evaluator_and_counts_its_e
         _positive(row["learner_steps_per_s"], row["frames_per_s"])
     on = next(r for r in result["rows"] if r["evaluation"] == "on, nice 5")
     assert on["evaluations"] >= 1 and on["eval_episodes"] == on["evaluations"] and on["eval_seconds"] > 0, on
+    assert on["evaluator_restarts"] == 0, on
     assert [s["evaluation"] for s in result["summary"]] == ["off", "on, nice 5"]
     assert result["summary"][0]["learner_ratio"] == 1.0 and "eval_seconds" in doc["stdout"]
 

@@ -86,8 +86,10 @@ class Client:
     def __init__(self, sock: zmq.Socket) -> None:
         self.sock = sock
 
-    def send(self, msg) -> None:
-        self.sock.send(msg if isinstance(msg, bytes) else msg.encode())
+    def send(self, msg, timeout_ms: int = 3000) -> bool:
+        """Whether the message left: a DEALER whose handshake failed (no key, a key not authorized) may hold no
+        connection at the moment, and a send then waits for one, so it waits ``timeout_ms`` at most."""
+        return transport.send(self.sock, msg if isinstance(msg, bytes) else msg.encode(), timeout_ms)
 
     def answer(self, timeout_ms: int = 3000):
         if not self.sock.poll(timeout_ms, zmq.POLLIN):
@@ -95,7 +97,8 @@ class Client:
         return protocol.decode(self.sock.recv())
 
     def ask(self, msg, timeout_ms: int = 3000):
-        self.send(msg)
+        if not self.send(msg):
+            return None  # nothing went out: nothing is answered
         return self.answer(timeout_ms)
 
     def join(self, run: str = "run_a", envs_per_worker: int = M):

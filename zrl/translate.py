@@ -491,8 +491,9 @@ def _rainbow(tr: Translation) -> None:
             "--evaluation-interval",
             "--action-repeat",
         )
-        put("eval.episodes", v("--evaluation-episodes"), "--evaluation-episodes")
-        put("eval.held_out_states", v("--evaluation-size"), "--evaluation-size")
+        for flag, key in (("--evaluation-episodes", "eval.episodes"), ("--evaluation-size", "eval.held_out_states")):
+            if flag in tr.given:  # else zrl's own (the reference's 100 episodes were a window of training ones)
+                put(key, v(flag), flag)
         put("eval.protocol", "machado" if v("--disable-SABER-mode") else "saber", "--disable-SABER-mode")
     tr.replays = [{"type": "prioritized", "capacity": v("--memory-capacity"), "sample_ratio": 1.0}]
     tr.used.add("--memory-capacity")

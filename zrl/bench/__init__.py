@@ -213,7 +213,7 @@ def render(mode: str, result: dict) -> str:
             "observer": ["page_updates"],
             "workers": ["joined"],
             "replay_checkpoint": ["replay_saves", "replay_save_s", "replay_mb", "mb_per_million_frames"],
-            "evaluation": ["evaluations", "eval_seconds", "eval_episodes"],
+            "evaluation": ["evaluations", "eval_seconds", "eval_episodes", "evaluator_restarts"],
         }[label]
         out.append(f"{result['workers']} workers x {result['envs_per_worker']} envs, {result['rounds']} rounds:")
         out.append(

@@ -850,17 +850,22 @@ EVALUATION_NICE_BESIDE = 5  # evaluation_mode also runs the evaluator at this pr
 
 
 def evaluation_watch(results: Path, done: threading.Event) -> dict:
-    """At the run's end, its eval.csv: the evaluations done, the seconds they took and the episodes they played."""
+    """At the run's end, its eval.csv: the evaluations done, the seconds they took and the episodes they played;
+    and how often its log says the evaluator was restarted (dead or taken for hung)."""
     done.wait()
     found = list(results.glob("*/eval.csv"))
     if not found:
         return {"evaluations": 0}
     with open(found[0]) as fh:
         rows = list(csv.DictReader(fh))
+    log = found[0].with_name("zrl.log")
+    lines = log.read_text().splitlines() if log.is_file() else []
+    restarts = sum("zrl-evaluator" in line and "; restarted it" in line for line in lines)
     return {
         "evaluations": len(rows),
         "eval_seconds": round(sum(float(r["seconds"]) for r in rows), 1),
         "eval_episodes": sum(int(r["episodes"]) for r in rows),
+        "evaluator_restarts": restarts,
     }
 
 

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("zrl")
 
 REMOTE_GENERATIONS = 1000  # a remote slot's joins per generation of the ingest, at most, before seeds repeat
-FRAMES_SEEN = 100_000  # the launcher's (time, frames) history kept for eval.csv
+FRAMES_SEEN = 20_000  # the launcher's (time, frames) history kept for eval.csv: 2.8 hours of it
+FRAMES_SEEN_EVERY_S = 0.5
 DASHBOARD_LINGER_S = 2.5  # after the run, open pages have this long to show its end before the page server stops
 
 
@@ -82,8 +83,8 @@ class Launcher:
         self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
         self.replay_stream = ""  # run.checkpoint_replay: this launch's rings' token in replay file names
         self.rings_hold = ""  # the replay checkpoint whose frames were put back into them
-        # eval.interval_frames: (unix time, env frames) as the run went, to place an evaluation at the frames when
-        # its weights were taken (hours of it at the poll rate)
+        # eval.interval_frames: (unix time, env frames) every FRAMES_SEEN_EVERY_S as the run went, to place an
+        # evaluation at the frames when its weights were taken
         self.frames_seen: deque = deque(maxlen=FRAMES_SEEN)
 
     def run(self) -> int:
@@ -253,7 +254,7 @@ class Launcher:
                 for i in range(cfg.workers.count)
             },
         }
-        if cfg.eval.interval_frames:
+        if cfg.eval.interval_frames and not sup.evaluator_lost:
             procs["zrl-evaluator"] = wiring.evaluator(stop, str(self.folder.path))
         if cfg.workers.remote:
             # a restarted ingest numbers its slots' joins on from a generation of their own (seeds apart), and
@@ -378,8 +379,9 @@ class Launcher:
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
                 return EXIT_OK
             if interval:
-                if not self.frames_seen or self.frames_seen[-1][1] != t.env_frames:
-                    self.frames_seen.append((time.time(), t.env_frames))
+                unix = time.time()
+                if not self.frames_seen or unix - self.frames_seen[-1][0] >= FRAMES_SEEN_EVERY_S:
+                    self.frames_seen.append((unix, t.env_frames))
                 if t.env_frames >= next_eval:
                     self._ask_evaluation(t.env_frames // interval, t.env_frames)
                     next_eval = (t.env_frames // interval + 1) * interval
@@ -404,11 +406,11 @@ class Launcher:
             )
 
     def _frames_at(self, when: float, asked: int) -> int:
-        """The run's env frames at unix time ``when`` (from the tally's recent history); ``asked``, the frames
-        its request was sent at, when the history does not reach back that far."""
+        """The run's env frames at unix time ``when`` (from the recent history, sampled every FRAMES_SEEN_EVERY_S),
+        and never fewer than ``asked``, the frames its request was sent at (the weights were taken after it)."""
         times = self.frames_seen
         i = bisect.bisect_right(times, (when, float("inf"))) - 1
-        return times[i][1] if i >= 0 else asked
+        return max(asked, times[i][1]) if i >= 0 else asked
 
     def _evaluated(self, msg: protocol.EvalResult) -> None:
         """An evaluation's result: a row of eval.csv and TensorBoard's eval/* at the frames when its weights were

@@ -109,6 +109,7 @@ class Supervisor:
         self.run_restarts: deque = deque()  # the times the run's roles were restarted, within run.restart_window_s
         self.role_restarts = 0  # restarts of the run's roles in this launch
         self.remote = range(cfg.workers.count, cfg.workers.count + cfg.workers.remote)  # their reports: the ingest's
+        self.evaluator_lost = False  # given up past its restarts: a restart of the run's roles leaves it out too
         self._old_handlers: dict = {}
 
     # -- signals ---------------------------------------------------------------------------------------------
@@ -273,6 +274,7 @@ class Supervisor:
         evaluations (the launcher asks for none once it is gone from ``procs``)."""
         self.kill_role(EVALUATOR)
         del self.procs[EVALUATOR]
+        self.evaluator_lost = True
         self.announce(
             EVALUATOR,
             f"{EVALUATOR} {why}; that is more than workers.max_restarts = {self.cfg.workers.max_restarts} restarts "

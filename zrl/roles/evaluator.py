@@ -133,7 +133,7 @@ class Player:
         idle: Callable[[], bool] | None = None,
     ) -> dict[str, Any] | None:
         """One episode with seed ``seed``: its scores (uncapped, at 5 and at 30 minutes), frames and how it ended.
-        ``on_frame`` sees every frame played; ``idle`` runs every few hundred steps and returns True to give up
+        ``on_frame`` sees every frame played; ``idle`` runs every step (keep it cheap) and returns True to give up
         (None is returned then)."""
         rng = np.random.default_rng(seed)
         q_generator = torch.Generator().manual_seed(seed)
@@ -146,11 +146,10 @@ class Player:
                 on_frame(first[0])
             obs = torch.from_numpy(stack.array)
             total = at_5 = at_30 = 0.0
-            frames = since_reward = steps = 0
+            frames = since_reward = 0
             ended_by = "game over"
             while True:
-                steps += 1
-                if idle is not None and steps % 256 == 0 and idle():
+                if idle is not None and idle():
                     return None
                 with torch.no_grad():
                     action_scores = self.agent.action_scores(self.model, obs, self.cfg, q_generator)[0]
@@ -268,7 +267,7 @@ def best_so_far(checkpoints: Path, terms: dict[str, Any]) -> float:
     (evaluation_terms: a resumed run that changed them starts a new bar), or there is none, or it cannot be read."""
     try:
         record = checkpoint.load(checkpoints / checkpoint.BEST).get("evaluation")
-    except checkpoint.CheckpointError:
+    except (checkpoint.CheckpointError, OSError):
         return -math.inf
     if not isinstance(record, dict) or any(record.get(k) != v for k, v in terms.items()):
         return -math.inf
@@ -312,9 +311,9 @@ class Evaluator:
             sockets.append(self.requests)
             self.stats = transport.socket(self.ctx, zmq.PUSH, hwm=100, connect=self.wiring.endpoints.stats)
             sockets.append(self.stats)
-            self.heartbeat(force=True)
             self.player = Player(cfg, "deepmind" if self.protocol == "train_env" else self.protocol, cfg.eval.greedy)
             self.best = best_so_far(self.checkpoints, self.terms)
+            self.heartbeat(force=True)  # its first report: the start's grace (STARTUP_GRACE_S) covered the above
             while not should_stop(self.stop_event):
                 self.heartbeat()
                 request = self._newest_request(poll)
@@ -373,7 +372,6 @@ class Evaluator:
             if result is None:
                 return
             played.append(result)
-            self.episodes += 1
         q = math.nan
         if self.player.agent.acts_greedily and cfg.eval.held_out_states:
             if self.states is None:
@@ -387,6 +385,7 @@ class Evaluator:
             normalised = scores.human_normalised(self.rom, stats["mean"])
         best = cfg.run.best_by == "eval" and stats["mean"] > self.best and self._keep_best(request, got, stats)
         self.evaluations += 1
+        self.episodes += len(played)  # of finished evaluations: an evaluation cut short counts nowhere
         transport.send(
             self.stats,
             protocol.EvalResult(
@@ -412,6 +411,7 @@ class Evaluator:
             ).encode(),
             RESULT_SEND_MS,
         )
+        self.heartbeat(force=True)  # its counts with the result
 
     def _keep_best(self, request: protocol.EvalRequest, got, stats: dict[str, float]) -> bool:
         """best.pt: the evaluated weights (model only: zrl-eval and --init-from read it) with their evaluation,
@@ -422,7 +422,7 @@ class Evaluator:
             "eval_mean": stats["mean"],
             "eval_ci95": [stats["ci95_low"], stats["ci95_high"]],
             **self.terms,
-            "env_frames": request.env_frames,
+            "asked_at_env_frames": request.env_frames,  # eval.csv's row: the frames when its weights were taken
             "learner_step": got.learner_step,
             "policy_version": got.version,
             "wall_time": time.time(),
