@@ -568,7 +568,7 @@ class EvalConfig:
         Meta(
             ge=0,
             extra={"hint": "0: off"},
-            description="Evaluate the policy every this many env frames while training goes on: a process of its own (zrl-evaluator) takes the learner's latest published weights and plays eval.episodes under eval.protocol; eval.csv and TensorBoard (eval/*) get the score at the frames it was asked at. The learner never waits for it; an evaluation still playing when the next is due skips the missed ones. 0: off (zrl-eval scores checkpoints afterwards). On 2 cores it takes CPU from the workers: see perf/README.md for its cost. The reference Rainbow-IQN Ape-X's evaluation-interval was 500k steps = 2M frames.",
+            description="Evaluate the policy every this many env frames while training goes on: a process of its own (zrl-evaluator) asks the learner for its current weights and plays eval.episodes under eval.protocol; eval.csv and TensorBoard (eval/*) get the score at the frames when the weights were taken. The learner never waits for it: requests that come while an evaluation plays wait, and only the newest is played (metrics.csv eval_skipped counts the others). 0: off (zrl-eval scores checkpoints afterwards). On 2 cores it takes CPU from the workers: see perf/README.md for its cost. The reference Rainbow-IQN Ape-X's evaluation-interval was 500k steps = 2M frames.",
         ),
     ] = 0
     episodes: Annotated[
