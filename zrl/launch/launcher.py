@@ -30,7 +30,7 @@ from zrl.launch.console import Console
 from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir, remove_partials
 from zrl.launch.ray_workers import RayWorkers
 from zrl.launch.ray_workers import check as check_ray
-from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
+from zrl.launch.supervise import EVALUATOR, EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
 from zrl.metrics import EVAL_COLUMNS
@@ -255,7 +255,7 @@ class Launcher:
             },
         }
         if cfg.eval.interval_frames and not sup.evaluator_lost:
-            procs["zrl-evaluator"] = wiring.evaluator(stop, str(self.folder.path))
+            procs[EVALUATOR] = wiring.evaluator(stop, str(self.folder.path))
         if cfg.workers.remote:
             # a restarted ingest numbers its slots' joins on from a generation of their own (seeds apart), and
             # their frame counts go on
@@ -396,7 +396,7 @@ class Launcher:
     def _ask_evaluation(self, index: int, env_frames: int) -> None:
         """Ask the evaluator for evaluation ``index`` of the learner's latest weights (eval.interval_frames); none
         once it is lost for good."""
-        if "zrl-evaluator" not in self.supervisor.procs:
+        if EVALUATOR not in self.supervisor.procs:
             return
         request = protocol.EvalRequest(index=index, env_frames=env_frames)
         if not transport.send_nowait(self.wiring.evaluations, request.encode()):
