@@ -21,7 +21,7 @@ from conftest import REPO, command
 from zrl.config import ConfigError, dumps, load
 from zrl.dashboard import Dashboard, RunView
 from zrl.launch.folder import LOCK_NAME
-from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog
+from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +116,28 @@ def test_the_state_agrees_with_the_run_folder_files(page, run_dir):
     time.sleep(0.6)  # the view reads the files at most twice a second
     state = json.loads(_get(page.port, "/api/state")[1])
     assert state["latest"]["env_frames"] == 84_000
+
+
+def test_evaluations_during_training_are_points_with_their_interval_and_the_last_one_is_named(page, run_dir):
+    state = json.loads(_get(page.port, "/api/state")[1])
+    assert state["evaluations"]["mean"] == [] and state["last_evaluation"] is None  # a run without eval.csv
+    log = CsvLog(run_dir / "eval.csv", EVAL_COLUMNS)
+    for i, (mean, best) in enumerate(((-20.5, 1), (-18.0, 1), (-19.0, 0)), start=1):
+        row = {"wall_time": f"{1.7e9 + 12 * i:.3f}", "elapsed_s": 12 * i, "env_frames": 20_000 * i, "index": i}
+        row |= {"protocol": "deepmind", "episodes": 10, "mean": mean, "ci95_low": mean - 1, "ci95_high": mean + 0.5}
+        log.write(row | {"human_normalised": (mean + 20.7) / 35.6, "mean_max_q": "", "best": best})
+    log.close()
+    with open(run_dir / "eval.csv", "a") as fh:
+        fh.write("1700000048.000,48,80000")  # a row half written: not shown until its line ends
+    time.sleep(0.6)
+    state = json.loads(_get(page.port, "/api/state")[1])
+    e = state["evaluations"]
+    assert e["frames"] == [20_000, 40_000, 60_000] and e["mean"] == [-20.5, -18.0, -19.0]
+    assert e["ci95_low"] == [-21.5, -19.0, -20.0] and e["ci95_high"] == [-20.0, -17.5, -18.5]
+    assert e["minutes"] == [0.2, 0.4, 0.6]  # the run started at 1.7e9 (metrics.csv: wall time less elapsed)
+    last = state["last_evaluation"]
+    assert (last["env_frames"], last["protocol"], last["episodes"], last["mean"]) == (60_000, "deepmind", 10, -19.0)
+    assert last["human_normalised"] == pytest.approx(1.7 / 35.6) and last["mean_max_q"] is None and not last["best"]
 
 
 def test_a_live_run_shows_its_processes_and_an_ended_one_its_closing_line(run_dir):

@@ -1,7 +1,8 @@
 """The live dashboard of a real run in a real browser: Debian's Chromium, headless, driven by selenium through
 chromedriver. A short Pong run with --dashboard; the page's figures change between two reads and agree with the
 run's CSV files, the bottleneck is named, a worker killed with SIGKILL is restarted and the page goes on updating
-and shows the restart, and when the run stops the page says it ended. A screenshot is kept as the test's
+and shows the restart, an evaluation during training is named as eval.csv has it, and when the run stops the page
+says it ended. A screenshot is kept as the test's
 artefact (tests/artifacts/dashboard.png, or $ZRL_TEST_ARTIFACTS).
 
 Chromium and chromedriver come from Debian's packages (``apt-get install chromium chromium-driver``; .ci/run
@@ -108,6 +109,12 @@ def test_the_dashboard_of_a_real_run_in_chromium(tmp_path, browser, no_leaks):
             "run.max_seconds=900",  # the test stops it; this is a backstop
             "--set",
             "run.log_interval_s=1.0",
+            "--set",
+            "eval.interval_frames=20000",  # evaluations during training: points on the learning curve
+            "--set",
+            "eval.episodes=1",
+            "--set",
+            "eval.nice=0",
         ),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -153,6 +160,9 @@ def test_the_dashboard_of_a_real_run_in_chromium(tmp_path, browser, no_leaks):
         new = _wait("the new worker 0", lambda: _worker(run.pid, "zrl-worker-0"), 10)
         assert new.pid != victim.pid
 
+        # An evaluation during training is named on the page as eval.csv has it, and drawn on the learning curve.
+        _wait("an evaluation on the page", lambda: _evaluation_in_csv(browser, run_dir), 120)
+
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "dashboard.png"
         height = browser.execute_script("return document.documentElement.scrollHeight")
@@ -187,6 +197,18 @@ def _stderr(run: subprocess.Popen) -> str:
 def _frames_in_csv(browser, run_dir: Path) -> bool:
     shown = _frames(browser)
     return shown > 0 and shown in {int(r["env_frames"]) for r in csv_rows(run_dir / "metrics.csv")}
+
+
+def _evaluation_in_csv(browser, run_dir: Path) -> bool:
+    """The page's last evaluation is a row of eval.csv: its frames and mean (shown to 2 decimals)."""
+    match = re.search(
+        r"Last evaluation \(deepmind, 1 episode\) at ([\d,]+) frames: (-?[\d.]+)", _text(browser, "eval-note")
+    )
+    if not match:
+        return False
+    frames, mean = int(match.group(1).replace(",", "")), float(match.group(2))
+    rows = csv_rows(run_dir / "eval.csv") if (run_dir / "eval.csv").is_file() else []
+    return any(int(r["env_frames"]) == frames and abs(float(r["mean"]) - mean) <= 0.005 + 1e-9 for r in rows)
 
 
 def _return_in_csv(browser, run_dir: Path) -> bool:

@@ -17,7 +17,7 @@ from zrl import config
 from zrl.bench.learning import WINDOW
 from zrl.cli import plot_main
 from zrl.experiment import plot
-from zrl.metrics import EPISODE_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog
+from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog
 
 START = 1_700_000_000.0  # the fake runs' start, unix seconds
 INTERVAL_S = 2.0  # their metrics rows' interval
@@ -184,6 +184,46 @@ def test_the_health_panel_is_a_png_and_says_what_a_run_did_not_use(tmp_path):
     # the learner's first row is before its first step: its zeros are not drawn
     (loss,) = [line for line in by_title["losses"].lines if line.get_label() == "total"]
     assert len(loss.get_xdata()) == 29
+
+
+def _evaluations(folder: Path, scores: list[tuple[float, float, float]], torn: bool = False) -> None:
+    """eval.csv as the launcher writes it: an evaluation of each (mean, low, high) of ``scores``, the weights of the
+    i-th taken at 30 s times i and 20,000 env frames times i; ``torn``: and a last row cut short."""
+    log = CsvLog(folder / "eval.csv", EVAL_COLUMNS)
+    for i, (mean, low, high) in enumerate(scores, start=1):
+        row = {"wall_time": f"{START + 30 * i:.3f}", "elapsed_s": 30.0 * i, "env_frames": 20_000 * i, "index": i}
+        log.write(row | {"protocol": "deepmind", "episodes": 10, "mean": mean, "ci95_low": low, "ci95_high": high})
+    log.close()
+    if torn:
+        with open(folder / "eval.csv", "a") as fh:
+            fh.write(f"{START + 200:.3f},200,140000,7")
+
+
+@pytest.mark.unit
+def test_evaluations_during_training_are_points_with_their_intervals_on_both_figures(tmp_path):
+    folder = _run(tmp_path / "run", returns=np.linspace(-21, 5, 150))
+    _evaluations(folder, [(-20.0, -21.0, -19.5), (-15.0, -16.0, -13.0), (-9.0, -9.0, -9.0)], torn=True)
+    result = _cli(folder)
+    assert result.exit_code == 0, result.output
+    assert "eval.csv: skipped a torn last line" in result.stderr
+    fig = plot.draw_curves([plot.load_run(folder)])
+    for ax, xs in zip(fig.axes, ([0.02, 0.04, 0.06], [0.5, 1.0, 1.5])):  # millions of frames; minutes
+        ((points, _, (bars,)),) = ax.containers  # errorbar's: the markers, the caps, the bars
+        np.testing.assert_allclose(points.get_xdata(), xs)
+        np.testing.assert_allclose(points.get_ydata(), [-20.0, -15.0, -9.0])
+        np.testing.assert_allclose([seg[:, 1] for seg in bars.get_segments()], [[-21, -19.5], [-16, -13], [-9, -9]])
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == ["run", "evaluations (deepmind, 10 episodes), 95% CI"]
+    assert "points: evaluations during training" in fig._suptitle.get_text()
+    health = plot.draw_metrics(plot.load_run(folder))
+    (ret,) = [ax for ax in health.axes if ax.get_title() == "return"]
+    ((points, _, _),) = ret.containers
+    np.testing.assert_allclose(points.get_xdata(), [0.5, 1.0, 1.5])
+    # A run without eval.csv has no points and no note about the file.
+    other = _run(tmp_path / "other", returns=np.linspace(-21, 5, 150))
+    result = _cli(other)
+    assert result.exit_code == 0 and result.stderr == f"wrote {other / 'plots' / 'curves.png'}\n", result.output
+    assert "evaluations" not in plot.draw_curves([plot.load_run(other)])._suptitle.get_text()
 
 
 @pytest.mark.unit

@@ -729,8 +729,9 @@ def plot_main(runs, out, svg, metrics) -> None:
     """Draw runs' pictures from their CSV files, as they stand (a run still writing too):
     zrl-plot results/ALE-Pong-v5_1795270480 results/ALE-Pong-v5_1795274127 --out pong.png
 
-    Return (the 100-episode mean raw return) against env frames and against wall time; runs of one config over
-    seeds as their mean with a 95% bootstrap band. --metrics: one run's health against wall time: return, losses,
+    Return (the 100-episode mean raw return) against env frames and against wall time, and evaluations during
+    training (eval.csv) as points with their 95% interval; runs of one config over seeds as their mean with a 95%
+    bootstrap band. --metrics: one run's health against wall time: return, losses,
     gradient norm, learning rate, policy lag, throughput, each role's time split, step costs, replay, drops, elite
     distances, restarts and errors."""
     from zrl.experiment import plot

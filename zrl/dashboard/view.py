@@ -130,6 +130,7 @@ class RunView:
         self.min_interval_s = min_interval_s
         self._metrics = CsvFollower(self.path / "metrics.csv")
         self._episodes = CsvFollower(self.path / "episodes.csv")
+        self._evals = CsvFollower(self.path / "eval.csv")
         self._log = LineFollower(self.path / "zrl.log")
         self._config: dict = {}
         self._fresh()
@@ -148,6 +149,8 @@ class RunView:
         self._returns: deque[float] = deque(maxlen=WINDOW)
         self._frames = 0
         self._curve = _Curve(("frames", "minutes", "mean_return_100", "raw_return"))
+        self._eval_curve = _Curve(("frames", "minutes", "mean", "ci95_low", "ci95_high"))
+        self._last_eval: dict | None = None
         self._series = _Curve(
             ("minutes", "frames_per_s", "learner_steps_per_s", "policy_lag", "sample_age_mean", "replay_size")
         )
@@ -163,6 +166,7 @@ class RunView:
         if self._metrics.reset:
             self._metrics.reset = False
             self._episodes = CsvFollower(self.path / "episodes.csv")
+            self._evals = CsvFollower(self.path / "eval.csv")
             self._fresh()
         for row in rows:
             wall, elapsed = number(row, "wall_time"), number(row, "elapsed_s")
@@ -219,6 +223,28 @@ class RunView:
                     ret,
                 )
             )
+
+    def _read_evals(self) -> None:
+        """eval.csv's rows (evaluations during training, eval.interval_frames): each a point at the frames and the
+        time its weights were taken, with its 95% interval; the last one's figures for the page's line."""
+        for row in self._evals.poll():
+            wall, mean, frames = number(row, "wall_time"), number(row, "mean"), number(row, "env_frames")
+            if wall is None or mean is None or frames is None:
+                continue
+            start = self._start_wall if self._start_wall is not None else wall
+            low, high = number(row, "ci95_low"), number(row, "ci95_high")
+            self._eval_curve.add((int(frames), round((wall - start) / 60.0, 3), mean, low, high))
+            self._last_eval = {
+                "env_frames": int(frames),
+                "protocol": row.get("protocol") or "?",
+                "episodes": number(row, "episodes"),
+                "mean": mean,
+                "ci95_low": low,
+                "ci95_high": high,
+                "human_normalised": number(row, "human_normalised"),
+                "mean_max_q": number(row, "mean_max_q"),
+                "best": number(row, "best") == 1,
+            }
 
     def _read_log(self) -> None:
         data = self._log.poll()
@@ -364,6 +390,7 @@ class RunView:
         self._read_config()
         self._read_metrics()
         self._read_episodes()
+        self._read_evals()
         self._read_log()
         launcher = self.launcher_pid()
         status, text = self._status(launcher)
@@ -399,6 +426,8 @@ class RunView:
             "updated": time.time(),
             "latest": latest,
             "curve": self._curve.columns(),
+            "evaluations": self._eval_curve.columns(),
+            "last_evaluation": self._last_eval,
             "series": self._series.columns(),
             "time_split": self._split(),
             "processes": self.processes(launcher),
@@ -407,7 +436,11 @@ class RunView:
             "restarts": list(self._restarts),
             "notes": [
                 f"{name}: {f.skipped} malformed lines skipped"
-                for name, f in (("metrics.csv", self._metrics), ("episodes.csv", self._episodes))
+                for name, f in (
+                    ("metrics.csv", self._metrics),
+                    ("episodes.csv", self._episodes),
+                    ("eval.csv", self._evals),
+                )
                 if f.skipped
             ],
         }

@@ -2,7 +2,8 @@
 a run still writing or one that crashed leaves it, is left out with a note), so it works on a run as it goes.
 
 Curves (the default): the 100-episode mean of the raw return against env frames and against wall time, side by
-side, for one run or several overlaid. Runs whose config.toml are equal but for the seed, the results folder and
+side, for one run or several overlaid; a run's evaluations during training (eval.csv) are points on them with their
+95% bootstrap interval. Runs whose config.toml are equal but for the seed, the results folder and
 the budget (``IGNORED_KEYS``) are one group: its mean on a grid over the range all its runs reach, with the 95%
 bootstrap band of that mean (``zrl.experiment.report._band``); a group of one is its own line.
 
@@ -81,6 +82,7 @@ class Run:
     episodes: list[dict]
     metrics: list[dict]
     notes: list[str]
+    evaluations: list[dict] = field(default_factory=list)  # eval.csv's rows: none where the run has no evaluations
 
     @property
     def name(self) -> str:
@@ -119,7 +121,9 @@ def load_run(path: str | Path) -> Run:
         raise ConfigError(f"{path}: not a zrl run folder (no episodes.csv or metrics.csv); {RUN_FOLDER}")
     episodes, episode_notes = read_csv(folder / "episodes.csv")
     metrics, metric_notes = read_csv(folder / "metrics.csv")
-    return Run(folder, _config(folder / "config.toml"), episodes, metrics, episode_notes + metric_notes)
+    evaluations, eval_notes = read_csv(folder / "eval.csv") if (folder / "eval.csv").is_file() else ([], [])
+    notes = episode_notes + metric_notes + eval_notes
+    return Run(folder, _config(folder / "config.toml"), episodes, metrics, notes, evaluations)
 
 
 def _config(path: Path) -> dict:
@@ -169,6 +173,66 @@ def curve(run: Run) -> Curve:
     since = np.maximum(0, upto - WINDOW)
     start = run_start(run)
     return Curve(np.maximum.accumulate(frames), (wall - start) / 60.0, (sums[upto] - sums[since]) / (upto - since))
+
+
+@dataclass
+class Evaluations:
+    """A run's evaluations during training (eval.csv): the env frames and the minutes since the run's start when
+    each one's weights were taken, its mean score and 95% bootstrap interval (NaN where a row has none), and the
+    protocol and episodes of the last."""
+
+    frames: np.ndarray
+    minutes: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    protocol: str = ""
+    episodes: int = 0
+
+
+def evaluations(run: Run) -> Evaluations:
+    """The run's evaluations, in the order of their frames; empty arrays where it has none."""
+    rows = sorted(
+        (r for r in run.evaluations if number(r, "env_frames") is not None and number(r, "mean") is not None),
+        key=lambda r: number(r, "env_frames"),
+    )
+    start = run_start(run) or 0.0
+    last = rows[-1] if rows else {}
+    return Evaluations(
+        _column(rows, "env_frames"),
+        (_column(rows, "wall_time") - start) / 60.0,
+        _column(rows, "mean"),
+        _column(rows, "ci95_low"),
+        _column(rows, "ci95_high"),
+        str(last.get("protocol") or ""),
+        int(number(last, "episodes") or 0),
+    )
+
+
+def _draw_evaluations(ax, xs: np.ndarray, e: Evaluations, colour: str, label: str | None) -> None:
+    """Evaluation points at ``xs`` with their 95% interval as error bars (none where a row has no interval)."""
+    known = ~np.isnan(e.low) & ~np.isnan(e.high)
+    below = np.where(known, np.maximum(0.0, e.mean - e.low), 0.0)
+    above = np.where(known, np.maximum(0.0, e.high - e.mean), 0.0)
+    ax.errorbar(
+        xs,
+        e.mean,
+        yerr=[below, above],
+        fmt="o",
+        ms=4,
+        color=colour,
+        mec="white",
+        mew=0.6,
+        elinewidth=1,
+        capsize=2,
+        label=label,
+        zorder=3,
+    )
+
+
+def _evaluation_label(e: Evaluations, head: str = "") -> str:
+    episodes = f", {e.episodes} episode{'s' if e.episodes != 1 else ''}" if e.episodes else ""
+    return f"{head}evaluations ({e.protocol or '?'}{episodes}), 95% CI"
 
 
 # -- grouping -----------------------------------------------------------------------------------------------
@@ -261,7 +325,7 @@ def draw_curves(runs: list[Run]):
     plt = _matplotlib()
     fig, axes = plt.subplots(1, 2, figsize=CURVES_SIZE, dpi=DPI, layout="constrained")
     rng = np.random.default_rng(0)
-    waiting, banded = [], False
+    waiting, banded, evaluated = [], False, False
     for i, group in enumerate(group_runs(runs)):
         curves = [c for c in map(curve, group.runs) if len(c.frames)]
         if not curves:
@@ -271,6 +335,12 @@ def draw_curves(runs: list[Run]):
         banded |= len(curves) > 1
         _draw_group(axes[0], [(c.frames / 1e6, c.mean_return) for c in curves], f"C{i % 10}", label, rng)
         _draw_group(axes[1], [(c.minutes, c.mean_return) for c in curves], f"C{i % 10}", label, rng)
+        scored = [e for e in map(evaluations, group.runs) if len(e.frames)]
+        evaluated |= bool(scored)
+        for j, e in enumerate(scored):  # each run's own points: they are not at the same frames across seeds
+            text = None if j else _evaluation_label(e, "" if len(runs) == 1 else f"{group.name}: ")
+            _draw_evaluations(axes[0], e.frames / 1e6, e, f"C{i % 10}", text)
+            _draw_evaluations(axes[1], e.minutes, e, f"C{i % 10}", text)
     for ax, xlabel in zip(axes, ("env frames (millions)", MINUTES)):
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"mean raw return, last {WINDOW} episodes")
@@ -284,6 +354,8 @@ def draw_curves(runs: list[Run]):
     title = f"{', '.join(envs)}: return, the mean raw return of the last {WINDOW} episodes"
     if banded:
         title += "\nruns of one config over seeds: their mean, with a 95% bootstrap band of the mean"
+    if evaluated:
+        title += "\npoints: evaluations during training (eval.csv), with their 95% bootstrap interval"
     fig.suptitle(title)
     return fig
 
@@ -311,12 +383,16 @@ def _lines(ax, x: np.ndarray, series: list[tuple[str, np.ndarray]], empty: str, 
         ax.legend(loc="best")
 
 
-def _return(ax, c: Curve) -> None:
+def _return(ax, c: Curve, e: Evaluations) -> None:
+    """The return's curve against minutes, and the evaluations during training as points with their intervals."""
     ax.set_title("return")
     ax.set_ylabel(f"mean raw return, last {WINDOW}")
     if len(c.minutes):
-        ax.plot(c.minutes, c.mean_return, lw=1.1)
-    else:
+        ax.plot(c.minutes, c.mean_return, lw=1.1, label=f"training, last {WINDOW}" if len(e.frames) else None)
+    if len(e.frames):
+        _draw_evaluations(ax, e.minutes, e, "C1", _evaluation_label(e))
+        ax.legend(loc="best")
+    elif not len(c.minutes):
         _say(ax, "no episodes yet")
 
 
@@ -398,7 +474,7 @@ def draw_metrics(run: Run):
     stepped_col = lambda key, scale=1.0: np.where(stepped, col(key, scale), np.nan)
     named = lambda pairs, scale=1.0: [(label, col(key, scale)) for label, key in pairs]
 
-    _return(ret, curve(run))
+    _return(ret, curve(run), evaluations(run))
     loss_keys = ("total_loss", "pg_loss", "baseline_loss", "policy_cloning_loss", "value_cloning_loss")
     loss_series = [(k.removesuffix("_loss").replace("_", " "), stepped_col(k)) for k in loss_keys]
     _lines(losses, minutes, loss_series, "no learner step yet", "losses", "loss")
