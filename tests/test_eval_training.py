@@ -1,7 +1,8 @@
 """Evaluation during training (the [eval] section, run.best_by): its config rules, the held-out states and their
 mean max-Q, and a real zrl-launch whose evaluator plays the learner's latest weights under zrl-eval's protocols,
 writes eval.csv and TensorBoard's eval/*, keeps best.pt by the evaluation score, and is restarted alone when it
-is killed. Ape-X's evaluation with held-out states rides on tests/test_apex.py's Pong run."""
+is killed, and evaluates the final checkpoint after the run's end (eval.final), which Ctrl-C skips. Ape-X's
+evaluation with held-out states rides on tests/test_apex.py's Pong run."""
 
 from __future__ import annotations
 
@@ -105,7 +106,7 @@ def _evaluator() -> psutil.Process | None:
 
 
 @pytest.mark.e2e
-def test_a_run_evaluates_its_latest_weights_keeps_best_pt_by_their_score_and_outlives_its_evaluator(
+def test_a_run_evaluates_its_latest_weights_keeps_best_pt_by_their_score_outlives_its_evaluator_and_ends_with_a_final(
     tmp_path: Path, no_leaks
 ):
     proc = start_command(
@@ -141,12 +142,22 @@ def test_a_run_evaluates_its_latest_weights_keeps_best_pt_by_their_score_and_out
     log = (run_dir / "zrl.log").read_text()
     assert "zrl-evaluator exited with code -9; restarted it" in log
     rows = csv_rows(run_dir / "eval.csv")
+    # The last row is the final evaluation (eval.final): the learner's final checkpoint, after the roles stopped.
+    *during, final = rows
+    assert [r["final"] for r in rows] == ["0"] * len(during) + ["1"], rows
+    final_ckpt = checkpoint.latest(run_dir / "checkpoints")
+    assert int(final["policy_version"]) == checkpoint.load(final_ckpt)["policy_version"], final
+    last_metrics = csv_rows(run_dir / "metrics.csv")[-1]
+    assert int(final["env_frames"]) == int(last_metrics["env_frames"]) >= 60_000 and final["index"] == "6", final
+    assert f"final evaluation of {final_ckpt.name} at {int(final['env_frames']):,} env frames" in log
+    assert f"final evaluation at {int(final['env_frames']):,} frames (deepmind, 2 episodes" in log
+    assert float(final["wall_time"]) > float(during[-1]["wall_time"]) and -21 <= float(final["mean"]) <= 21
     frames = [int(r["env_frames"]) for r in rows]
     # asked each time the frames passed a multiple of 10,000: evaluations before the kill and after it (the kill
     # costs the one it was playing, and a request while the new evaluator connects)
-    assert frames == sorted(frames) and len(rows) >= 2, rows
-    assert [float(r["wall_time"]) < killed_at for r in rows].count(True) >= 1, rows
-    assert [float(r["wall_time"]) > killed_at for r in rows].count(True) >= 1, rows
+    assert frames == sorted(frames) and len(during) >= 2, rows
+    assert [float(r["wall_time"]) < killed_at for r in during].count(True) >= 1, rows
+    assert [float(r["wall_time"]) > killed_at for r in during].count(True) >= 1, rows
     indices = [int(r["index"]) for r in rows]  # the multiple of 10,000 a request answered: its weights came later
     assert indices == sorted(set(indices)) and all(10_000 * i <= f for i, f in zip(indices, frames)), rows
     for r in rows:
@@ -198,3 +209,36 @@ def test_an_evaluator_takes_best_pts_evaluation_as_its_bar_only_on_the_same_term
     assert evaluator.best_so_far(tmp_path, terms) == -math.inf
     best.write_bytes(best.read_bytes()[:-10])  # damaged: fails its hash
     assert evaluator.best_so_far(tmp_path, terms) == -math.inf
+
+
+@pytest.mark.e2e
+def test_ctrl_c_during_the_final_evaluation_stops_it_and_leaves_nothing(tmp_path: Path, no_leaks):
+    # no evaluation during the run (its interval is past the budget), and a final one of 100 episodes: long enough
+    proc = start_command(
+        "zrl-launch",
+        "--config",
+        SMOKE,
+        "--set",
+        "run.max_env_frames=20000",
+        "--set",
+        "eval.interval_frames=1000000",
+        "--set",
+        "eval.episodes=100",
+        cwd=tmp_path,
+    )
+    try:
+        logs = lambda: [p for p in tmp_path.glob("results/*/zrl.log") if "final evaluation of" in p.read_text()]
+        (log,) = wait_until(logs, 180, "the final evaluation's start", proc)
+        wait_until(_evaluator, 60, "the final evaluator's process", proc)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err[-3000:]
+    assert "final evaluation of ckpt_" in out and "(Ctrl-C skips it)" in out
+    assert "the final evaluation was stopped by a signal" in log.read_text()
+    eval_csv = log.with_name("eval.csv")
+    assert not eval_csv.exists() or not csv_rows(eval_csv), "no evaluation finished"

@@ -86,13 +86,15 @@ EVAL_COLUMNS = (
     "frames_played",
     "seconds",
     "best",
+    "final",
 )
 """eval.csv: one row per evaluation during training (eval.interval_frames): when the weights it played were taken
 from the learner (wall_time, the launch's elapsed_s, and the run's env_frames then), which request it answered
 (index: the multiple of eval.interval_frames passed), the weights (learner_step, policy_version), and its
 scores: the mean raw score over its episodes with a 95% bootstrap interval, median, min, max, the human-normalised
 mean (empty for a game without reference scores), the mean max-Q over the held-out states (value-based agents;
-empty otherwise), the frames it played, its seconds, and best (1: best.pt holds these weights)."""
+empty otherwise), the frames it played, its seconds, best (1: best.pt holds these weights) and final (1: the
+evaluation of the learner's final checkpoint after the run's end, eval.final; its index is the last multiple passed)."""
 EVAL_SCALARS = ("mean", "ci95_low", "ci95_high", "human_normalised", "mean_max_q")
 
 

@@ -690,10 +690,13 @@ class IngestStats(_Message, tag="ingest_stats"):
 
 class EvalRequest(_Message, tag="eval_request"):
     """launcher -> evaluator: evaluate the learner's latest weights; evaluation ``index`` of the run (the multiple
-    of eval.interval_frames passed), asked at ``env_frames`` frames played."""
+    of eval.interval_frames passed), asked at ``env_frames`` frames played. With ``checkpoint``: the final
+    evaluation (eval.final), of that checkpoint's weights, given to a fresh evaluator when the run's roles have
+    stopped."""
 
     index: Count
     env_frames: Count
+    checkpoint: Text = ""
 
 
 class EvaluatorStats(_Message, tag="evaluator_stats"):
@@ -711,9 +714,10 @@ class EvaluatorStats(_Message, tag="evaluator_stats"):
 
 class EvalResult(_Message, tag="eval_result"):
     """evaluator -> launcher: evaluation ``index`` (asked at ``env_frames``) of the weights of ``policy_version``
-    (learner step ``learner_step``), taken from the learner at ``weights_time`` (unix seconds): ``episodes`` under ``protocol``, their mean raw score with
-    a 95% bootstrap interval, and what else is known; NaN where a figure does not apply (no reference scores for
-    the game; no Q-values for a policy agent). ``best`` 1: best.pt now holds these weights (run.best_by = eval)."""
+        (learner step ``learner_step``), taken from the learner (or written to the final checkpoint) at ``weights_time``
+    (unix seconds): ``episodes`` under ``protocol``, their mean raw score with
+        a 95% bootstrap interval, and what else is known; NaN where a figure does not apply (no reference scores for
+        the game; no Q-values for a policy agent). ``best`` 1: best.pt now holds these weights (run.best_by = eval)."""
 
     pid: int
     index: Count
@@ -734,6 +738,7 @@ class EvalResult(_Message, tag="eval_result"):
     frames_played: Count
     seconds: float
     best: Annotated[int, Meta(ge=0, le=1)]
+    final: Annotated[int, Meta(ge=0, le=1)] = 0  # 1: the final evaluation, of the learner's final checkpoint
 
 
 MESSAGE_TYPES: tuple[type[_Message], ...] = (

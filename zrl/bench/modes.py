@@ -487,6 +487,8 @@ def pipeline(
             "--set",
             "run.checkpoint_every_steps=0",
             "--set",
+            "eval.final=false",  # the measured run ends at its seconds: no evaluation after it
+            "--set",
             f"run.max_seconds={warmup + seconds}",
             "--quiet",
             *args,

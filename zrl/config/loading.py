@@ -34,6 +34,7 @@ SAFE_ON_RESUME = (
     "eval.greedy",
     "eval.held_out_states",
     "eval.nice",
+    "eval.final",
     "run.background_save",
     "run.max_env_frames",
     "run.log_interval_s",

@@ -244,6 +244,7 @@ class RunView:
                 "human_normalised": number(row, "human_normalised"),
                 "mean_max_q": number(row, "mean_max_q"),
                 "best": number(row, "best") == 1,
+                "final": number(row, "final") == 1,
             }
 
     def _read_log(self) -> None:

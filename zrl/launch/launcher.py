@@ -30,13 +30,23 @@ from zrl.launch.console import Console
 from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir, remove_partials
 from zrl.launch.ray_workers import RayWorkers
 from zrl.launch.ray_workers import check as check_ray
-from zrl.launch.supervise import EVALUATOR, EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE, Supervisor
+from zrl.launch.supervise import (
+    EVALUATOR,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_SIGINT,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+    STARTUP_GRACE_S,
+    Supervisor,
+)
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
 from zrl.metrics import EVAL_COLUMNS
 from zrl.replay.snapshot import SnapshotMismatch
 from zrl.replay_checkpoint import new_stream, newest, replay_folder, restore_frames
 from zrl.roles.common import StartFrom, WorkerStart
+from zrl.roles.evaluator import run_protocol
 
 if TYPE_CHECKING:
     from zrl.dashboard import Dashboard
@@ -81,6 +91,7 @@ class Launcher:
         self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
         self.stop_reason = "budget reached"
         self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
+        self.final_result: protocol.EvalResult | None = None  # eval.final's, once it came
         self.replay_stream = ""  # run.checkpoint_replay: this launch's rings' token in replay file names
         self.rings_hold = ""  # the replay checkpoint whose frames were put back into them
         # eval.interval_frames: (unix time, env frames) every FRAMES_SEEN_EVERY_S as the run went, to place an
@@ -224,6 +235,8 @@ class Launcher:
             self.console.say(f"stopping ({reason}); waiting for the final checkpoint")
             self.stop.set()
             sup.stop(self._drain)
+            if code == EXIT_OK and cfg.eval.interval_frames and cfg.eval.final and not sup.evaluator_lost:
+                code = self._final_evaluation()
         except KeyboardInterrupt:
             code = EXIT_SIGINT if signal.SIGINT in sup.signals else EXIT_SIGTERM
             log.warning("second signal: stopping at once")
@@ -393,6 +406,52 @@ class Launcher:
                 self.console.line(line)
                 next_report = now + cfg.run.log_interval_s
 
+    def _final_evaluation(self) -> int:
+        """eval.final: with the run's roles stopped, a fresh evaluator plays the newest checkpoint (the learner's
+        final one) under the run's evaluation terms; wait for its result, saying how far it is. EXIT_OK also when it
+        fails or hangs (said: training ended well); a signal's exit code when one stops it."""
+        cfg, sup, t = self.cfg, self.supervisor, self.tally
+        path = self.folder.latest_checkpoint()
+        if path is None:
+            text = "no final evaluation: the learner wrote no checkpoint"
+            log.warning(text)
+            self.console.say(text)
+            return EXIT_OK
+        step = t.learner.learner_step if t.learner is not None else 0
+        late = "" if path.name == checkpoint.PATTERN.format(step=step) else " (the final one could not be written)"
+        text = (
+            f"final evaluation of {path.name}{late} at {t.env_frames:,} env frames: {cfg.eval.episodes} episodes "
+            f"under {run_protocol(cfg)}, the workers stopped (Ctrl-C skips it)"
+        )
+        log.info(text)
+        self.console.say(text)
+        request = protocol.EvalRequest(
+            index=t.env_frames // cfg.eval.interval_frames, env_frames=t.env_frames, checkpoint=str(path)
+        )
+        self.stop = self.wiring.stop_flag()
+        began = time.monotonic()
+        sup.start(EVALUATOR, self.wiring.evaluator(self.stop, str(self.folder.path), request), began)
+        proc, next_line = sup.procs[EVALUATOR], began + cfg.run.log_interval_s
+        while self.final_result is None:
+            self._drain(cfg.transport.poll_timeout_ms)
+            if (code := sup.signal_code()) is not None:
+                log.warning("the final evaluation was stopped by a signal")
+                return code
+            now = time.monotonic()
+            timeout = cfg.run.heartbeat_timeout_s if EVALUATOR in sup.reported else STARTUP_GRACE_S
+            if self.final_result is None and (proc.exitcode is not None or now - sup.last_seen[EVALUATOR] > timeout):
+                self._drain(200)  # its result or its traceback may still be on the way
+                if self.final_result is None:
+                    why = f"exited with code {proc.exitcode}" if proc.exitcode is not None else "stopped answering"
+                    text = f"the final evaluation failed: {EVALUATOR} {why}" + sup.traceback_of(EVALUATOR)
+                    log.warning(text)
+                    self.console.say(text)
+                break
+            if now >= next_line:
+                self.console.line(f"final evaluation: {now - began:,.0f} s")
+                next_line = now + cfg.run.log_interval_s
+        return EXIT_OK
+
     def _ask_evaluation(self, index: int, env_frames: int) -> None:
         """Ask the evaluator for evaluation ``index`` of the learner's latest weights (eval.interval_frames); none
         once it is lost for good."""
@@ -426,7 +485,7 @@ class Launcher:
         normalised = f", human-normalised {msg.human_normalised:.3f}" if math.isfinite(msg.human_normalised) else ""
         q = f", mean max-Q {msg.mean_max_q:.3f}" if math.isfinite(msg.mean_max_q) else ""
         text = (
-            f"evaluation at {row['env_frames']:,} frames ({msg.protocol}, {msg.episodes} episodes, "
+            f"{'final ' if msg.final else ''}evaluation at {row['env_frames']:,} frames ({msg.protocol}, {msg.episodes} episodes, "
             f"{msg.seconds:.0f} s): mean {msg.mean:.2f} [{msg.ci95_low:.2f}, {msg.ci95_high:.2f}]{normalised}{q}"
             + ("; best.pt now holds these weights" if msg.best else "")
         )
@@ -472,6 +531,8 @@ class Launcher:
             return
         if isinstance(msg, protocol.EvalResult):
             self._evaluated(msg)
+            if msg.final:
+                self.final_result = msg
             return
         row = t.take(msg)
         if row is not None:

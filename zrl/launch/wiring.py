@@ -25,7 +25,7 @@ import zmq
 
 import shm
 from shm.ring import Ring, RingSpec
-from zrl import envs, transport
+from zrl import envs, protocol, transport
 from zrl.config import Config, worker_slots
 from zrl.namespace import private_prefix, shm_prefix
 from zrl.roles import broker, evaluator, ingest, learner, worker
@@ -253,10 +253,13 @@ class Wiring:
             target=ingest.run, name=ingest.NAME, args=(self.cfg, self.roles, stop, run_name, slots)
         )
 
-    def evaluator(self, stop: StopFlag, run_dir: str) -> mp.Process:
-        """The role that evaluates the learner's latest weights when asked (eval.interval_frames)."""
+    def evaluator(self, stop: StopFlag, run_dir: str, final: protocol.EvalRequest | None = None) -> mp.Process:
+        """The role that evaluates the learner's latest weights when asked (eval.interval_frames); with ``final``,
+        the one that plays that request's checkpoint and exits (eval.final)."""
         return self.mp_ctx.Process(
-            target=evaluator.run, name=evaluator.NAME, args=(self.cfg, self.roles, run_dir, stop)
+            target=evaluator.run,
+            name=evaluator.NAME,
+            args=(self.cfg, self.roles, run_dir, stop, final.encode() if final is not None else None),
         )
 
     def connect_line(self, run_name: str) -> str:

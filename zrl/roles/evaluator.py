@@ -277,14 +277,17 @@ def best_so_far(checkpoints: Path, terms: dict[str, Any]) -> float:
         return -math.inf
 
 
-def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event) -> None:
+def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, final: bytes | None = None) -> None:
+    """The evaluator: it answers the launcher's requests until the run stops; with ``final`` (an encoded
+    EvalRequest with its checkpoint: messages are never pickled) it plays that one and exits."""
     start_role(NAME, wiring.launcher_pid)
     if cfg.eval.nice:  # below the roles that train: an evaluation takes longer on a busy machine, not training
         os.nice(cfg.eval.nice)
     transport.configure(cfg.transport)
     with crash_report(NAME, wiring):
         torch.set_num_threads(1)
-        Evaluator(cfg, wiring, Path(run_dir), stop_event).run()
+        request = protocol.decode(final) if final is not None else None
+        Evaluator(cfg, wiring, Path(run_dir), stop_event).run(request)
 
 
 class Evaluator:
@@ -302,7 +305,7 @@ class Evaluator:
         self.evaluations = self.episodes = self.skipped = 0
         self.beat = Every(1.0)
 
-    def run(self) -> None:
+    def run(self, final: protocol.EvalRequest | None = None) -> None:
         cfg, poll = self.cfg, self.cfg.transport.poll_timeout_ms
         self.ctx = transport.context(cfg.transport, binds=False)
         sockets = []
@@ -314,6 +317,10 @@ class Evaluator:
             self.player = Player(cfg, "deepmind" if self.protocol == "train_env" else self.protocol, cfg.eval.greedy)
             self.best = best_so_far(self.checkpoints, self.terms)
             self.heartbeat(force=True)  # its first report: the start's grace (STARTUP_GRACE_S) covered the above
+            if final is not None:  # the final evaluation: this one, then out, its result delivered first
+                self.evaluate(final)
+                self.stats.setsockopt(zmq.LINGER, RESULT_SEND_MS)
+                return
             while not should_stop(self.stop_event):
                 self.heartbeat()
                 request = self._newest_request(poll)
@@ -357,14 +364,22 @@ class Evaluator:
         return should_stop(self.stop_event)
 
     def evaluate(self, request: protocol.EvalRequest) -> None:
-        """Play eval.episodes with the learner's current weights and report; nothing if the run stops meanwhile."""
+        """Play eval.episodes with the learner's current weights (or the request's checkpoint's) and report; nothing
+        if the run stops meanwhile."""
         cfg = self.cfg
         self.heartbeat(force=True)
-        got = wait_for_weights(self.ctx, self.wiring, REQUESTER_ID, cfg.transport.poll_timeout_ms, self.stop_event)
-        if got is None:
-            return
-        taken_at = time.time()
-        load_flat(self.player.model, got.flat)
+        if request.checkpoint:
+            state = checkpoint.load(
+                request.checkpoint
+            )  # one that cannot be read: the role's crash, which the launcher tells
+            self.player.model.load_state_dict(state["model"])
+            taken_at, step, version = float(state["saved_at"]), state["learner_step"], state["policy_version"]
+        else:
+            got = wait_for_weights(self.ctx, self.wiring, REQUESTER_ID, cfg.transport.poll_timeout_ms, self.stop_event)
+            if got is None:
+                return
+            taken_at, step, version = time.time(), got.learner_step, got.version
+            load_flat(self.player.model, got.flat)
         started = time.monotonic()
         played = []
         for i in range(cfg.eval.episodes):
@@ -383,7 +398,9 @@ class Evaluator:
         normalised = math.nan
         if self.rom is not None and self.rom in scores.SCORES:
             normalised = scores.human_normalised(self.rom, stats["mean"])
-        best = cfg.run.best_by == "eval" and stats["mean"] > self.best and self._keep_best(request, got, stats)
+        best = (
+            cfg.run.best_by == "eval" and stats["mean"] > self.best and self._keep_best(request, step, version, stats)
+        )
         self.evaluations += 1
         self.episodes += len(played)  # of finished evaluations: an evaluation cut short counts nowhere
         transport.send(
@@ -393,8 +410,8 @@ class Evaluator:
                 index=request.index,
                 env_frames=request.env_frames,
                 weights_time=taken_at,
-                learner_step=got.learner_step,
-                policy_version=got.version,
+                learner_step=step,
+                policy_version=version,
                 protocol=self.protocol,
                 episodes=len(played),
                 mean=stats["mean"],
@@ -408,12 +425,13 @@ class Evaluator:
                 frames_played=sum(r["frames"] for r in played),
                 seconds=time.monotonic() - started,
                 best=int(best),
+                final=int(bool(request.checkpoint)),
             ).encode(),
             RESULT_SEND_MS,
         )
         self.heartbeat(force=True)  # its counts with the result
 
-    def _keep_best(self, request: protocol.EvalRequest, got, stats: dict[str, float]) -> bool:
+    def _keep_best(self, request: protocol.EvalRequest, step: int, version: int, stats: dict[str, float]) -> bool:
         """best.pt: the evaluated weights (model only: zrl-eval and --init-from read it) with their evaluation,
         and best.json that evaluation; False (and nothing changed) when the disk refuses them."""
         record = {
@@ -423,15 +441,15 @@ class Evaluator:
             "eval_ci95": [stats["ci95_low"], stats["ci95_high"]],
             **self.terms,
             "asked_at_env_frames": request.env_frames,  # eval.csv's row: the frames when its weights were taken
-            "learner_step": got.learner_step,
-            "policy_version": got.version,
+            "learner_step": step,
+            "policy_version": version,
             "wall_time": time.time(),
         }
         state = {
             "model": self.player.model.state_dict(),
             "config": to_dict(self.cfg),
-            "learner_step": got.learner_step,
-            "policy_version": got.version,
+            "learner_step": step,
+            "policy_version": version,
             "env_frames": request.env_frames,
             "evaluation": record,
             "saved_at": time.time(),
