@@ -177,3 +177,20 @@ def test_every_role_figure_is_one_declaration_the_tally_writes():
     assert STEP_METRICS == tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)
     assert {"total_loss", "grad_norm", "policy_lag", "sample_age_max"} <= set(STEP_METRICS)
     assert "learning_rate" not in STEP_METRICS
+
+
+def test_a_restarted_evaluators_counts_go_on_from_those_before_it():
+    t = Tally()
+
+    def report(pid: int, evaluations: int, episodes: int, skipped: int) -> dict:
+        stats = protocol.EvaluatorStats(pid=pid, time=0.0, evaluations=evaluations, episodes=episodes, skipped=skipped)
+        t.take(stats)
+        row = t.metrics_row(1.0, 0.0, 0.0)
+        return {k: row[k] for k in ("evaluations", "eval_episodes", "eval_skipped")}
+
+    assert report(7, 1, 10, 0) == {"evaluations": 1, "eval_episodes": 10, "eval_skipped": 0}
+    assert report(7, 2, 20, 1) == {"evaluations": 2, "eval_episodes": 20, "eval_skipped": 1}
+    # killed and restarted: the new one counts from 0, the run's columns go on
+    assert report(8, 0, 0, 0) == {"evaluations": 2, "eval_episodes": 20, "eval_skipped": 1}
+    assert report(8, 1, 10, 2) == {"evaluations": 3, "eval_episodes": 30, "eval_skipped": 3}
+    assert report(9, 1, 10, 0) == {"evaluations": 4, "eval_episodes": 40, "eval_skipped": 3}

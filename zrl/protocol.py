@@ -701,7 +701,7 @@ class EvalRequest(_Message, tag="eval_request"):
 
 class EvaluatorStats(_Message, tag="evaluator_stats"):
     """evaluator -> launcher, about once a second, also while it plays: its heartbeat and counts (cumulative, in
-    this evaluator's life)."""
+    this evaluator's life: the launcher's tally carries them over its restarts)."""
 
     pid: int
     time: float

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
 import numpy as np
 
 from zrl import protocol
@@ -42,7 +43,9 @@ class Tally:
     broker: protocol.BrokerStats | None = None
     learner: protocol.LearnerStats | None = None
     ingest: protocol.IngestStats | None = None  # a run with remote workers
-    evaluator: protocol.EvaluatorStats | None = None  # a run with evaluation during training
+    evaluator: protocol.EvaluatorStats | None = None  # a run with evaluation during training: this launch's counts
+    _evaluator_life: protocol.EvaluatorStats | None = None  # the current evaluator's own last report
+    _evaluator_before: tuple[int, int, int] = (0, 0, 0)  # the counts of this launch's evaluators before it
     returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
     scores_5min: deque = field(default_factory=lambda: deque(maxlen=100))  # and SABER-style, capped at 5 minutes
     scores_30min: deque = field(default_factory=lambda: deque(maxlen=100))  # and at 30 minutes
@@ -100,8 +103,27 @@ class Tally:
         elif isinstance(msg, protocol.IngestStats):
             self.ingest = msg
         elif isinstance(msg, protocol.EvaluatorStats):
-            self.evaluator = msg
+            self._evaluator_counts(msg)
         return None
+
+    def _evaluator_counts(self, msg: protocol.EvaluatorStats) -> None:
+        """An evaluator counts from 0 in its life: a restarted one's counts go on from those before it."""
+        life = self._evaluator_life
+        if life is not None and msg.pid != life.pid:
+            before = self._evaluator_before
+            self._evaluator_before = (
+                before[0] + life.evaluations,
+                before[1] + life.episodes,
+                before[2] + life.skipped,
+            )
+        self._evaluator_life = msg
+        evaluations, episodes, skipped = self._evaluator_before
+        self.evaluator = msgspec.structs.replace(
+            msg,
+            evaluations=evaluations + msg.evaluations,
+            episodes=episodes + msg.episodes,
+            skipped=skipped + msg.skipped,
+        )
 
     def rates(self, now: float) -> tuple[float, float]:
         """Env frames and learner samples per second since the last call (the first: since this launch's start,
