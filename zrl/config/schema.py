@@ -613,7 +613,7 @@ class EvalConfig:
     final: Annotated[
         bool,
         Meta(
-            description="With evaluations on (eval.interval_frames): when the run ends by its budget or time limit (not a signal or a failure), evaluate the weights it ended with once more, after the workers have stopped: a fresh evaluator plays the learner's final checkpoint under the same terms, with the machine to itself, and its row in eval.csv has final = 1 (best.pt too may take it, with run.best_by = eval). The launch waits for it, saying how far it is; Ctrl-C stops it. false: the run's last evaluation is the last multiple of interval_frames it passed.",
+            description="With evaluations on (eval.interval_frames): when the run ends by its budget or time limit (not a signal or a failure), evaluate the weights it ended with once more, after the run's roles have stopped: a fresh evaluator plays the learner's final checkpoint under the same terms, with the machine to itself, and its row in eval.csv has final = 1 (best.pt too may take it, with run.best_by = eval). The launch waits for it, saying how far it is; Ctrl-C stops it. false: the run's last evaluation is the last multiple of interval_frames it passed.",
         ),
     ] = True
 

@@ -196,7 +196,9 @@ def evaluations(run: Run) -> Evaluations:
         (r for r in run.evaluations if number(r, "env_frames") is not None and number(r, "mean") is not None),
         key=lambda r: number(r, "env_frames"),
     )
-    start = run_start(run) or 0.0
+    start = run_start(run)
+    if start is None:  # neither metrics nor episodes yet: from the first evaluation
+        start = min((number(r, "wall_time") or 0.0 for r in rows), default=0.0)
     last = rows[-1] if rows else {}
     return Evaluations(
         _column(rows, "env_frames"),

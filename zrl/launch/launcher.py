@@ -7,6 +7,7 @@ live line and writes the CSV files (tally), and stops in order: a final checkpoi
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import logging
 import math
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("zrl")
 
 REMOTE_GENERATIONS = 1000  # a remote slot's joins per generation of the ingest, at most, before seeds repeat
+FINAL_EXIT_S = 15.0  # how long the final evaluator has to exit after its result (its stats socket lingers 5 s)
 FRAMES_SEEN = 20_000  # the launcher's (time, frames) history kept for eval.csv: 2.8 hours of it
 FRAMES_SEEN_EVERY_S = 0.5
 DASHBOARD_LINGER_S = 2.5  # after the run, open pages have this long to show its end before the page server stops
@@ -235,7 +237,7 @@ class Launcher:
             self.console.say(f"stopping ({reason}); waiting for the final checkpoint")
             self.stop.set()
             sup.stop(self._drain)
-            if code == EXIT_OK and cfg.eval.interval_frames and cfg.eval.final and not sup.evaluator_lost:
+            if code == EXIT_OK and cfg.eval.interval_frames and cfg.eval.final:
                 code = self._final_evaluation()
         except KeyboardInterrupt:
             code = EXIT_SIGINT if signal.SIGINT in sup.signals else EXIT_SIGTERM
@@ -407,21 +409,32 @@ class Launcher:
                 next_report = now + cfg.run.log_interval_s
 
     def _final_evaluation(self) -> int:
-        """eval.final: with the run's roles stopped, a fresh evaluator plays the newest checkpoint (the learner's
-        final one) under the run's evaluation terms; wait for its result, saying how far it is. EXIT_OK also when it
-        fails or hangs (said: training ended well); a signal's exit code when one stops it."""
+        """eval.final: once the run's roles are down (any left after their grace killed, Ray's actors let go), a
+        fresh evaluator plays the learner's final checkpoint under the run's evaluation terms; wait for its result
+        and its exit, saying how far it is. EXIT_OK also when it is skipped, fails or hangs (said: training ended
+        well); a signal's exit code when one stops it."""
         cfg, sup, t = self.cfg, self.supervisor, self.tally
-        path = self.folder.latest_checkpoint()
-        if path is None:
-            text = "no final evaluation: the learner wrote no checkpoint"
-            log.warning(text)
-            self.console.say(text)
+        path = Path(self.last_checkpoint) if self.last_checkpoint else self.folder.latest_checkpoint()
+        skip = (
+            "a signal came while the run stopped"
+            if sup.signal_code() is not None
+            else "the evaluator was given up on during the run"
+            if sup.evaluator_lost
+            else "the learner wrote no checkpoint"
+            if path is None or not path.is_file()
+            else ""
+        )
+        if skip:
+            log.warning("no final evaluation: %s", skip)
+            self.console.say(f"no final evaluation: {skip}")
             return EXIT_OK
-        step = t.learner.learner_step if t.learner is not None else 0
-        late = "" if path.name == checkpoint.PATTERN.format(step=step) else " (the final one could not be written)"
+        sup.kill()  # a role that outlived its grace: killed and reaped, not left beside the evaluator
+        if self.ray_workers is not None:
+            self.ray_workers.close()
+        self._drain(200)  # the last words of the roles, before a new evaluator takes the name
         text = (
-            f"final evaluation of {path.name}{late} at {t.env_frames:,} env frames: {cfg.eval.episodes} episodes "
-            f"under {run_protocol(cfg)}, the workers stopped (Ctrl-C skips it)"
+            f"final evaluation of {path.name} at {t.env_frames:,} env frames: {cfg.eval.episodes} episodes under "
+            f"{run_protocol(cfg)}, the run's roles stopped (Ctrl-C skips it)"
         )
         log.info(text)
         self.console.say(text)
@@ -438,18 +451,25 @@ class Launcher:
                 log.warning("the final evaluation was stopped by a signal")
                 return code
             now = time.monotonic()
-            timeout = cfg.run.heartbeat_timeout_s if EVALUATOR in sup.reported else STARTUP_GRACE_S
+            grace = cfg.run.heartbeat_timeout_s
+            timeout = grace if EVALUATOR in sup.reported else max(grace, STARTUP_GRACE_S)
             if self.final_result is None and (proc.exitcode is not None or now - sup.last_seen[EVALUATOR] > timeout):
                 self._drain(200)  # its result or its traceback may still be on the way
                 if self.final_result is None:
+                    if proc.exitcode is None:  # hung: where it is stuck goes to stderr before it is killed
+                        with contextlib.suppress(OSError):
+                            os.kill(proc.pid, signal.SIGUSR1)
+                        time.sleep(0.5)
                     why = f"exited with code {proc.exitcode}" if proc.exitcode is not None else "stopped answering"
                     text = f"the final evaluation failed: {EVALUATOR} {why}" + sup.traceback_of(EVALUATOR)
                     log.warning(text)
                     self.console.say(text)
-                break
+                    return EXIT_OK
             if now >= next_line:
                 self.console.line(f"final evaluation: {now - began:,.0f} s")
                 next_line = now + cfg.run.log_interval_s
+        self.stop.set()
+        sup.stop(self._drain, grace=FINAL_EXIT_S)  # it exits once its result is out: not killed for it
         return EXIT_OK
 
     def _ask_evaluation(self, index: int, env_frames: int) -> None:
