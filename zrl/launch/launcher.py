@@ -7,7 +7,6 @@ live line and writes the CSV files (tally), and stops in order: a final checkpoi
 from __future__ import annotations
 
 import bisect
-import contextlib
 import dataclasses
 import logging
 import math
@@ -38,7 +37,6 @@ from zrl.launch.supervise import (
     EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_USAGE,
-    STARTUP_GRACE_S,
     Supervisor,
 )
 from zrl.launch.tally import Tally, progress_line
@@ -444,27 +442,19 @@ class Launcher:
         self.stop = self.wiring.stop_flag()
         began = time.monotonic()
         sup.start(EVALUATOR, self.wiring.evaluator(self.stop, str(self.folder.path), request), began)
-        proc, next_line = sup.procs[EVALUATOR], began + cfg.run.log_interval_s
+        next_line = began + cfg.run.log_interval_s
         while self.final_result is None:
             self._drain(cfg.transport.poll_timeout_ms)
             if (code := sup.signal_code()) is not None:
                 log.warning("the final evaluation was stopped by a signal")
                 return code
             now = time.monotonic()
-            grace = cfg.run.heartbeat_timeout_s
-            timeout = grace if EVALUATOR in sup.reported else max(grace, STARTUP_GRACE_S)
-            if self.final_result is None and (proc.exitcode is not None or now - sup.last_seen[EVALUATOR] > timeout):
-                self._drain(200)  # its result or its traceback may still be on the way
-                if self.final_result is None:
-                    if proc.exitcode is None:  # hung: where it is stuck goes to stderr before it is killed
-                        with contextlib.suppress(OSError):
-                            os.kill(proc.pid, signal.SIGUSR1)
-                        time.sleep(0.5)
-                    why = f"exited with code {proc.exitcode}" if proc.exitcode is not None else "stopped answering"
-                    text = f"the final evaluation failed: {EVALUATOR} {why}" + sup.traceback_of(EVALUATOR)
-                    log.warning(text)
-                    self.console.say(text)
-                    return EXIT_OK
+            why = sup.lost(EVALUATOR, now, self._drain) if self.final_result is None else None
+            if why is not None and self.final_result is None:  # not when its result came in with its last words
+                text = f"the final evaluation failed: {EVALUATOR} {why}" + sup.traceback_of(EVALUATOR)
+                log.warning(text)
+                self.console.say(text)
+                return EXIT_OK
             if now >= next_line:
                 self.console.line(f"final evaluation: {now - began:,.0f} s")
                 next_line = now + cfg.run.log_interval_s

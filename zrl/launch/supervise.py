@@ -192,26 +192,10 @@ class Supervisor:
         restarted for it: run.restart_policy and its crash-loop limit); None while all are well.
         ``drain(timeout_ms)`` takes the stats channel's messages; ``worker_frames(i)`` is worker i's last count of
         env frames."""
-        cfg = self.cfg
-        for name, proc in list(self.procs.items()):
-            silent = now - self.last_seen[name]
-            timeout = (
-                cfg.run.heartbeat_timeout_s
-                if name in self.reported
-                else max(cfg.run.heartbeat_timeout_s, STARTUP_GRACE_S)
-            )
-            if proc.exitcode is None and silent <= timeout:
+        for name in list(self.procs):
+            why = self.lost(name, now, drain)
+            if why is None:
                 continue
-            drain(200)  # its last words (a RoleError) may still be on the way
-            if proc.exitcode is None:  # hung: where it is stuck goes to stderr before it is killed
-                with contextlib.suppress(OSError):
-                    os.kill(proc.pid, signal.SIGUSR1)  # faulthandler, registered by start_role
-                time.sleep(0.5)
-            why = (
-                f"exited with code {proc.exitcode}"
-                if proc.exitcode is not None
-                else f"sent nothing for {silent:.0f} s (hung)"
-            )
             if name.startswith("zrl-worker") or name == EVALUATOR:
                 if self._restart(name, why, now, worker_frames):
                     continue
@@ -222,6 +206,27 @@ class Supervisor:
                 return name, why, True
             return name, self._why_dead(name, why), False
         return None
+
+    def lost(self, name: str, now: float, drain: Callable[[int], None]) -> str | None:
+        """What happened to role ``name`` if it exited or went silent past its heartbeat timeout (the start's grace
+        before its first report), after taking its last words from the stats channel and, for a hung one, its
+        stacks on stderr (SIGUSR1: faulthandler, registered by start_role); None while it is well."""
+        proc, timeout = self.procs[name], self.cfg.run.heartbeat_timeout_s
+        silent = now - self.last_seen[name]
+        if name not in self.reported:
+            timeout = max(timeout, STARTUP_GRACE_S)
+        if proc.exitcode is None and silent <= timeout:
+            return None
+        drain(200)  # its last words (a RoleError) may still be on the way
+        if proc.exitcode is None:  # hung: where it is stuck goes to stderr before it is killed
+            with contextlib.suppress(OSError):
+                os.kill(proc.pid, signal.SIGUSR1)
+            time.sleep(0.5)
+        return (
+            f"exited with code {proc.exitcode}"
+            if proc.exitcode is not None
+            else f"sent nothing for {silent:.0f} s (hung)"
+        )
 
     def _may_restart_run(self, now: float) -> bool:
         """Whether the run's roles may be restarted now (counted if so): run.restart_policy = "resume", not a

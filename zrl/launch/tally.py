@@ -43,7 +43,6 @@ class Tally:
     broker: protocol.BrokerStats | None = None
     learner: protocol.LearnerStats | None = None
     ingest: protocol.IngestStats | None = None  # a run with remote workers
-    evaluator: protocol.EvaluatorStats | None = None  # a run with evaluation during training: this launch's counts
     _evaluator_life: protocol.EvaluatorStats | None = None  # the current evaluator's own last report
     _evaluator_before: tuple[int, int, int] = (0, 0, 0)  # the counts of this launch's evaluators before it
     returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
@@ -103,26 +102,26 @@ class Tally:
         elif isinstance(msg, protocol.IngestStats):
             self.ingest = msg
         elif isinstance(msg, protocol.EvaluatorStats):
-            self._evaluator_counts(msg)
+            life = self._evaluator_life
+            if life is not None and msg.pid != life.pid:  # a new evaluator, counting from 0: keep the last one's
+                self._evaluator_before = tuple(
+                    n + m for n, m in zip(self._evaluator_before, (life.evaluations, life.episodes, life.skipped))
+                )
+            self._evaluator_life = msg
         return None
 
-    def _evaluator_counts(self, msg: protocol.EvaluatorStats) -> None:
-        """An evaluator counts from 0 in its life: a restarted one's counts go on from those before it."""
+    @property
+    def evaluator(self) -> protocol.EvaluatorStats | None:
+        """The evaluator's last report with this launch's counts: a restarted one's go on from those before it."""
         life = self._evaluator_life
-        if life is not None and msg.pid != life.pid:
-            before = self._evaluator_before
-            self._evaluator_before = (
-                before[0] + life.evaluations,
-                before[1] + life.episodes,
-                before[2] + life.skipped,
-            )
-        self._evaluator_life = msg
+        if life is None:
+            return None
         evaluations, episodes, skipped = self._evaluator_before
-        self.evaluator = msgspec.structs.replace(
-            msg,
-            evaluations=evaluations + msg.evaluations,
-            episodes=episodes + msg.episodes,
-            skipped=skipped + msg.skipped,
+        return msgspec.structs.replace(
+            life,
+            evaluations=evaluations + life.evaluations,
+            episodes=episodes + life.episodes,
+            skipped=skipped + life.skipped,
         )
 
     def rates(self, now: float) -> tuple[float, float]:
