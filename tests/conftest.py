@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -326,6 +327,18 @@ def start_command(name: str, *args: str, cwd: Path, env: dict | None = None, pre
     return subprocess.Popen(
         [*prefix, *command(name, *args)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
+
+
+@contextlib.contextmanager
+def reaped(proc: subprocess.Popen):
+    """The block that drives a command's process (``with reaped(start_command(...)) as proc:``): one still running
+    when the block ends (an assertion failed, or the test never stopped it) is killed and reaped, its pipes read."""
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):

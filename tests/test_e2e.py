@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, assert_loadable, command, csv_rows, run_command, tensorboard_scalars
+from conftest import REPO, assert_loadable, command, csv_rows, reaped, run_command, tensorboard_scalars
 
 from zrl import checkpoint
 
@@ -593,7 +593,7 @@ def test_a_restart_of_the_roles_keeps_the_replay(tmp_path, no_leaks):
         ),
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
+    with reaped(proc):
         deadline = time.monotonic() + 180
         while not any(int(r["learner_step"] or 0) > 40 for r in _metrics(tmp_path)):
             assert time.monotonic() < deadline and proc.poll() is None, "the learner never stepped"
@@ -611,10 +611,6 @@ def test_a_restart_of_the_roles_keeps_the_replay(tmp_path, no_leaks):
         time.sleep(3)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err[-3000:]
     log = (run_dir / "zrl.log").read_text()
     after = log[log.index("restarted the run's roles") :]

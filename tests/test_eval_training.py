@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from conftest import REPO, csv_rows, start_command, tensorboard_scalars, wait_until, zrl_processes
+from conftest import REPO, csv_rows, reaped, start_command, tensorboard_scalars, wait_until, zrl_processes
 
 from zrl import agents, checkpoint, evaluate
 from zrl.config import SAFE_ON_RESUME, ConfigError, load
@@ -230,17 +230,13 @@ def test_ctrl_c_during_the_final_evaluation_stops_it_and_leaves_nothing(tmp_path
         "eval.episodes=100",
         cwd=tmp_path,
     )
-    try:
+    with reaped(proc):
         logs = lambda: [p for p in tmp_path.glob("results/*/zrl.log") if "final evaluation of" in p.read_text()]
         (log,) = wait_until(logs, 180, "the final evaluation's start", proc)
         wait_until(_evaluator, 60, "the final evaluator's process", proc)
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     assert proc.returncode == 130, err[-3000:]
     assert "final evaluation of ckpt_" in out and "(Ctrl-C skips it)" in out
     assert "the final evaluation was stopped by a signal" in log.read_text()

@@ -7,7 +7,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import REPO, command, last_metric, zrl_processes
+from conftest import REPO, command, last_metric, reaped, zrl_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +51,7 @@ def test_a_slow_learner_keeps_memory_bounded_and_counts_what_it_drops(tmp_path, 
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    with reaped(proc):
         deadline = time.monotonic() + 120
         while last_metric(tmp_path, "learner_step") < 3:
             assert time.monotonic() < deadline and proc.poll() is None, "the learner never stepped"
@@ -71,10 +71,6 @@ def test_a_slow_learner_keeps_memory_bounded_and_counts_what_it_drops(tmp_path, 
         dropped_after = last_metric(tmp_path, "unrolls_dropped_full") + last_metric(tmp_path, "unrolls_dropped_stale")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=90)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err[-3000:]
     for role, uss in start.items():
         assert after[role] <= 1.15 * uss, f"{role}: USS grew from {uss / 1e6:.0f} to {after[role] / 1e6:.0f} MB"

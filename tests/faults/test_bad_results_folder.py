@@ -10,7 +10,7 @@ import time
 
 import psutil
 import pytest
-from conftest import REPO, metrics_rows, run_command, start_command, wait_until, zrl_segments
+from conftest import REPO, metrics_rows, reaped, run_command, start_command, wait_until, zrl_segments
 
 from zrl import checkpoint
 
@@ -110,7 +110,7 @@ def test_a_disk_that_refuses_the_logs_mid_run_delays_their_lines_and_the_run_goe
         "--quiet",
         cwd=tmp_path,
     )
-    try:
+    with reaped(proc):
         wait_until(lambda: len(metrics_rows(tmp_path)) >= 4, 120, "the first metrics rows", proc)
         (run_dir,) = (tmp_path / "results").iterdir()
         files = [run_dir / name for name in ("metrics.csv", "episodes.csv", "zrl.log")]
@@ -125,10 +125,6 @@ def test_a_disk_that_refuses_the_logs_mid_run_delays_their_lines_and_the_run_goe
         time.sleep(2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 130, err[-3000:]
     folder = run_dir.relative_to(tmp_path)
     assert err.count(f"cannot write {folder / 'metrics.csv'}") == 1, err[-3000:]
