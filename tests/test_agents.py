@@ -82,6 +82,7 @@ def test_a_third_agent_is_one_package_and_one_registry_line(monkeypatch):
         slots_per_message=lambda cfg: 21,
         action_scores=vtrace.action_scores,
         acts_greedily=True,
+        replay_ratio=vtrace.replay_ratio,
         actor=vtrace.AGENT.actor,
         broker=vtrace.AGENT.broker,
         learner=vtrace.AGENT.learner,

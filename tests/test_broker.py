@@ -10,7 +10,16 @@ from conftest import make_config, unroll_message
 from shm.ring import Ring
 from zrl import protocol
 from zrl.agents.vtrace.broker import Broker, make_batch
-from zrl.config import Config, LearnerConfig, ReplayConfig, WorkersConfig, unrolls_per_version
+from zrl.config import (
+    Config,
+    LearnerConfig,
+    ReplayConfig,
+    WorkersConfig,
+    queue_uses,
+    replay_ratio,
+    unrolls_banked,
+    unrolls_per_version,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -136,6 +145,25 @@ def test_workers_send_enough_per_version_for_a_batch():
         replay=(ReplayConfig(capacity=64),),
     )
     assert unrolls_per_version(many) == pytest.approx(10 / 32)
+
+
+def test_workers_send_the_fresh_samples_a_replay_ratio_asks_for_and_bank_their_share_of_the_queue():
+    """learner.replay_ratio R: a version trains on batch_size units, each fresh unit R times, so the workers send
+    batch_size / R units per version (times produce_ratio); a worker banks up to its share of the queue."""
+    for ratio, queue_share in [(4.0, 1.0), (6.0, 0.5), (2.0, 0.5)]:
+        replays = (ReplayConfig(capacity=64, sample_ratio=queue_share),)
+        if queue_share < 1:
+            replays += (ReplayConfig(type="uniform", capacity=200, sample_ratio=1 - queue_share),)
+        cfg = Config(
+            workers=WorkersConfig(count=2, envs_per_worker=4, produce_ratio=1.0),
+            learner=LearnerConfig(batch_size=16, replay_ratio=ratio),
+            replay=replays,
+        )
+        assert unrolls_per_version(cfg) * 2 * 4 == pytest.approx(16 / ratio)
+        assert replay_ratio(cfg) == ratio and queue_uses(cfg, cfg.replay[0]) == pytest.approx(ratio * queue_share)
+        assert unrolls_banked(cfg) == 64 // 8
+    auto = Config(replay=(ReplayConfig(capacity=1, sample_ratio=0.25), ReplayConfig(type="uniform", sample_ratio=0.75)))
+    assert replay_ratio(auto) == 4 and queue_uses(auto, auto.replay[0]) == 1  # 0: once through the queue
 
 
 def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> Broker:

@@ -144,6 +144,20 @@ def test_resolved_config_round_trips(tmp_path):
         ("[transport]\nbind_host = '0.0.0.0'\n", ["transport.bind_host", "CurveZMQ"]),
         ("[workers]\ncount = 0\n", ["workers.count", "must be > 0"]),
         ("[workers]\nproduce_ratio = 0.5\n", ["workers.produce_ratio", "starve the learner"]),
+        ("[learner]\nreplay_ratio = -1\n", ["learner.replay_ratio", "must be >= 0"]),
+        (
+            "[learner]\nreplay_ratio = 1.5\n[[replay]]\ntype = 'queue'\ncapacity = 8\nsample_ratio = 0.5\n"
+            "[[replay]]\ntype = 'uniform'\ncapacity = 100\nsample_ratio = 0.5\n",
+            ["learner.replay_ratio", "replay[0]", "0.75 times", "at least 1 / sample_ratio = 2"],
+        ),
+        (
+            "algo = 'apex_iqn'\n[learner]\nreplay_ratio = 4\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
+            ["learner.replay_ratio", "apex.replay_ratio"],
+        ),
+        (
+            "[run]\ndeterministic = true\n[learner]\nreplay_ratio = 2\n",
+            ["learner.replay_ratio", "run.deterministic needs each unit trained on once"],
+        ),
         ("[learner\nbatch_size = 4\n", ["run.toml", "not valid TOML"]),
     ],
 )

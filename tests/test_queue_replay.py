@@ -87,3 +87,84 @@ def test_an_unknown_strategy_or_one_on_another_replay_type_is_a_config_error():
         load(None, ['replay=[{"type": "queue", "capacity": 64, "sample_ratio": 1.0, "discard": "newest"}]'])
     with pytest.raises(ConfigError, match=r"replay\[0\].*discard"):
         load(None, ['replay=[{"type": "uniform", "capacity": 64, "sample_ratio": 1.0, "discard": "keep_oldest"}]'])
+
+
+def _batch(queue: QueueReplay, n: int) -> list[int]:
+    """One batch of n units, sent: the last batch settles first, as the broker does."""
+    queue.settle()
+    return [u.first_frame for u in queue.take(n)]
+
+
+def test_with_uses_each_unit_comes_back_at_the_end_of_the_queue_until_spent():
+    """IMPACT's circular buffer: a unit handed out rejoins the back of the queue once its batch has gone, and
+    is handed out ``uses`` times in all; a batch never holds one unit twice."""
+    queue = QueueReplay(8, uses=3)
+    for i in range(4):
+        queue.add(_unit(i))
+    batches = [_batch(queue, 3) for _ in range(4)]
+    assert batches == [[0, 1, 2], [3, 0, 1], [2, 3, 0], [1, 2, 3]]
+    assert _batch(queue, 3) == [] and len(queue) == 0
+    assert all(len(set(b)) == len(b) for b in batches)
+
+
+def test_fractional_uses_give_the_floor_and_the_ceiling_in_turn():
+    queue = QueueReplay(100, uses=1.5)
+    for i in range(10):
+        queue.add(_unit(i))
+    handed = []
+    while True:
+        batch = _batch(queue, 4)
+        if not batch:
+            break
+        handed += batch
+    assert len(handed) == 15 and {handed.count(i) for i in range(10)} == {1, 2}
+
+
+def test_a_batch_put_back_keeps_its_units_uses_and_a_dropped_unit_is_gone():
+    queue = QueueReplay(8, uses=2)
+    for i in range(4):
+        queue.add(_unit(i))
+    taken = queue.take(2)
+    queue.put_back(taken)  # the batch could not go: nothing was used
+    assert _batch(queue, 4) == [0, 1, 2, 3]
+    taken = queue.take(0)
+    queue.settle()  # every unit has one use left, at the back in order
+    taken = queue.take(3)
+    queue.drop(taken[1:2])  # unit 1's frames were gone
+    assert [u.first_frame for u in taken] == [0, 1, 2]
+    queue.settle()
+    assert _batch(queue, 4) == [3] and _batch(queue, 4) == []
+
+
+def test_a_snapshot_keeps_the_uses_left_and_the_last_batchs_units_that_come_back():
+    queue = QueueReplay(8, uses=3)
+    for i in range(3):
+        queue.add(_unit(i))
+    assert _batch(queue, 2) == [0, 1]
+    state = queue.state()
+    assert state["first_frame"].tolist() == [2, 0, 1] and state["uses_left"].tolist() == [3, 2, 2]
+    again = QueueReplay(8, uses=3)
+    again.load_state(state)
+    assert [_batch(again, 3) for _ in range(3)] == [[2, 0, 1], [2, 0, 1], [2]]
+    old = {k: v for k, v in state.items() if k != "uses_left"}  # a snapshot from before reuse: once each
+    once = QueueReplay(8)
+    once.load_state(old)
+    assert _batch(once, 3) == [2, 0, 1] and _batch(once, 3) == []
+
+
+@pytest.mark.parametrize("uses", [0.5, 0, float("inf"), float("nan")])
+def test_uses_below_one_are_refused(uses):
+    with pytest.raises(ValueError, match="uses"):
+        QueueReplay(4, uses=uses)
+
+
+def test_the_broker_hands_each_queued_unit_sample_ratio_x_replay_ratio_times():
+    cfg = load(
+        None,
+        [
+            "learner.replay_ratio=6",
+            'replay=[{"type":"queue","capacity":64,"sample_ratio":0.5},{"type":"uniform","capacity":100,"sample_ratio":0.5}]',
+        ],
+    )
+    queue = make_replays(cfg, 4, None, 0)[0]
+    assert isinstance(queue, QueueReplay) and queue.uses == 3

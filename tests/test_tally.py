@@ -11,7 +11,7 @@ import pytest
 from conftest import broker_stats_message, learner_stats_message
 
 from zrl import protocol
-from zrl.launch.tally import Tally, progress_line
+from zrl.launch.tally import RATIO_ROWS, Tally, progress_line
 from zrl.metrics import METRIC_COLUMNS, METRIC_DOCS
 from zrl.roles.learner import STEP_METRICS
 
@@ -157,7 +157,7 @@ def test_every_role_figure_is_one_declaration_the_tally_writes():
     )
     t.take(protocol.EvaluatorStats(pid=10, time=1.0, evaluations=2, episodes=20, skipped=1))
     row = t.metrics_row(10.0, 1.0, 2.0)
-    assert set(row) == set(METRIC_COLUMNS)
+    assert set(row) | {"replay_ratio"} == set(METRIC_COLUMNS)  # the ratio needs two rows (its own test below)
     assert (row["evaluations"], row["eval_episodes"], row["eval_skipped"]) == (2, 20, 1)
     assert (row["remote_workers"], row["remote_refused"], row["remote_auth_refused"]) == (1, 6, 7)
     assert (row["worker_policy_version_min"], row["worker_policy_version_max"]) == (3, 7)
@@ -194,3 +194,21 @@ def test_a_restarted_evaluators_counts_go_on_from_those_before_it():
     assert report(8, 0, 0, 0) == {"evaluations": 2, "eval_episodes": 20, "eval_skipped": 1}
     assert report(8, 1, 10, 2) == {"evaluations": 3, "eval_episodes": 30, "eval_skipped": 3}
     assert report(9, 1, 10, 0) == {"evaluations": 4, "eval_episodes": 40, "eval_skipped": 3}
+
+
+def test_the_replay_ratio_achieved_is_frames_trained_per_frame_played_over_the_last_rows():
+    t = Tally(replay_ratio_target=4.0)
+    row = t.metrics_row(1.0, 0.0, 0.0)
+    assert row["replay_ratio_target"] == 4.0 and "replay_ratio" not in row  # no learner yet
+    played = trained = 0
+    for i in range(RATIO_ROWS + 5):
+        played += 1000
+        trained += 3000 if i < 5 else 4000  # three times while filling, then four
+        t.take(worker_stats(0, played))
+        t.take(learner_stats_message(env_frames_trained=trained))
+        row = t.metrics_row(float(i), 0.0, 0.0)
+    assert row["replay_ratio"] == pytest.approx(4.0)  # the filling rows have left the window
+    t.restarted()
+    t.take(learner_stats_message(env_frames_trained=0))
+    assert "replay_ratio" not in t.metrics_row(99.0, 0.0, 0.0)  # a restarted learner's counts start again
+    assert {"replay_ratio", "replay_ratio_target"} <= set(METRIC_COLUMNS)

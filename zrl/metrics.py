@@ -55,6 +55,8 @@ METRIC_COLUMNS = (
     "learner_step_s",
     "broker_prepare_s",
     "broker_feature_s",
+    "replay_ratio",
+    "replay_ratio_target",
     "episodes",
     "mean_return_100",
     "worker_restarts",

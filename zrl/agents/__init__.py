@@ -73,6 +73,9 @@ class Agent:
     # evaluation: logits (sampled, or argmax with --greedy) or Q-values (argmax, always: ``acts_greedily``)
     action_scores: Callable[..., Any]
     acts_greedily: bool
+    # cfg -> samples trained per fresh sample (env step) that the run asks for, metrics.csv's replay_ratio_target
+    # beside the replay_ratio achieved; 0 where nothing paces the run to one
+    replay_ratio: Callable[[Any], float]
     # "module:Class" of the agent's actor, which the one worker loop (zrl/roles/worker.py) runs:
     # Class(worker_id, cfg, wiring, offset, ring) with
     #   model (the network it acts with: the loop loads the learner's weights into it); paces_every_step (bool);

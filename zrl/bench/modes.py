@@ -600,7 +600,7 @@ def machine_limit(cfg: Config, spec, seconds: float, result: dict) -> dict:
     inference; every trained sample costs a learner's share, and only the fresh share of a batch is new env
     steps. The limit, in env steps trained on per second (a replayed one counts each time): cores divided by the
     core-seconds one trained sample costs. Beside it the learner's GFLOP/s against an fp32 matmul's."""
-    from zrl.config import fresh_share, learner_threads
+    from zrl.config import learner_threads, replay_ratio
 
     env = benv.ceiling(cfg, 1, cfg.workers.envs_per_worker, seconds)
     ctx = mp.get_context("spawn")
@@ -618,7 +618,7 @@ def machine_limit(cfg: Config, spec, seconds: float, result: dict) -> dict:
     env_s = 1.0 / env["steps_per_s"]
     inference_s = cfg.workers.torch_threads * costs["inference_s"] / cfg.workers.envs_per_worker
     learner_s = learner_threads(cfg) * costs["step_s"] / samples
-    fresh = fresh_share(cfg)
+    fresh = 1.0 / replay_ratio(cfg)  # of a trained sample, the env steps it took to make
     limit = cores() / (fresh * (env_s + inference_s) + learner_s)
     steps_per_s = result["learner_steps_per_s"]
     trained = steps_per_s * samples

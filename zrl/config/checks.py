@@ -150,6 +150,15 @@ def check(cfg) -> None:
             f"{cfg.workers.produce_ratio} would send less than one batch per weights "
             "version and starve the learner; give 1 or more (1.25 leaves a margin), or 0 to run free",
         )
+    ratio = cfg.learner.replay_ratio
+    for i, rep in enumerate(cfg.replay):
+        if ratio and rep.type == "queue" and rep.sample_ratio * ratio < 1 - 1e-9:
+            fail(
+                "learner.replay_ratio",
+                f"{ratio:g} would hand each unit of replay[{i}] (a queue, sample_ratio {rep.sample_ratio:g}) "
+                f"{rep.sample_ratio * ratio:g} times; every fresh unit goes through its queue at least once: give "
+                f"at least 1 / sample_ratio = {1 / rep.sample_ratio:g}, or 0 for exactly once",
+            )
     window = cfg.learner.unroll_length + cfg.env.frame_stack
     if cfg.workers.ring_slots and cfg.workers.ring_slots < 2 * window:
         fail(
@@ -169,6 +178,8 @@ def _check_deterministic(cfg) -> None:
         fail("workers.remote", f"{cfg.workers.remote}: {why} a single local worker (workers.remote = 0)")
     if len(cfg.replay) != 1 or cfg.replay[0].type != "queue":
         fail("replay", f"{why} a single queue replay (sampled replays draw at random, in time with the workers)")
+    if cfg.learner.replay_ratio and abs(cfg.learner.replay_ratio * cfg.replay[0].sample_ratio - 1) > 1e-9:
+        fail("learner.replay_ratio", f"{cfg.learner.replay_ratio:g}: {why} each unit trained on once (0)")
     if cfg.learner.batch_size % cfg.workers.envs_per_worker:
         fail(
             "workers.envs_per_worker",

@@ -405,6 +405,13 @@ class LearnerConfig:
     ] = 0.0006
     grad_norm_clip: Annotated[float, Meta(ge=0, description="Global gradient norm clip; 0 disables it.")] = 40.0
     publish_every: Annotated[int, Meta(gt=0, description="Learner steps between weight broadcasts.")] = 1
+    replay_ratio: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="V-trace family: how many times each fresh sample is trained on, on average. A queue hands each unit sample_ratio x replay_ratio times (IMPACT's K) and workers are paced to it. 0: once through the queue.",
+        ),
+    ] = 0.0
 
 
 @dataclass(frozen=True)

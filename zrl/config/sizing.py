@@ -36,8 +36,19 @@ def fill_target(cfg: Config, rep: ReplayConfig) -> int:
 
 
 def fresh_share(cfg: Config) -> float:
-    """The share of a batch that is fresh (taken from queues); 1 when no queue is configured."""
+    """The share of a batch taken from queues; 1 when no queue is configured."""
     return sum(r.sample_ratio for r in cfg.replay if r.type == "queue") or 1.0
+
+
+def replay_ratio(cfg: Config) -> float:
+    """Samples trained per fresh sample that a V-trace-family run asks for: learner.replay_ratio, or where it is
+    0 one pass of every fresh unit through the queues (1 / their share of a batch)."""
+    return cfg.learner.replay_ratio or 1.0 / fresh_share(cfg)
+
+
+def queue_uses(cfg: Config, rep: ReplayConfig) -> float:
+    """Times a queue hands out each unit, on average: its share of the batches' samples per fresh sample."""
+    return rep.sample_ratio * replay_ratio(cfg)
 
 
 def needs_features(cfg: Config) -> bool:
@@ -55,9 +66,9 @@ def unrolls_per_version(cfg: Config, workers: int = 0) -> float:
     weights version, on average (0: no limit). Workers pass how many are live now: a run whose remote workers
     have not joined shares the budget among the local ones.
 
-    All workers together send ``produce_ratio`` times the fresh share of a batch per version (a version
-    covers ``publish_every`` learner steps), so the learner always has fresh data and little is produced
-    only to be dropped. Under 1 (many workers or envs for a small batch) a worker sends one unroll every
+    All workers together send ``produce_ratio`` times the fresh samples a version trains on (a version covers
+    ``publish_every`` learner steps of batch_size units, each fresh unit trained on replay_ratio times), so the
+    learner always has fresh data and little is produced only to be dropped. Under 1 (many workers or envs for a small batch) a worker sends one unroll every
     1 / rate versions: at 8 workers x 4 envs and batches of 8, a whole unroll per worker per version was four
     batches' worth, three of them dropped. A deterministic run's single worker sends exactly what one version
     trains on.
@@ -66,8 +77,19 @@ def unrolls_per_version(cfg: Config, workers: int = 0) -> float:
         return cfg.learner.batch_size * cfg.learner.publish_every // cfg.workers.envs_per_worker
     if not cfg.workers.produce_ratio:
         return 0
-    units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every * fresh_share(cfg)
+    units = cfg.workers.produce_ratio * cfg.learner.batch_size * cfg.learner.publish_every / replay_ratio(cfg)
     return units / ((workers or worker_slots(cfg)) * cfg.workers.envs_per_worker)
+
+
+def unrolls_banked(cfg: Config, workers: int = 0) -> int:
+    """The most unrolls a worker may bank while it plays (new weights add ``unrolls_per_version`` each): its share
+    of the queues, so that a worker catching up never overflows them, and never less than one version's worth. A
+    smaller bank loses the budget of versions that come while a worker plays its unroll, and a learner whose
+    queue then runs dry waits with its workers for max_weights_wait_s."""
+    rate = unrolls_per_version(cfg, workers)
+    queued = sum(queue_capacity(cfg, r) for r in cfg.replay if r.type == "queue")
+    share = queued // ((workers or worker_slots(cfg)) * cfg.workers.envs_per_worker)
+    return max(math.ceil(rate - 1e-9), share, 1)
 
 
 def learner_threads(cfg: Config) -> int:
@@ -114,5 +136,5 @@ def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:
     lambda annealing is measured against it too."""
     if cfg.learner.lr_decay_steps:
         return cfg.learner.lr_decay_steps
-    fresh_per_step = cfg.learner.batch_size * fresh_share(cfg) * cfg.learner.unroll_length * frames_per_step
+    fresh_per_step = cfg.learner.batch_size / replay_ratio(cfg) * cfg.learner.unroll_length * frames_per_step
     return max(1, int(cfg.run.max_env_frames // fresh_per_step))

@@ -59,6 +59,8 @@ _LATEST = (
     "elite_distance_max",
     "laser_masked_fraction",
     "learner_wait_fraction",
+    "replay_ratio",
+    "replay_ratio_target",
     "total_loss",
     "entropy_loss",
     "grad_norm",

@@ -17,7 +17,7 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zrl import __version__, checkpoint, envs, protocol, transport
+from zrl import __version__, agents, checkpoint, envs, protocol, transport
 from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
 from zrl.launch.checks import (
     check_resume_changes,
@@ -83,7 +83,11 @@ class Launcher:
         self.spec = spec
         self.console = Console(quiet)
         # a worker silent for a few of its stats intervals counts in no worker figure (its frames still count)
-        self.tally = Tally(frames_start=env_frames_start, live_window_s=max(5.0, 5 * cfg.workers.stats_interval_s))
+        self.tally = Tally(
+            frames_start=env_frames_start,
+            live_window_s=max(5.0, 5 * cfg.workers.stats_interval_s),
+            replay_ratio_target=agents.get(cfg.algo).replay_ratio(cfg),
+        )
         self.resume_dir = run_dir
         self.start = start
         self.notes = [n for n in (split_note(cfg),) if n]  # said and logged once the run's log is open

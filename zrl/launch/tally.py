@@ -24,6 +24,9 @@ def _mean(values) -> float:
 _COMBINE = {"value": lambda values: values[-1], "sum": sum, "min": min, "max": max}
 
 
+RATIO_ROWS = 12  # rows of metrics.csv the replay ratio achieved is measured over
+
+
 def stat_columns(reports: list) -> dict:
     """The metrics.csv columns of the latest reports of one kind of role (every worker's, or the broker's, or
     the learner's), as their message's ``protocol.Stat`` fields declare them; an array is written as its
@@ -59,7 +62,9 @@ class Tally:
     # worker_policy_version_min back for 15-25 s after each SIGKILL of it in the chaos soak
     live_window_s: float = 5.0
     heard: dict[int, float] = field(default_factory=dict)  # each worker's last stats, monotonic time
+    replay_ratio_target: float = 0.0  # samples trained per fresh sample the run asks for (the agent's)
     _last_interval: dict | None = None
+    _ratio_marks: deque = field(default_factory=lambda: deque(maxlen=RATIO_ROWS))  # (frames played, trained)
     _last_rates: tuple | None = None  # (env frames, time, learner samples) at the last rates()
 
     @property
@@ -141,12 +146,14 @@ class Tally:
         old ones are no baseline for rates and time shares (the workers' frame counts go on, and stay)."""
         self.learner = self.broker = self.ingest = None
         self._last_interval = None
+        self._ratio_marks.clear()
         if self._last_rates is not None:
             self._last_rates = (*self._last_rates[:2], None)
 
     def interval_figures(self) -> dict[str, float]:
-        """Time shares since the last call: the learner's wait for batches as a fraction of its loop time,
-        its seconds per step, and the broker's seconds per batch made (feature passes included)."""
+        """Figures since the last call: the learner's wait for batches as a fraction of its loop time, its
+        seconds per step, the broker's seconds per batch made (feature passes included), and the replay ratio
+        achieved: env frames trained on (a sample counts each time) per env frame the workers played."""
         ls, b = self.learner, self.broker
         now = {
             "wait": ls.wait_time_s if ls else 0.0,
@@ -163,6 +170,11 @@ class Tally:
             out["learner_wait_fraction"] = d["wait"] / (d["wait"] + d["busy"])
         if d["steps"] > 0:
             out["learner_step_s"] = d["busy"] / d["steps"]
+        if ls is not None:  # over the last RATIO_ROWS rows: one row's frames come in workers' reports a second apart
+            self._ratio_marks.append((self.env_frames, ls.env_frames_trained))
+            (played, trained), (played_now, trained_now) = self._ratio_marks[0], self._ratio_marks[-1]
+            if played_now > played:
+                out["replay_ratio"] = (trained_now - trained) / (played_now - played)
         if d["batches"] > 0:
             out["broker_prepare_s"] = d["prepare"] / d["batches"]
             out["broker_feature_s"] = d["features"] / d["batches"]
@@ -194,6 +206,7 @@ class Tally:
         for reports in (self.live_workers(), [self.broker], [self.learner], [self.ingest], [self.evaluator]):
             row.update(stat_columns([r for r in reports if r is not None]))
         row.update(self.interval_figures())
+        row["replay_ratio_target"] = self.replay_ratio_target
         return row
 
     def best_record(self, checkpoint_name: str) -> dict | None:

@@ -34,6 +34,11 @@ def action_scores(model, obs, cfg, generator) -> np.ndarray:
     return model.q_values(obs, cfg.apex.acting_quantiles, generator).numpy()
 
 
+def replay_ratio(cfg) -> float:
+    """Transitions trained per env step: a batch per apex.replay_ratio env steps (0: workers run free)."""
+    return cfg.learner.batch_size / cfg.apex.replay_ratio if cfg.apex.replay_ratio else 0.0
+
+
 def slots_per_message(cfg) -> int:
     """The steps until ``apex.priority_batch`` transitions are done (each step finishes at most one per env, once
     the n-step window is full), and the reset's frame."""
@@ -50,6 +55,7 @@ AGENT = Agent(
     slots_per_message=slots_per_message,
     action_scores=action_scores,
     acts_greedily=True,
+    replay_ratio=replay_ratio,
     actor="zrl.agents.apex_iqn.actor:ApexActor",
     broker="zrl.agents.apex_iqn.broker:ApexBroker",
     learner="zrl.agents.apex_iqn.learner:ApexLearner",

@@ -136,6 +136,12 @@ def check(cfg) -> None:
             "run.deterministic",
             'algo = "apex_iqn" runs are not deterministic (workers and learner run free); set run.deterministic = false',
         )
+    if cfg.learner.replay_ratio:
+        fail(
+            "learner.replay_ratio",
+            f"{cfg.learner.replay_ratio:g}: Ape-X is paced by apex.replay_ratio (worker env steps per learner "
+            "update); leave learner.replay_ratio at 0",
+        )
     capacity = cfg.replay[prioritized[0]].capacity
     if a.learn_start > capacity:
         fail("apex.learn_start", f"{a.learn_start} transitions is more than the replay holds ({capacity})")

@@ -38,6 +38,12 @@ def action_scores(model, obs, cfg, generator) -> np.ndarray:
     return model(obs).logits.numpy()
 
 
+def replay_ratio(cfg) -> float:
+    from zrl.config import replay_ratio as asked
+
+    return asked(cfg)
+
+
 def slots_per_message(cfg) -> int:
     """An unroll's T steps, and the reset's frame before the first."""
     return cfg.learner.unroll_length + 1
@@ -52,6 +58,7 @@ AGENT = Agent(
     slots_per_message=slots_per_message,
     action_scores=action_scores,
     acts_greedily=False,
+    replay_ratio=replay_ratio,
     actor="zrl.agents.vtrace.actor:VtraceActor",
     broker="zrl.agents.vtrace.broker:VtraceBroker",
     learner="zrl.agents.vtrace.learner:VtraceLearner",

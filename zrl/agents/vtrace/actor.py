@@ -10,7 +10,6 @@ t = 0..T (T+1 frames: the last one is the bootstrap observation and the first of
 
 from __future__ import annotations
 
-import math
 import time
 
 import numpy as np
@@ -18,7 +17,7 @@ import torch
 
 from zrl import protocol
 from zrl.agents import Outgoing
-from zrl.config import Config, needs_features, unrolls_per_version
+from zrl.config import Config, needs_features, unrolls_banked, unrolls_per_version
 from zrl.models import build_model
 
 
@@ -49,7 +48,7 @@ class VtraceActor:
         self.played = 0  # unrolls played since the run began (a deterministic resume counts the replayed ones)
         self.rate = unrolls_per_version(cfg)  # unrolls per weights version, on average (0: free running)
         self.max_ahead = int(self.rate)  # a deterministic run's exact count
-        self.most = max(math.ceil(self.rate - 1e-9), 1)  # the most a worker sends on one version
+        self.most = unrolls_banked(cfg)  # the most unrolls a worker banks
         self.budget = 1.0  # unrolls this worker may send before it waits for new weights
 
     paces_every_step = False  # only between unrolls
@@ -120,7 +119,7 @@ class VtraceActor:
         self.budget = max(self.budget - 1.0, 0.0)
         if self.rate and not self.deterministic:  # shared among the workers live now (remote ones come and go)
             self.rate = unrolls_per_version(self.cfg, worker.live_workers)
-            self.most = max(math.ceil(self.rate - 1e-9), 1)
+            self.most = unrolls_banked(self.cfg, worker.live_workers)
         if self.deterministic:
             # Lockstep: unroll n is played with weights version n // max_ahead, no sooner and no later.
             due = self.played // self.max_ahead

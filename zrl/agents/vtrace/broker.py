@@ -25,6 +25,7 @@ from zrl.config import (
     lr_decay_steps,
     needs_features,
     queue_capacity,
+    queue_uses,
     replay_share,
     worker_slots,
 )
@@ -33,7 +34,7 @@ from zrl.models import build_model, load_flat, resolve_device
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, Scorer, UniformReplay
 from zrl.replay.snapshot import SnapshotMismatch, prefixed, section
-from zrl.replay.store import Unit, units_state
+from zrl.replay.store import Unit
 
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
@@ -154,7 +155,7 @@ def make_replays(cfg: Config, frames_per_step: int, scorer: Scorer | None, seed:
         rng = np.random.default_rng([seed, 7919, i])
         min_fill = fill_target(cfg, rep)
         if rep.type == "queue":
-            replays.append(QueueReplay(queue_capacity(cfg, rep), rep.discard))
+            replays.append(QueueReplay(queue_capacity(cfg, rep), rep.discard, queue_uses(cfg, rep)))
         elif rep.type == "uniform":
             replays.append(UniformReplay(rep.capacity, share, min_fill, rng))
         else:
@@ -238,6 +239,7 @@ class Broker:
             taken = queue.take(n - len(units))
             fresh = self.is_fresh(np.array([u.worker_id for u in taken]), np.array([u.first_frame for u in taken]))
             units += [u for u, ok in zip(taken, fresh) if ok]
+            queue.drop([u for u, ok in zip(taken, fresh) if not ok])
             self.dropped_stale += int((~fresh).sum())
         if len(units) < n:
             queue.put_back(units)
@@ -247,6 +249,9 @@ class Broker:
     def next_units(self) -> tuple[list[Unit], list[int]] | None:
         """A batch's units and the replay each came from, or None while a replay cannot give its share.
         Units that cannot be sent go back with :meth:`put_back`."""
+        for replay in self.replays:  # the last batch has gone (one that could not go was put back)
+            if isinstance(replay, QueueReplay):
+                replay.settle()
         if not self.ready():
             return None
         t0 = time.perf_counter()
@@ -390,7 +395,7 @@ class VtraceBroker:
         for i, replay in enumerate(self.broker.replays):
             replay.load_state(section(f"replay{i}", state))
             if isinstance(replay, QueueReplay):
-                replay.load_state({**replay.state(), **units_state([u for u in replay.units() if u.worker_id < rings])})
+                replay.retain(lambda u: u.worker_id < rings)
             else:
                 slots = replay.store.slots()
                 replay.store.remove(slots[replay.store.worker_id[slots] >= rings])
