@@ -30,9 +30,11 @@ def test_every_registered_agent_resolves_with_its_role_bodies_and_learner_part()
 
 
 def test_an_unknown_agent_is_refused_with_the_registered_names():
-    with pytest.raises(ValueError, match="no agent 'ppo'; the agents are vtrace, apex_iqn"):
+    with pytest.raises(ValueError, match="no agent 'ppo'; the agents are vtrace, apex_iqn, impact"):
         agents.get("ppo")
-    with pytest.raises(ConfigError, match=r"algo: 'apex' is not one of vtrace, apex_iqn \(did you mean 'apex_iqn'\?\)"):
+    with pytest.raises(
+        ConfigError, match=r"algo: 'apex' is not one of vtrace, apex_iqn, impact \(did you mean 'apex_iqn'\?\)"
+    ):
         load(None, ["algo=apex"])
 
 

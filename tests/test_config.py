@@ -154,6 +154,9 @@ def test_resolved_config_round_trips(tmp_path):
             "algo = 'apex_iqn'\n[learner]\nreplay_ratio = 4\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
             ["learner.replay_ratio", "apex.replay_ratio"],
         ),
+        ("algo = 'impact'\n[vtrace]\nlaser = true\n", ["vtrace.laser", "impact"]),
+        ("algo = 'impact'\n[impact]\nclip = 1.5\n", ["impact.clip", "< 1"]),
+        ("algo = 'impact'\n[impact]\ntarget_update_steps = 0\n", ["impact.target_update_steps", "> 0"]),
         (
             "[run]\ndeterministic = true\n[learner]\nreplay_ratio = 2\n",
             ["learner.replay_ratio", "run.deterministic needs each unit trained on once"],

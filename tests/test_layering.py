@@ -127,7 +127,11 @@ def test_the_pure_layer_imports_no_role_agent_or_program(layer):
 
 def test_an_agents_config_section_is_a_leaf():
     """zrl.config imports each agent's section, so a section imports nothing of zrl but the error type."""
-    assert sorted(AGENT_SECTIONS) == ["zrl.agents.apex_iqn.config", "zrl.agents.vtrace.config"]
+    assert sorted(AGENT_SECTIONS) == [
+        "zrl.agents.apex_iqn.config",
+        "zrl.agents.impact.config",
+        "zrl.agents.vtrace.config",
+    ]
     for section in AGENT_SECTIONS:
         assert GRAPH[section] <= {"zrl.errors"}, section
 

@@ -255,3 +255,39 @@ def test_the_atari_iqn_network_takes_stacked_frames():
     obs = torch.randint(0, 256, (2, 4, 84, 84), dtype=torch.uint8)
     assert net(obs, torch.rand(2, 8)).shape == (2, 8, 6)
     assert net.q_values(obs, 32).shape == (2, 6)
+
+
+@pytest.mark.unit
+def test_impact_trains_against_a_target_network_copied_every_target_update_steps_and_checkpointed():
+    from types import SimpleNamespace
+
+    from zrl.agents.impact.learner import ImpactLearner
+    from zrl.config import load
+
+    torch.manual_seed(0)
+    sets = ["algo=impact", "impact.target_update_steps=3", "model.kind=atari_small", "learner.batch_size=3"]
+    cfg = load(None, [*sets, f"learner.unroll_length={T}", f"env.frame_stack={S}"])
+    wiring = SimpleNamespace(frame_shape=(84, 84), frame_dtype="|u1", num_actions=A, frames_per_step=4)
+    learner = ImpactLearner(cfg, wiring, [], torch.device("cpu"))
+    frames = torch.randint(0, 256, (B, T + S, 84, 84), dtype=torch.uint8)
+
+    def same(a, b) -> bool:
+        return np.array_equal(flat_parameters(a), flat_parameters(b))
+
+    for step in range(1, 7):
+        before = flat_parameters(learner.model)
+        figures = learner.update(_unrolls(frames), _batch(), step)
+        assert not np.array_equal(before, flat_parameters(learner.model))
+        assert same(learner.target, learner.model) == (step % 3 == 0), step
+        assert all(np.isfinite(v) for v in figures.values()) and figures["grad_norm"] > 0
+    assert {"clip_fraction", "target_kl", "mean_rho", "pg_loss"} <= set(figures)
+    assert not any(p.requires_grad for p in learner.target.parameters())
+
+    learner.update(_unrolls(frames), _batch(), 7)  # the target now lags the network
+    resumed = ImpactLearner(cfg, wiring, [], torch.device("cpu"))
+    resumed.load(learner.state(), resume=True, optimizer=True)
+    assert same(resumed.target, learner.target) and same(resumed.model, learner.model)
+    assert not same(resumed.target, resumed.model)
+    no_target = {k: v for k, v in learner.state().items() if k != "target_model"}  # a V-trace checkpoint
+    resumed.load(no_target, resume=False, optimizer=False)
+    assert same(resumed.target, learner.model)

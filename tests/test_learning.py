@@ -1,5 +1,5 @@
 """Learning: V-trace through the whole pipeline (real workers, rings, broker, learner, weights back)
-solves CartPole-v1 within a fixed budget of environment steps.
+solves CartPole-v1 within a fixed budget of environment steps, and so does IMPACT at the replay ratio it asks for.
 
 Budget: config/cartpole.toml's run.max_env_frames (100,000 env steps; CartPole has one frame per
 step), seeds 0, 1 and 2. Assertion: the mean raw return of the last 20 finished episodes is at least 475
@@ -40,6 +40,40 @@ def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     assert last_20 >= 475, (
         f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f} after {BUDGET_ENV_STEPS:,} env steps"
     )
+    assert_replay_ratio_held(run_dir, 4.0)  # a quarter of each batch fresh: each env step trained on 4 times
+
+
+def assert_replay_ratio_held(run_dir, asked: float) -> None:
+    """metrics.csv's last row: the replay ratio asked for, and the one achieved (over the last rows, here most
+    of the run, its start included) within 10% of it."""
+    with open(run_dir / "metrics.csv") as fh:
+        last = list(csv.DictReader(fh))[-1]
+    assert float(last["replay_ratio_target"]) == asked
+    achieved = float(last["replay_ratio"])
+    assert abs(achieved / asked - 1) <= 0.10, f"replay ratio {achieved:.2f} achieved, {asked:g} asked"
+
+
+IMPACT_CARTPOLE = REPO / "config" / "impact_cartpole.toml"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_impact_solves_cartpole_within_budget_at_the_replay_ratio_it_asks(tmp_path, no_leaks, seed):
+    """IMPACT (each fresh unit trained on 4 times from its circular buffer, against a target network) on
+    CartPole-v1 for 100,000 env steps: the mean raw return of the last 20 episodes is at least 475, and the replay
+    ratio achieved is within 10% of the 4 asked. About 10 s alone on two cores; seeds 0-4 all ended at 500."""
+    cfg = config.load(IMPACT_CARTPOLE)
+    assert cfg.algo == "impact" and cfg.run.max_env_frames == BUDGET_ENV_STEPS and cfg.learner.replay_ratio == 4
+    result = run_command(
+        "zrl-launch", "--config", IMPACT_CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    with open(run_dir / "episodes.csv") as fh:
+        returns = [float(e["raw_return"]) for e in csv.DictReader(fh)]
+    assert len(returns) >= 20
+    last_20 = sum(returns[-20:]) / 20
+    assert last_20 >= 475, f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f}"
+    assert_replay_ratio_held(run_dir, 4.0)
 
 
 APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"

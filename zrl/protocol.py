@@ -464,6 +464,10 @@ class LearnerStats(_Message, tag="learner_stats"):
     policy_cloning_loss: Annotated[float, Stat("CLEAR's policy-cloning term", step=True)]
     value_cloning_loss: Annotated[float, Stat("CLEAR's value-cloning term", step=True)]
     laser_masked_fraction: Annotated[float, Stat("the share of steps LASER masked", step=True)]
+    clip_fraction: Annotated[
+        float, Stat("IMPACT: the share of steps whose ratio to the target network left the surrogate's clip", step=True)
+    ]
+    target_kl: Annotated[float, Stat("IMPACT: the mean KL from the target network to the policy", step=True)]
     policy_lag: Annotated[
         float,
         Stat(

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 REGISTRY: dict[str, str] = {
     "vtrace": "zrl.agents.vtrace",
     "apex_iqn": "zrl.agents.apex_iqn",
+    "impact": "zrl.agents.impact",
 }
 
 ROLES = ("worker", "broker", "learner")  # the processes of a run beside the launcher

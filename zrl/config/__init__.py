@@ -19,6 +19,7 @@ would be valid. Nothing here starts a process or touches the disk beyond reading
 """
 
 from zrl.agents.apex_iqn.config import APEX_HEADS, ApexConfig
+from zrl.agents.impact.config import ImpactConfig
 from zrl.agents.vtrace.config import CLONING_KL, CLONING_VALUE, VtraceConfig
 from zrl.config.checks import (
     DISTANCES,
@@ -108,6 +109,7 @@ __all__ = [
     "ConfigError",
     "EnvConfig",
     "EvalConfig",
+    "ImpactConfig",
     "LearnerConfig",
     "ModelConfig",
     "ReplayConfig",

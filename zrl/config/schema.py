@@ -13,6 +13,7 @@ from typing import Annotated
 from msgspec import Meta
 
 from zrl.agents.apex_iqn.config import ApexConfig
+from zrl.agents.impact.config import ImpactConfig
 from zrl.agents.vtrace.config import VtraceConfig
 from zrl.config.checks import check
 
@@ -630,8 +631,10 @@ class Config:
     algo: Annotated[
         str,
         Meta(
-            description="The agent: vtrace (IMPALA with V-trace, CLEAR and LASER; the [vtrace] section) or apex_iqn "
-            "(Rainbow-IQN Ape-X with prioritized replay; the [apex] section)."
+            description="The agent: vtrace (IMPALA with V-trace, CLEAR and LASER; the [vtrace] section), impact "
+            "(IMPACT: V-trace against a target network, a clipped surrogate, each sample trained on "
+            "learner.replay_ratio times; the [impact] section) or apex_iqn (Rainbow-IQN Ape-X with prioritized "
+            "replay; the [apex] section)."
         ),
     ] = "vtrace"
     run: RunConfig = field(default_factory=RunConfig)
@@ -640,6 +643,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     vtrace: VtraceConfig = field(default_factory=VtraceConfig)
+    impact: ImpactConfig = field(default_factory=ImpactConfig)
     apex: ApexConfig = field(default_factory=ApexConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     replay: tuple[ReplayConfig, ...] = (ReplayConfig(),)
@@ -658,6 +662,7 @@ SECTIONS: dict[str, type] = {
     "model": ModelConfig,
     "learner": LearnerConfig,
     "vtrace": VtraceConfig,
+    "impact": ImpactConfig,
     "apex": ApexConfig,
     "broker": BrokerConfig,
     "transport": TransportConfig,

@@ -61,6 +61,8 @@ _LATEST = (
     "learner_wait_fraction",
     "replay_ratio",
     "replay_ratio_target",
+    "clip_fraction",
+    "target_kl",
     "total_loss",
     "entropy_loss",
     "grad_norm",

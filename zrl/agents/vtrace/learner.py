@@ -33,6 +33,32 @@ class Step(NamedTuple):
     grad_norm: float = 0.0
 
 
+def forward(model, unrolls: Unrolls, precision: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The network on the batch's unrolls: time-major ``[T+1, B, A]`` logits and ``[T+1, B]`` values in fp32
+    (the forward pass under bf16 autocast when ``precision`` says so)."""
+    frames = unrolls.frames
+    b = frames.shape[0]
+    autocast = (
+        torch.autocast(frames.device.type, dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
+    )
+    with autocast:
+        out = model.forward_unrolls(frames, unrolls.episode_steps)  # [B*(T+1)]
+    logits = out.logits.float().view(b, -1, out.logits.shape[-1]).transpose(0, 1)
+    values = out.values.float().view(b, -1).transpose(0, 1)
+    return logits, values
+
+
+def apply(total: torch.Tensor, model, optimizer, scheduler, grad_norm_clip: float) -> float:
+    """Backward, clip the global gradient norm (0: no clip), step the optimiser and the schedule; the norm
+    before clipping."""
+    optimizer.zero_grad(set_to_none=True)
+    total.backward()
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_norm_clip or math.inf))
+    optimizer.step()
+    scheduler.step()
+    return grad_norm
+
+
 def sgd_step(
     model,
     optimizer,
@@ -44,17 +70,7 @@ def sgd_step(
 ) -> Step:
     """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on the batch's unrolls (their
     T+1 stacked observations each) and time-major ``[T, B]`` batch arrays; returns the loss parts."""
-    frames = unrolls.frames
-    b = frames.shape[0]
-    autocast = (
-        torch.autocast(frames.device.type, dtype=torch.bfloat16)
-        if cfg.precision == "bf16"
-        else contextlib.nullcontext()
-    )
-    with autocast:
-        out = model.forward_unrolls(frames, unrolls.episode_steps)  # [B*(T+1)]
-    logits = out.logits.float().view(b, -1, out.logits.shape[-1]).transpose(0, 1)
-    values = out.values.float().view(b, -1).transpose(0, 1)
+    logits, values = forward(model, unrolls, cfg.precision)
     loss = vtrace_loss(
         learner_logits=logits[:-1],
         behaviour_logits=batch["behaviour_logits"],
@@ -76,11 +92,7 @@ def sgd_step(
         clear_policy_kl=algo.clear_policy_kl,
         clear_value_loss=algo.clear_value_loss,
     )
-    optimizer.zero_grad(set_to_none=True)
-    loss.total.backward()
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_norm_clip or math.inf))
-    optimizer.step()
-    scheduler.step()
+    grad_norm = apply(loss.total, model, optimizer, scheduler, cfg.grad_norm_clip)
     parts = (
         loss.total,
         loss.pg,
@@ -309,14 +321,10 @@ class VtraceLearner:
         unrolls = Unrolls(frames.to(device, non_blocking=True), steps.to(device, non_blocking=True))
         return (batch, ok, unrolls, batch_tensors(batch, ok, device)), torn
 
-    def step(self, gathered: Any, learner_step: int, policy_version: int) -> Trained:
-        """One V-trace update on a gathered batch (``learner_step`` is the step it takes, from 1)."""
-        batch, ok, unrolls, tensors = gathered
-        self.model.train()
+    def update(self, unrolls: Unrolls, tensors: dict[str, torch.Tensor], learner_step: int) -> dict[str, float]:
+        """The agent's update on a gathered batch: its figures by their LearnerStats names."""
         step = sgd_step(self.model, self.optimizer, self.scheduler, unrolls, tensors, self.cfg.learner, self.cfg.vtrace)
-        units = int(ok.sum())
-        ages = sample_ages(policy_version, batch, ok, self.queues)
-        metrics = {
+        return {
             "total_loss": step.total,
             "pg_loss": step.pg,
             "baseline_loss": step.baseline,
@@ -326,10 +334,16 @@ class VtraceLearner:
             "policy_cloning_loss": step.policy_cloning,
             "value_cloning_loss": step.value_cloning,
             "laser_masked_fraction": step.masked_fraction,
-            "policy_lag": ages.fresh,
-            "sample_age_mean": ages.mean,
-            "sample_age_max": ages.max,
         }
+
+    def step(self, gathered: Any, learner_step: int, policy_version: int) -> Trained:
+        """One update on a gathered batch (``learner_step`` is the step it takes, from 1)."""
+        batch, ok, unrolls, tensors = gathered
+        self.model.train()
+        metrics = self.update(unrolls, tensors, learner_step)
+        units = int(ok.sum())
+        ages = sample_ages(policy_version, batch, ok, self.queues)
+        metrics.update(policy_lag=ages.fresh, sample_age_mean=ages.mean, sample_age_max=ages.max)
         return Trained(
             samples=units * self.cfg.learner.unroll_length, frames=units * self.frames_per_unit, metrics=metrics
         )

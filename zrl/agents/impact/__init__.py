@@ -1,0 +1,35 @@
+"""IMPACT (``algo = "impact"``; Luo et al. 2020): V-trace's workers and replays, with a learner that trains each
+fresh unit K times (``learner.replay_ratio``) against a target network, through a clipped surrogate. Its actor,
+broker part, network and sizing are V-trace's, taken from the registry when first asked for (so that loading the
+config imports no other agent); its learner part is V-trace's with IMPACT's update (``[impact]``)."""
+
+from __future__ import annotations
+
+from zrl.agents import Agent, get
+from zrl.agents.impact.config import check
+
+
+def _vtraces(name: str):
+    """V-trace's declaration ``name``, looked up when called."""
+
+    def call(*args):
+        return getattr(get("vtrace"), name)(*args)
+
+    call.__name__ = name
+    return call
+
+
+AGENT = Agent(
+    name="impact",
+    summary="IMPACT: V-trace against a target network with a clipped surrogate, each batch trained on K times",
+    check=check,
+    build_model=_vtraces("build_model"),
+    ring_slots=_vtraces("ring_slots"),
+    slots_per_message=_vtraces("slots_per_message"),
+    action_scores=_vtraces("action_scores"),
+    acts_greedily=False,
+    replay_ratio=_vtraces("replay_ratio"),
+    actor="zrl.agents.vtrace.actor:VtraceActor",
+    broker="zrl.agents.vtrace.broker:VtraceBroker",
+    learner="zrl.agents.impact.learner:ImpactLearner",
+)
