@@ -278,16 +278,16 @@ def test_impact_trains_against_a_target_network_copied_every_target_update_steps
         before = flat_parameters(learner.model)
         figures = learner.update(_unrolls(frames), _batch(), step)
         assert not np.array_equal(before, flat_parameters(learner.model))
-        assert same(learner.target, learner.model) == (step % 3 == 0), step
+        assert same(learner.target.net, learner.model) == (step % 3 == 0), step
         assert all(np.isfinite(v) for v in figures.values()) and figures["grad_norm"] > 0
     assert {"clip_fraction", "target_kl", "mean_rho", "pg_loss"} <= set(figures)
-    assert not any(p.requires_grad for p in learner.target.parameters())
+    assert not any(p.requires_grad for p in learner.target.net.parameters())
 
     learner.update(_unrolls(frames), _batch(), 7)  # the target now lags the network
     resumed = ImpactLearner(cfg, wiring, [], torch.device("cpu"))
     resumed.load(learner.state(), resume=True, optimizer=True)
-    assert same(resumed.target, learner.target) and same(resumed.model, learner.model)
-    assert not same(resumed.target, resumed.model)
-    no_target = {k: v for k, v in learner.state().items() if k != "target_model"}  # a V-trace checkpoint
+    assert same(resumed.target.net, learner.target.net) and same(resumed.model, learner.model)
+    assert not same(resumed.target.net, resumed.model)
+    no_target = {k: v for k, v in learner.state().items() if k != "target"}  # a V-trace checkpoint
     resumed.load(no_target, resume=False, optimizer=False)
-    assert same(resumed.target, learner.model)
+    assert same(resumed.target.net, learner.model)

@@ -6,7 +6,6 @@ the new priorities back to the broker, and copies the online network into the ta
 
 from __future__ import annotations
 
-import copy
 import math
 from typing import Any, NamedTuple
 
@@ -20,6 +19,7 @@ from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, Config, apex_anneal_steps
 from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_apex_model
+from zrl.models.target import TargetNetwork
 from zrl.optim import load_optimizer_state, make_optimizer
 
 
@@ -91,9 +91,8 @@ class ApexLearner:
             cfg.model, cfg.apex, wiring.frame_shape, wiring.frame_dtype, cfg.env.frame_stack, wiring.num_actions
         )
         self.model = model.to(device)
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
         self.model.train()
-        self.target.train(self.apex.noisy)
+        self.target = TargetNetwork(self.model, self.apex.target_update, train=self.apex.noisy)
         self.optimizer, self.scheduler = make_optimizer(
             self.model, cfg.learner, apex_anneal_steps(cfg, wiring.frames_per_step)
         )
@@ -109,7 +108,7 @@ class ApexLearner:
 
     def load(self, state: dict, resume: bool, optimizer: bool) -> None:
         self.model.load_state_dict(state["model"])
-        self.target.load_state_dict(state.get("target") or state["model"])
+        self.target.load(state)
         if optimizer and state.get("optimizer") is not None:
             load_optimizer_state(self.optimizer, state["optimizer"], keep_configured=not resume)
         if resume:
@@ -118,7 +117,7 @@ class ApexLearner:
     def state(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
-            "target": self.target.state_dict(),
+            **self.target.state(),
             "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(),
         }
@@ -156,7 +155,7 @@ class ApexLearner:
         ages = policy_version - batch.policy_version[keep]  # in weights versions; the newest is the lag
         step = apex_sgd_step(
             self.model,
-            self.target,
+            self.target.net,
             self.optimizer,
             obs,
             action,
@@ -174,8 +173,7 @@ class ApexLearner:
             stamps=batch.stamps[keep],
             priorities=step.priorities.astype(np.float32),
         ).encode()
-        if learner_step % self.apex.target_update == 0:
-            self.target.load_state_dict(self.model.state_dict())
+        self.target.follow(self.model, learner_step)
         metrics = {
             "total_loss": step.loss,
             "grad_norm": step.grad_norm,

@@ -6,7 +6,7 @@ config imports no other agent); its learner part is V-trace's with IMPACT's upda
 from __future__ import annotations
 
 from zrl.agents import Agent, get
-from zrl.agents.impact.config import check
+from zrl.agents.impact.config import check as impact_check
 
 
 def _vtraces(name: str):
@@ -19,9 +19,15 @@ def _vtraces(name: str):
     return call
 
 
+def check(cfg) -> None:
+    """V-trace's rules (its replays), then IMPACT's own."""
+    get("vtrace").check(cfg)
+    impact_check(cfg)
+
+
 AGENT = Agent(
     name="impact",
-    summary="IMPACT: V-trace against a target network with a clipped surrogate, each batch trained on K times",
+    summary="IMPACT: V-trace against a target network with a clipped surrogate, each fresh unit trained on K times",
     check=check,
     build_model=_vtraces("build_model"),
     ring_slots=_vtraces("ring_slots"),

@@ -35,13 +35,8 @@ class ImpactConfig:
 
 
 def check(cfg) -> None:
-    """IMPACT's rules on a whole config whose algo is impact: V-trace's replays (no prioritized replay), and
-    none of V-trace's CLEAR or LASER terms, which its loss does not take."""
-    prioritized = [i for i, rep in enumerate(cfg.replay) if rep.type == "prioritized"]
-    if prioritized:
-        fail(
-            f"replay[{prioritized[0]}].type", 'a prioritized replay holds Ape-X transitions: it needs algo = "apex_iqn"'
-        )
+    """IMPACT's own rules on a whole config whose algo is impact (V-trace's run first: zrl.agents.impact): none of
+    V-trace's CLEAR or LASER terms, which its loss does not take."""
     v = cfg.vtrace
     for key, on in (
         ("laser", v.laser),

@@ -3,56 +3,42 @@ network that the update measures the policy against, refreshed every ``impact.ta
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import torch
 
-from zrl.agents.vtrace.learner import VtraceLearner, apply, forward
+from zrl.agents.vtrace.learner import VtraceLearner, apply, forward, loss_inputs
 from zrl.algos.impact import impact_loss
 from zrl.config import Config
 from zrl.gather import Unrolls
+from zrl.models.target import TargetNetwork
 
 
 class ImpactLearner(VtraceLearner):
     def __init__(self, cfg: Config, wiring, rings: list, device: torch.device) -> None:
         super().__init__(cfg, wiring, rings, device)
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
-        self.target.eval()
+        self.target = TargetNetwork(self.model, cfg.impact.target_update_steps)
 
     def load(self, state: dict, resume: bool, optimizer: bool) -> None:
         """V-trace's, and the target network where the checkpoint has one (else a copy of the network)."""
         super().load(state, resume, optimizer)
-        self.target.load_state_dict(state.get("target_model") or self.model.state_dict())
+        self.target.load(state)
 
     def state(self) -> dict[str, Any]:
-        return {**super().state(), "target_model": self.target.state_dict()}
+        return {**super().state(), **self.target.state()}
 
     def update(self, unrolls: Unrolls, tensors: dict[str, torch.Tensor], learner_step: int) -> dict[str, float]:
-        lcfg, vcfg = self.cfg.learner, self.cfg.vtrace
+        lcfg = self.cfg.learner
         logits, values = forward(self.model, unrolls, lcfg.precision)
         with torch.no_grad():
-            target_logits, _ = forward(self.target, unrolls, lcfg.precision)
+            target_logits, _ = forward(self.target.net, unrolls, lcfg.precision)
         loss = impact_loss(
-            learner_logits=logits[:-1],
+            **loss_inputs(logits, values, tensors, lcfg, self.cfg.vtrace),
             target_logits=target_logits[:-1],
-            behaviour_logits=tensors["behaviour_logits"],
-            actions=tensors["actions"],
-            values=values[:-1],
-            bootstrap_value=values[-1],
-            rewards=tensors["rewards"] * lcfg.reward_scale,
-            discounts=tensors["discounts"] * lcfg.discount,
             clip=self.cfg.impact.clip,
-            pg_cost=lcfg.pg_cost,
-            baseline_cost=lcfg.baseline_cost,
-            entropy_cost=lcfg.entropy_cost,
-            clip_rho_threshold=vcfg.clip_rho or None,
-            clip_c_threshold=vcfg.clip_c or None,
-            clip_pg_rho_threshold=vcfg.clip_pg_rho or None,
         )
         grad_norm = apply(loss.total, self.model, self.optimizer, self.scheduler, lcfg.grad_norm_clip)
-        if learner_step % self.cfg.impact.target_update_steps == 0:
-            self.target.load_state_dict(self.model.state_dict())
+        self.target.follow(self.model, learner_step)
         figures = {
             "total_loss": loss.total,
             "pg_loss": loss.pg,

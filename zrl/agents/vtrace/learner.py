@@ -59,19 +59,12 @@ def apply(total: torch.Tensor, model, optimizer, scheduler, grad_norm_clip: floa
     return grad_norm
 
 
-def sgd_step(
-    model,
-    optimizer,
-    scheduler,
-    unrolls: Unrolls,
-    batch: dict[str, torch.Tensor],
-    cfg: LearnerConfig,
-    algo: VtraceConfig = VtraceConfig(),
-) -> Step:
-    """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on the batch's unrolls (their
-    T+1 stacked observations each) and time-major ``[T, B]`` batch arrays; returns the loss parts."""
-    logits, values = forward(model, unrolls, cfg.precision)
-    loss = vtrace_loss(
+def loss_inputs(
+    logits: torch.Tensor, values: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig, algo: VtraceConfig
+) -> dict:
+    """What every V-trace-family loss takes: the network's outputs on the T steps and the bootstrap, the batch's
+    arrays (rewards scaled, discounts times gamma), the losses' weights and V-trace's clips (0: none)."""
+    return dict(
         learner_logits=logits[:-1],
         behaviour_logits=batch["behaviour_logits"],
         actions=batch["actions"],
@@ -85,6 +78,23 @@ def sgd_step(
         clip_rho_threshold=algo.clip_rho or None,
         clip_c_threshold=algo.clip_c or None,
         clip_pg_rho_threshold=algo.clip_pg_rho or None,
+    )
+
+
+def sgd_step(
+    model,
+    optimizer,
+    scheduler,
+    unrolls: Unrolls,
+    batch: dict[str, torch.Tensor],
+    cfg: LearnerConfig,
+    algo: VtraceConfig = VtraceConfig(),
+) -> Step:
+    """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on the batch's unrolls (their
+    T+1 stacked observations each) and time-major ``[T, B]`` batch arrays; returns the loss parts."""
+    logits, values = forward(model, unrolls, cfg.precision)
+    loss = vtrace_loss(
+        **loss_inputs(logits, values, batch, cfg, algo),
         behaviour_values=batch["behaviour_values"],
         laser_kl_threshold=algo.laser_kl_threshold if algo.laser else None,
         clear_policy_weight=algo.clear_policy_weight,
