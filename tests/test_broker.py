@@ -223,3 +223,35 @@ def test_uniform_replay_evicts_units_whose_frames_are_gone(rings):
         batch = _next_batch(broker)
         assert batch.first_frame.tolist() == [40, 40]
     assert broker.stale_total == 2 and broker.sizes().tolist() == [2]
+
+
+def test_a_reusing_queue_serves_each_unit_k_times_through_a_failed_send_a_stale_unit_and_a_snapshot(rings):
+    """IMPACT's circular buffer in the broker: learner.replay_ratio 3 with a queue alone hands each unit out three
+    times; a batch put back (not sent) costs no use; a unit whose frames the ring overwrote is dropped for good;
+    the index and a snapshot hold the units that come back."""
+    for ring in rings:
+        _write(ring, 20)
+    cfg = make_config(
+        learner={"batch_size": 2, "unroll_length": T, "replay_ratio": 3.0},
+        workers={"produce_ratio": 0.0},
+        replay=[{"capacity": 8}],
+    )
+    broker = Broker(cfg, rings)
+    broker.insert(_unroll(0, 0, 4))  # units (worker 0, env 0) and (0, 1)
+    broker.insert(_unroll(1, 0, 8))
+    taken = broker.next_units()
+    broker.put_back(taken)  # the learner could not take it: nothing used
+    served = []
+    for _ in range(3):
+        batch = _next_batch(broker)
+        served += list(zip(batch.worker_ids.tolist(), batch.env_index.tolist()))
+        assert len(set(zip(batch.worker_ids.tolist(), batch.env_index.tolist()))) == 2  # never a unit twice
+    assert served == [(0, 0), (0, 1), (1, 0), (1, 1), (0, 0), (0, 1)]  # round the queue, oldest first
+    assert len(broker.index().worker_ids) == 4  # the last batch's two come back for their third use
+    again = Broker(cfg, rings)
+    again.replays[0].load_state(broker.replays[0].state())
+    _write(rings[0], 40)  # worker 0's frames are overwritten: its units go, worker 1's stay
+    rest = []
+    while (batch := _next_batch(again)) is not None:
+        rest += batch.worker_ids.tolist()
+    assert rest == [1, 1, 1, 1] and again.dropped_stale == 2  # worker 1's two uses each; worker 0's last lost

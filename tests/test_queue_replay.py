@@ -168,3 +168,15 @@ def test_the_broker_hands_each_queued_unit_sample_ratio_x_replay_ratio_times():
     )
     queue = make_replays(cfg, 4, None, 0)[0]
     assert isinstance(queue, QueueReplay) and queue.uses == 3
+
+
+def test_units_coming_back_from_their_batch_respect_the_capacity_and_the_discard_rule():
+    for discard, kept in [("keep_latest", [4, 0, 1]), ("keep_oldest", [2, 3, 4])]:
+        queue = QueueReplay(3, discard, uses=2)
+        for i in range(3):
+            queue.add(_unit(i))
+        queue.take(2)  # units 0 and 1 are out with their batch
+        queue.add(_unit(3))
+        queue.add(_unit(4))
+        queue.settle()
+        assert len(queue) == 3 and _kept(queue) == kept and queue.dropped_full == 2, discard

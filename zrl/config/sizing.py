@@ -47,8 +47,9 @@ def replay_ratio(cfg: Config) -> float:
 
 
 def queue_uses(cfg: Config, rep: ReplayConfig) -> float:
-    """Times a queue hands out each unit, on average: its share of the batches' samples per fresh sample."""
-    return rep.sample_ratio * replay_ratio(cfg)
+    """Times a queue hands out each unit, on average: its share of the batches' samples per fresh sample, and at
+    least once (every unit goes into every queue: of two queues, the smaller one drops what it cannot use)."""
+    return max(1.0, rep.sample_ratio * replay_ratio(cfg))
 
 
 def needs_features(cfg: Config) -> bool:

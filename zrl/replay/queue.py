@@ -50,7 +50,11 @@ class QueueReplay:
         return quota
 
     def add(self, unit: Unit) -> None:
-        if len(self._units) == self.capacity:
+        self._join(unit, self._quota())
+
+    def _join(self, unit: Unit, left: int) -> None:
+        """A unit at the back (new, or back from its batch), by the discard rule when the queue is full."""
+        if len(self._units) >= self.capacity:
             self.dropped_full += 1
             turn_of_the_new = self.discard == "alternating" and self.dropped_full % 2 == 0
             if self.discard == "keep_oldest" or turn_of_the_new:
@@ -58,7 +62,7 @@ class QueueReplay:
             self._units.popleft()
             self._left.popleft()
         self._units.append(unit)
-        self._left.append(self._quota())
+        self._left.append(left)
 
     def units(self) -> list[Unit]:
         """The units held, oldest first, then those of the last batch that will rejoin them (a copy)."""
@@ -82,8 +86,7 @@ class QueueReplay:
         """The last batch has gone: each of its units was used once, and one with uses left rejoins at the back."""
         for unit, left in self._out:
             if left > 1:
-                self._units.append(unit)
-                self._left.append(left - 1)
+                self._join(unit, left - 1)
         self._out = []
 
     def put_back(self, units: list[Unit]) -> None:

@@ -19,19 +19,29 @@ def build_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions
 
 
 def ring_slots(cfg) -> int:
-    """Every unit goes into every replay, so the units held are at most the largest replay's capacity, plus
+    """Every unit goes into every replay, so the units held are at most the largest replay's capacity (a reusing
+    queue's units may be older: ``_queue_held``), plus
     the ready batches and the learner's batch. A worker produces M units per T slots; its ring keeps twice
     its fair share of them (all of them with one or two workers), so a worker may run at twice the others'
     pace before its oldest replayed units are dropped as stale (counted in metrics.csv). The share is the local
     workers': they take up the share of remote workers (workers.remote) that have not joined or have left, and a
     remote slot's ring is as large."""
-    from zrl.config import queue_capacity
-
-    held = max(queue_capacity(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
+    held = max(_queue_held(cfg, r) if r.type == "queue" else r.capacity for r in cfg.replay)
     in_flight = held + (cfg.broker.prefetch_batches + 2) * cfg.learner.batch_size
     per_worker = min(in_flight, math.ceil(2 * in_flight / cfg.workers.count))
     unrolls_per_env = math.ceil(per_worker / cfg.workers.envs_per_worker) + 2
     return unrolls_per_env * cfg.learner.unroll_length + cfg.env.frame_stack
+
+
+def _queue_held(cfg, rep) -> int:
+    """How many fresh units behind the newest a queue's units may be at their last use: its capacity; with reuse,
+    its capacity and the batch's share that comes back, times the workers' margin (produce_ratio), which arrives
+    while the queue rotates its units and is dropped."""
+    from zrl.config import queue_capacity, queue_uses, replay_share
+
+    if queue_uses(cfg, rep) <= 1:
+        return queue_capacity(cfg, rep)
+    return math.ceil((queue_capacity(cfg, rep) + replay_share(cfg, rep)) * max(1.0, cfg.workers.produce_ratio))
 
 
 def action_scores(model, obs, cfg, generator) -> np.ndarray:

@@ -239,8 +239,9 @@ class Broker:
             taken = queue.take(n - len(units))
             fresh = self.is_fresh(np.array([u.worker_id for u in taken]), np.array([u.first_frame for u in taken]))
             units += [u for u, ok in zip(taken, fresh) if ok]
-            queue.drop([u for u, ok in zip(taken, fresh) if not ok])
-            self.dropped_stale += int((~fresh).sum())
+            if not fresh.all():
+                queue.drop([u for u, ok in zip(taken, fresh) if not ok])
+                self.dropped_stale += int((~fresh).sum())
         if len(units) < n:
             queue.put_back(units)
             return None
@@ -408,8 +409,9 @@ class VtraceBroker:
         oldest = np.array([ring.head for ring in b.rings], np.int64)
         for replay in b.replays:
             if isinstance(replay, QueueReplay):
-                workers = np.array([u.worker_id for u in replay.units()], np.int64)
-                firsts = np.array([u.first_frame for u in replay.units()], np.int64)
+                units = replay.units()
+                workers = np.array([u.worker_id for u in units], np.int64)
+                firsts = np.array([u.first_frame for u in units], np.int64)
             else:
                 slots = replay.store.slots()
                 workers, firsts = replay.store.worker_id[slots].astype(np.int64), replay.store.first_frame[slots]
