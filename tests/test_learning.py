@@ -1,5 +1,6 @@
 """Learning: V-trace through the whole pipeline (real workers, rings, broker, learner, weights back)
-solves CartPole-v1 within a fixed budget of environment steps, and so does IMPACT at the replay ratio it asks for.
+solves CartPole-v1 within a fixed budget of environment steps, and so does IMPACT at the replay ratio it asks for
+(its workers paced to it: workers.produce_ratio = 1).
 
 Budget: config/cartpole.toml's run.max_env_frames (100,000 env steps; CartPole has one frame per
 step), seeds 0, 1 and 2. Assertion: the mean raw return of the last 20 finished episodes is at least 475
@@ -40,7 +41,6 @@ def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     assert last_20 >= 475, (
         f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f} after {BUDGET_ENV_STEPS:,} env steps"
     )
-    assert_replay_ratio_held(run_dir, 4.0)  # a quarter of each batch fresh: each env step trained on 4 times
 
 
 def assert_replay_ratio_held(run_dir, asked: float) -> None:

@@ -460,7 +460,7 @@ class LearnerStats(_Message, tag="learner_stats"):
     entropy_loss: Annotated[float, Stat("its entropy term", step=True)]
     learning_rate: Annotated[float, Stat("the optimiser's learning rate")]
     grad_norm: Annotated[float, Stat("the gradient norm before clipping", step=True)]
-    mean_rho: Annotated[float, Stat("the mean importance ratio pi/mu", step=True)]
+    mean_rho: Annotated[float, Stat("the mean importance ratio pi/mu (IMPACT: pi_target/mu)", step=True)]
     policy_cloning_loss: Annotated[float, Stat("CLEAR's policy-cloning term", step=True)]
     value_cloning_loss: Annotated[float, Stat("CLEAR's value-cloning term", step=True)]
     laser_masked_fraction: Annotated[float, Stat("the share of steps LASER masked", step=True)]
