@@ -28,19 +28,24 @@ BUDGET_ENV_STEPS = 100_000
 def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     cfg = config.load(CARTPOLE)
     assert cfg.run.max_env_frames == BUDGET_ENV_STEPS
-    result = run_command(
-        "zrl-launch", "--config", CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path, timeout=1200
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = (tmp_path / "results").iterdir()
-    with open(run_dir / "episodes.csv") as fh:
-        episodes = list(csv.DictReader(fh))
-    returns = [float(e["raw_return"]) for e in episodes]
-    assert len(returns) >= 20
+    _, returns = launched(tmp_path, CARTPOLE, f"run.seed={seed}", timeout=1200)
     last_20 = sum(returns[-20:]) / 20
     assert last_20 >= 475, (
         f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f} after {BUDGET_ENV_STEPS:,} env steps"
     )
+
+
+def launched(tmp_path, config_path, *sets: str, timeout: float) -> tuple:
+    """zrl-launch on ``config_path`` with ``--set`` ``sets``, to its exit 0: its run folder and every episode's raw
+    return, at least 20 of them."""
+    options = [part for key in sets for part in ("--set", key)]
+    result = run_command("zrl-launch", "--config", config_path, *options, "--quiet", cwd=tmp_path, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    with open(run_dir / "episodes.csv") as fh:
+        returns = [float(e["raw_return"]) for e in csv.DictReader(fh)]
+    assert len(returns) >= 20
+    return run_dir, returns
 
 
 def assert_replay_ratio_held(run_dir, asked: float) -> None:
@@ -63,14 +68,7 @@ def test_impact_solves_cartpole_within_budget_at_the_replay_ratio_it_asks(tmp_pa
     ratio achieved is within 10% of the 4 asked. About 10 s alone on two cores; seeds 0-4 all ended at 500."""
     cfg = config.load(IMPACT_CARTPOLE)
     assert cfg.algo == "impact" and cfg.run.max_env_frames == BUDGET_ENV_STEPS and cfg.learner.replay_ratio == 4
-    result = run_command(
-        "zrl-launch", "--config", IMPACT_CARTPOLE, "--set", f"run.seed={seed}", "--quiet", cwd=tmp_path, timeout=600
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = (tmp_path / "results").iterdir()
-    with open(run_dir / "episodes.csv") as fh:
-        returns = [float(e["raw_return"]) for e in csv.DictReader(fh)]
-    assert len(returns) >= 20
+    run_dir, returns = launched(tmp_path, IMPACT_CARTPOLE, f"run.seed={seed}", timeout=600)
     last_20 = sum(returns[-20:]) / 20
     assert last_20 >= 475, f"seed {seed}: mean return of the last 20 episodes is {last_20:.1f}"
     assert_replay_ratio_held(run_dir, 4.0)
@@ -92,12 +90,7 @@ def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
     cfg = config.load(APEX_CARTPOLE)
     assert cfg.algo == "apex_iqn" and cfg.run.max_env_frames == APEX_BUDGET_ENV_STEPS and cfg.run.seed == 0
     # 3x the ~550 s this test takes on 2 Intel Xeon cores in CI's learning lane (nice 19, beside the other tiers)
-    result = run_command("zrl-launch", "--config", APEX_CARTPOLE, "--quiet", cwd=tmp_path, timeout=1800)
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = (tmp_path / "results").iterdir()
-    with open(run_dir / "episodes.csv") as fh:
-        returns = [float(e["raw_return"]) for e in csv.DictReader(fh)]
-    assert len(returns) >= 20
+    run_dir, returns = launched(tmp_path, APEX_CARTPOLE, timeout=1800)
     last_20 = sum(returns[-20:]) / 20
     with open(run_dir / "metrics.csv") as fh:
         last_row = list(csv.DictReader(fh))[-1]  # how far the learner kept pace, should this fail under load
