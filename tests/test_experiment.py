@@ -181,6 +181,8 @@ def test_a_bad_sweep_file_exits_2_before_any_run(tmp_path):
     assert proc.returncode == 2 and "--resume DIR continues in DIR" in proc.stderr
     proc = run_command("zrl-sweep", "--resume", tmp_path, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and "not a sweep folder" in proc.stderr
+    proc = run_command("zrl-sweep", path, "--retry-failed", cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and "--retry-failed goes with --resume DIR" in proc.stderr
     proc = run_command("zrl-report", tmp_path, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a zrl run folder" in proc.stderr
 
@@ -306,6 +308,16 @@ def test_a_sweep_runs_every_run_and_the_report_aggregates_them(tmp_path, no_leak
         written = tmp_path / "rep" / f"tiny{suffix}"
         assert written.is_file() and written.stat().st_size > 500, written
     assert (tmp_path / "rep" / "tiny_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --retry-failed starts the failed runs again; the done ones stay
+    again = run_command("zrl-sweep", "--resume", out, "--retry-failed", cwd=tmp_path, timeout=120)
+    assert again.returncode == 1 and again.stderr.count("starting it again") == 2, again.stderr
+    rows = json.loads((out / "index.json").read_text())["runs"]
+    assert [r["status"] for r in rows] == ["done", "done", "failed", "done", "done", "failed"]
+    assert [r["ended"] for r in rows if r["status"] == "done"] == [
+        r["ended"] for r in index["runs"] if r["status"] == "done"
+    ]
+    for seed in (1, 2):
+        assert (out / "broken" / f"seed{seed}" / "launch.log").read_text().count("$ zrl-launch") == 2
 
 
 @pytest.mark.e2e

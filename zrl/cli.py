@@ -674,19 +674,27 @@ def keys_main(folder, client) -> None:
     metavar="PATTERN",
     help="Run only the labels that match this shell pattern (repeatable), e.g. --only 'breakout-*'.",
 )
-def sweep_main(sweep_file, out, resume_dir, only) -> None:
+@click.option(
+    "--retry-failed",
+    "retry",
+    is_flag=True,
+    help="With --resume: start the failed runs again (of those --only selects), each in a new run folder.",
+)
+def sweep_main(sweep_file, out, resume_dir, only, retry) -> None:
     """Run configs x seeds, each zrl-launch in its own run folder: zrl-sweep config/suites/elite_vs_uniform.toml
 
     OUT/index.json says where each run stands (pending, running, done, failed, stopped). Ctrl-C stops the
     running runs in order; --resume OUT continues the sweep (stopped runs from their checkpoints)."""
     from zrl.experiment import sweep
 
+    if retry and not resume_dir:
+        _usage_error("zrl-sweep", "--retry-failed goes with --resume DIR (a new sweep has no failed runs)")
     if sweep_file and resume_dir:
         _usage_error("zrl-sweep", "give a sweep file or --resume DIR, not both (a resumed sweep reads its own copy)")
     if out and resume_dir:
         _usage_error("zrl-sweep", "--out names a new sweep's folder; --resume DIR continues in DIR")
     try:
-        code = sweep.start(sweep_file, out, resume_dir, list(only), lambda text: click.echo(text, err=True))
+        code = sweep.start(sweep_file, out, resume_dir, list(only), lambda text: click.echo(text, err=True), retry)
     except ConfigError as err:
         _usage_error("zrl-sweep", str(err))
     sys.exit(code)

@@ -22,7 +22,8 @@ run folder and ``launch.log`` keeps its output. ``OUT/index.json`` records each 
 status (pending, running, done, failed, stopped), exit code and folder, and the last lines of a failed run's
 log; it is rewritten (atomically) at every change. ``OUT/sweep.toml`` is the sweep file as given, which
 ``--resume OUT`` reads again: done and failed runs stay as they are, a stopped run continues from its newest
-checkpoint (``zrl-launch --resume``) and a pending one starts.
+checkpoint (``zrl-launch --resume``) and a pending one starts. ``--retry-failed`` starts the failed ones again, each
+in a new run folder beside its old one.
 
 Ctrl-C (or SIGTERM) hands each running zrl-launch one SIGINT, which stops it in order with a checkpoint; a
 second one stops them at once. Every zrl-launch gets SIGTERM from the kernel if the sweep itself dies.
@@ -31,6 +32,7 @@ second one stops them at once. Every zrl-launch gets SIGTERM from the kernel if 
 from __future__ import annotations
 
 import fcntl
+import fnmatch
 import itertools
 import json
 import os
@@ -321,6 +323,11 @@ def _frames(folder: str | None) -> int | None:
         return None
 
 
+def _selected(sweep: Sweep, only: list[str] | None) -> list[Run]:
+    """The runs whose labels match one of the ``--only`` patterns (all runs when none is given)."""
+    return [r for r in sweep.runs if not only or any(fnmatch.fnmatch(r.label, p) for p in only)]
+
+
 class _Stop:
     """SIGINT/SIGTERM: how many times the sweep was asked to stop."""
 
@@ -334,9 +341,7 @@ class _Stop:
 def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report_every_s: float = 60.0) -> int:
     """Run the sweep's pending and stopped runs in ``out``, ``sweep.parallel`` at a time. Returns 0 when every
     selected run is done, 1 when one failed, 130 when stopped."""
-    import fnmatch
-
-    selected = [r for r in sweep.runs if not only or any(fnmatch.fnmatch(r.label, p) for p in only)]
+    selected = _selected(sweep, only)
     todo = [r for r in selected if r.status in ("pending", "stopped")]
     progress(
         f"zrl-sweep: {len(selected)} runs in {out} ({len(todo)} to run, {sweep.parallel} at a time); "
@@ -440,15 +445,29 @@ def _finish(run_: Run, code: int, out: Path, progress) -> None:
             progress(f"    {line}")
 
 
-def start(sweep_path: str | None, out: str | None, resume: str | None, only: list[str], progress) -> int:
+def _retry(sweep: Sweep, only: list[str] | None, progress) -> None:
+    """The selected failed runs, pending again: each starts afresh in a new run folder (the old one stays)."""
+    for run_ in _selected(sweep, only):
+        if run_.status == "failed":
+            progress(f"zrl-sweep: {run_.key}: failed with exit code {run_.exit_code}; starting it again")
+            run_.status, run_.exit_code, run_.folder, run_.log_tail = "pending", None, None, []
+            run_.started = run_.ended = None
+
+
+def start(
+    sweep_path: str | None, out: str | None, resume: str | None, only: list[str], progress, retry: bool = False
+) -> int:
     """zrl-sweep's work: a new sweep from ``sweep_path`` in ``out`` (default results/sweeps/<name>_<stamp>), or
-    the sweep in folder ``resume`` continued. Paths in the index are absolute, so it resumes from anywhere."""
+    the sweep in folder ``resume`` continued (``retry``: its failed runs too). Paths in the index are absolute, so
+    it resumes from anywhere."""
     if resume:
         folder = Path(resume).resolve()
         read_index(folder)  # a clear error for a folder that is not a sweep
         with _locked(folder):
             sweep = load(folder / SWEEP_COPY)
             _restore(folder, sweep)
+            if retry:
+                _retry(sweep, only, progress)
             return run(sweep, folder, progress, only)
     if sweep_path is None:
         raise ConfigError("give a sweep file (zrl-sweep SWEEP.toml) or --resume SWEEP_FOLDER")
