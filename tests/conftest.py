@@ -178,6 +178,7 @@ def learner_stats_message(**fields) -> protocol.LearnerStats:
         policy_version=100,
         samples=3200,
         env_frames_trained=10**7,
+        env_frames=2_500_000,
         units_dropped_torn=1,
         learning_rate=6e-4,
         step_time_s=5.0,

@@ -453,6 +453,9 @@ class LearnerStats(_Message, tag="learner_stats"):
     policy_version: Annotated[int, Stat("the version of the weights the learner last published")]
     samples: int
     env_frames_trained: int
+    # the env frames the workers had played when the broker made the last batch trained on: the count frames
+    # trained are set against, from the same message, so the replay ratio does not lag one report behind the other
+    env_frames: int
     units_dropped_torn: Annotated[int, Stat("units dropped because their frames were overwritten as they were read")]
     total_loss: Annotated[float, Stat("the last step's loss", step=True)]
     pg_loss: Annotated[float, Stat("its policy-gradient term", step=True)]

@@ -153,7 +153,8 @@ class Tally:
     def interval_figures(self) -> dict[str, float]:
         """Figures since the last call: the learner's wait for batches as a fraction of its loop time, its
         seconds per step, the broker's seconds per batch made (feature passes included), and the replay ratio
-        achieved: env frames trained on (a sample counts each time) per env frame the workers played."""
+        achieved: env frames trained on (a sample counts each time) per env frame the workers had played by the
+        batches trained on."""
         ls, b = self.learner, self.broker
         now = {
             "wait": ls.wait_time_s if ls else 0.0,
@@ -170,8 +171,8 @@ class Tally:
             out["learner_wait_fraction"] = d["wait"] / (d["wait"] + d["busy"])
         if d["steps"] > 0:
             out["learner_step_s"] = d["busy"] / d["steps"]
-        if ls is not None:  # over the last RATIO_ROWS rows: one row's frames come in workers' reports a second apart
-            self._ratio_marks.append((self.env_frames, ls.env_frames_trained))
+        if ls is not None:  # over the last RATIO_ROWS rows, both counts from the learner's one report
+            self._ratio_marks.append((ls.env_frames, ls.env_frames_trained))
             (played, trained), (played_now, trained_now) = self._ratio_marks[0], self._ratio_marks[-1]
             if played_now > played:
                 out["replay_ratio"] = (trained_now - trained) / (played_now - played)

@@ -184,6 +184,7 @@ class Learner:
             policy_version=self.policy_version,
             samples=self.samples,
             env_frames_trained=self.frames_trained,
+            env_frames=self.env_frames,
             units_dropped_torn=self.dropped_torn,
             learning_rate=self.part.scheduler.get_last_lr()[0],
             step_time_s=self.timing["step"],
