@@ -251,6 +251,35 @@ def test_report_reads_every_run_at_the_common_frame_budget(tmp_path):
     assert not built["normalised"] and built["arms"] == ["a"]
 
 
+@pytest.mark.unit
+def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_done(tmp_path):
+    """Two sweeps of one suite, each run with --only: a run done in one is not left out because the other holds
+    it pending, and the rest come one line per arm and status."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    done = _fake_run(first / "a" / "seed1" / "run", "CartPole-v1", 1, [10.0] * 100)
+
+    def index(out: Path, statuses: dict) -> None:
+        runs = [
+            {
+                "label": key.split("/")[0],
+                "seed": int(key[-1]),
+                "status": status,
+                "variant": key.split("/")[0],
+                "grid": {},
+            }
+            | ({"folder": str(done)} if status == "done" else {})
+            for key, status in statuses.items()
+        ]
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "index.json").write_text(json.dumps({"runs": runs}))
+
+    index(first, {"a/seed1": "done", "a/seed2": "stopped", "b/seed1": "pending", "b/seed2": "pending"})
+    index(second, {"a/seed1": "pending", "a/seed2": "failed", "b/seed1": "pending", "c/seed1": "pending"})
+    built = report.build([str(first), str(second)], reps=100)
+    assert built["left_out"] == ["a/seed2 (stopped)", "b/seeds 1, 2 (pending)", "c/seed1 (pending)"]
+    assert "Left out, not done: a/seed2 (stopped); b/seeds 1, 2 (pending); c/seed1 (pending)." in report.markdown(built)
+
+
 # ---- real sweeps ----------------------------------------------------------------------------------------------
 
 
@@ -303,7 +332,7 @@ def test_a_sweep_runs_every_run_and_the_report_aggregates_them(tmp_path, no_leak
     rep = run_command("zrl-report", out, "--out", tmp_path / "rep" / "tiny", "--reps", "500", cwd=tmp_path, timeout=120)
     assert rep.returncode == 0, rep.stderr
     assert "| elite | 2 |" in rep.stdout and "| uniform | 2 |" in rep.stdout
-    assert "Left out, not done (2): broken/seed1 (failed), broken/seed2 (failed)." in rep.stdout
+    assert "Left out, not done: broken/seeds 1, 2 (failed)." in rep.stdout
     for suffix in (".md", ".json", "_curves.png", "_profile.png"):
         written = tmp_path / "rep" / f"tiny{suffix}"
         assert written.is_file() and written.stat().st_size > 500, written

@@ -89,18 +89,19 @@ def _loose_label(folder: Path) -> str:
 
 
 def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
-    """The runs the arguments name, and a line for each sweep run left out (not done)."""
+    """The runs the arguments name, and a line per arm and status of the sweep runs left out (not done)."""
     from zrl.experiment.sweep import read_index  # here: the sweep runner brings torch, which zrl-plot need not load
 
-    runs, left_out = [], []
+    runs, not_done, done = [], {}, set()
     for arg in paths:
         path = Path(arg)
         if (path / "index.json").is_file():
             for row in read_index(path)["runs"]:
-                key = f"{row.get('label')}/seed{row.get('seed')}"
+                key = (str(row.get("label")), row.get("seed"))
                 if row.get("status") != "done" or not row.get("folder"):
-                    left_out.append(f"{key} ({row.get('status')})")
+                    not_done.setdefault(key, str(row.get("status")))
                     continue
+                done.add(key)
                 folder = Path(row["folder"])
                 folder = folder if folder.is_absolute() else Path.cwd() / folder
                 runs.append(_load(folder, row["label"], lambda rom, row=row: _sweep_arm(row, rom)))
@@ -109,9 +110,22 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
             runs.append(_load(path, label, lambda rom, label=label: _without_game(label, rom)))
         else:
             raise ConfigError(f"{arg}: not a zrl run folder (config.toml, episodes.csv) or sweep folder (index.json)")
+    left_out = _left_out({key: status for key, status in not_done.items() if key not in done})
     if not runs:
         raise ConfigError("no finished runs to report" + (f" ({'; '.join(left_out)})" if left_out else ""))
     return runs, left_out
+
+
+def _left_out(not_done: dict[tuple[str, object], str]) -> list[str]:
+    """One line per arm and status of the sweep runs not done (and done in no other sweep given), in the order
+    first seen: "broken/seeds 1, 2 (failed)"."""
+    seeds: dict[tuple[str, str], list[str]] = {}
+    for (label, seed), status in not_done.items():
+        seeds.setdefault((label, status), []).append(str(seed))
+    return [
+        f"{label}/seed{these[0]} ({status})" if len(these) == 1 else f"{label}/seeds {', '.join(these)} ({status})"
+        for (label, status), these in seeds.items()
+    ]
 
 
 def _load(folder: Path, label: str, arm) -> RunData:
@@ -273,7 +287,7 @@ def markdown(report: dict) -> str:
             f"{r['episodes']} |"
         )
     if report["left_out"]:
-        lines += ["", f"Left out, not done ({len(report['left_out'])}): " + ", ".join(report["left_out"]) + "."]
+        lines += ["", "Left out, not done: " + "; ".join(report["left_out"]) + "."]
     return "\n".join(lines) + "\n"
 
 
