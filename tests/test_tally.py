@@ -206,10 +206,18 @@ def test_the_replay_ratio_achieved_is_frames_trained_per_frame_played_over_the_l
         trained += 3000 if i < 5 else 4000  # three times while filling, then four
         if i % 3 == 0:  # the workers' own reports come when they come: a row's may be two rows old
             t.take(worker_stats(0, played))
-        t.take(learner_stats_message(env_frames_trained=trained, env_frames=played))
+        t.take(learner_stats_message(learner_step=i + 1, env_frames_trained=trained, env_frames=played))
         row = t.metrics_row(float(i), 0.0, 0.0)
     assert row["replay_ratio"] == pytest.approx(4.0)  # the filling rows have left the window
+    # Restarted from a checkpoint of step 10: its first report, before any batch, carries the checkpoint's counts,
+    # and the batches after it count the 50,000 frames the workers played since the checkpoint.
     t.restarted()
-    t.take(learner_stats_message(env_frames_trained=0, env_frames=played))
-    assert "replay_ratio" not in t.metrics_row(99.0, 0.0, 0.0)  # a restarted learner's counts start again
+    at_checkpoint = (10_000, 37_000)
+    t.take(learner_stats_message(learner_step=10, env_frames=at_checkpoint[0], env_frames_trained=at_checkpoint[1]))
+    assert "replay_ratio" not in t.metrics_row(99.0, 0.0, 0.0)
+    for step in (11, 12, 13):
+        played, trained = played + 1000, trained + 4000
+        t.take(learner_stats_message(learner_step=step, env_frames=played + 50_000, env_frames_trained=trained))
+        row = t.metrics_row(100.0 + step, 0.0, 0.0)
+    assert row["replay_ratio"] == pytest.approx(4.0)  # from the restarted learner's batches alone
     assert {"replay_ratio", "replay_ratio_target"} <= set(METRIC_COLUMNS)

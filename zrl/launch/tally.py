@@ -65,6 +65,9 @@ class Tally:
     replay_ratio_target: float = 0.0  # samples trained per fresh sample the run asks for (the agent's)
     _last_interval: dict | None = None
     _ratio_marks: deque = field(default_factory=lambda: deque(maxlen=RATIO_ROWS))  # (frames played, trained)
+    # the learner step of the first learner report since the start or a restart: that report (sent before any
+    # batch) carries a checkpoint's counts or 0, not the broker's count of frames played since, so it is no mark
+    _ratio_from_step: int | None = None
     _last_rates: tuple | None = None  # (env frames, time, learner samples) at the last rates()
 
     @property
@@ -147,6 +150,7 @@ class Tally:
         self.learner = self.broker = self.ingest = None
         self._last_interval = None
         self._ratio_marks.clear()
+        self._ratio_from_step = None
         if self._last_rates is not None:
             self._last_rates = (*self._last_rates[:2], None)
 
@@ -171,7 +175,10 @@ class Tally:
             out["learner_wait_fraction"] = d["wait"] / (d["wait"] + d["busy"])
         if d["steps"] > 0:
             out["learner_step_s"] = d["busy"] / d["steps"]
-        if ls is not None:  # over the last RATIO_ROWS rows, both counts from the learner's one report
+        if ls is not None and self._ratio_from_step is None:
+            self._ratio_from_step = ls.learner_step
+        if ls is not None and ls.learner_step > self._ratio_from_step:
+            # over the last RATIO_ROWS rows, both counts from the learner's one report
             self._ratio_marks.append((ls.env_frames, ls.env_frames_trained))
             (played, trained), (played_now, trained_now) = self._ratio_marks[0], self._ratio_marks[-1]
             if played_now > played:
