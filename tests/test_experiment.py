@@ -253,9 +253,9 @@ def test_report_reads_every_run_at_the_common_frame_budget(tmp_path):
 
 @pytest.mark.unit
 def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_done(tmp_path):
-    """Two sweeps of one suite, each run with --only: a run done in one is not left out because the other holds
-    it pending, and the rest come one line per arm and status."""
-    first, second = tmp_path / "first", tmp_path / "second"
+    """Sweeps of one suite, each run with --only: a run done in one is not left out because another holds it
+    pending, a run done in two counts once, and the rest come one line per arm and status, the most telling."""
+    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
     done = _fake_run(first / "a" / "seed1" / "run", "CartPole-v1", 1, [10.0] * 100)
 
     def index(out: Path, statuses: dict) -> None:
@@ -274,10 +274,18 @@ def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_don
         (out / "index.json").write_text(json.dumps({"runs": runs}))
 
     index(first, {"a/seed1": "done", "a/seed2": "stopped", "b/seed1": "pending", "b/seed2": "pending"})
-    index(second, {"a/seed1": "pending", "a/seed2": "failed", "b/seed1": "pending", "c/seed1": "pending"})
-    built = report.build([str(first), str(second)], reps=100)
-    assert built["left_out"] == ["a/seed2 (stopped)", "b/seeds 1, 2 (pending)", "c/seed1 (pending)"]
-    assert "Left out, not done: a/seed2 (stopped); b/seeds 1, 2 (pending); c/seed1 (pending)." in report.markdown(built)
+    index(second, {"b/seed2": "pending", "a/seed1": "pending", "a/seed2": "failed", "b/seed1": "pending"})
+    index(third, {"a/seed1": "done", "c/seed1": "pending"})
+    built = report.build([str(first), str(second), str(third)], reps=100)
+    assert len(built["runs"]) == 1  # a/seed1, done in the first and the third, counts once
+    expected = [
+        "a/seed2 (failed)",
+        "b/seeds 1, 2 (pending)",
+        "c/seed1 (pending)",
+        "a/seed1 (done twice, the first sweep's kept)",
+    ]
+    assert built["left_out"] == expected
+    assert "Left out: " + "; ".join(expected) + "." in report.markdown(built)
 
 
 # ---- real sweeps ----------------------------------------------------------------------------------------------
@@ -332,7 +340,7 @@ def test_a_sweep_runs_every_run_and_the_report_aggregates_them(tmp_path, no_leak
     rep = run_command("zrl-report", out, "--out", tmp_path / "rep" / "tiny", "--reps", "500", cwd=tmp_path, timeout=120)
     assert rep.returncode == 0, rep.stderr
     assert "| elite | 2 |" in rep.stdout and "| uniform | 2 |" in rep.stdout
-    assert "Left out, not done: broken/seeds 1, 2 (failed)." in rep.stdout
+    assert "Left out: broken/seeds 1, 2 (failed)." in rep.stdout
     for suffix in (".md", ".json", "_curves.png", "_profile.png"):
         written = tmp_path / "rep" / f"tiny{suffix}"
         assert written.is_file() and written.stat().st_size > 500, written

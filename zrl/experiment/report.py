@@ -1,7 +1,8 @@
 """zrl-report: runs and sweeps aggregated over seeds and games, rliable-style (``zrl.experiment.stats``).
 
-Each argument is a sweep folder (its ``index.json``: the runs marked done; the others are listed as left out) or
-a run folder (``config.toml`` and ``episodes.csv``). Runs are grouped into arms: a sweep run's variant and grid
+Each argument is a sweep folder (its ``index.json``: the runs marked done; the others are listed as left out, unless
+another sweep given has them done, as each ``--only`` sweep of one suite holds the other arms pending; a run done in
+two sweeps counts once) or a run folder (``config.toml`` and ``episodes.csv``). Runs are grouped into arms: a sweep run's variant and grid
 values, or a loose run's parent folder (its grandparent when the parent is ``seed<N>``, as zrl-bench learning and
 zrl-sweep lay them out). A leading game name (``breakout-`` in ``breakout-elite``) and an env.id grid value are
 taken off, so that one arm on several games aggregates over them; games may have different numbers of runs.
@@ -92,14 +93,20 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
     """The runs the arguments name, and a line per arm and status of the sweep runs left out (not done)."""
     from zrl.experiment.sweep import read_index  # here: the sweep runner brings torch, which zrl-plot need not load
 
-    runs, not_done, done = [], {}, set()
+    runs, not_done, done, twice = [], {}, set(), []
     for arg in paths:
         path = Path(arg)
         if (path / "index.json").is_file():
             for row in read_index(path)["runs"]:
-                key = (str(row.get("label")), row.get("seed"))
-                if row.get("status") != "done" or not row.get("folder"):
-                    not_done.setdefault(key, str(row.get("status")))
+                # one run of a suite in every --only sweep of it: the same arm, seed, config and settings
+                key = (str(row.get("label")), row.get("seed"), str(row.get("config")), str(row.get("sets")))
+                status = str(row.get("status"))
+                if status != "done" or not row.get("folder"):
+                    if _severity(status) >= _severity(not_done.get(key)):  # the most telling status of the run
+                        not_done[key] = status
+                    continue
+                if key in done:  # the same run done in two sweeps given: count it once, the first one
+                    twice.append(key)
                     continue
                 done.add(key)
                 folder = Path(row["folder"])
@@ -110,22 +117,38 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
             runs.append(_load(path, label, lambda rom, label=label: _without_game(label, rom)))
         else:
             raise ConfigError(f"{arg}: not a zrl run folder (config.toml, episodes.csv) or sweep folder (index.json)")
-    left_out = _left_out({key: status for key, status in not_done.items() if key not in done})
+    left_out = _left_out(
+        {key: status for key, status in not_done.items() if key not in done}
+        | dict.fromkeys(twice, "done twice, the first sweep's kept")
+    )
     if not runs:
         raise ConfigError("no finished runs to report" + (f" ({'; '.join(left_out)})" if left_out else ""))
     return runs, left_out
 
 
-def _left_out(not_done: dict[tuple[str, object], str]) -> list[str]:
+NOT_DONE = ("pending", "running", "stopped", "failed")  # a sweep run's statuses short of done, the most telling last
+
+
+def _severity(status: str | None) -> int:
+    return NOT_DONE.index(status) + 1 if status in NOT_DONE else 0
+
+
+def _left_out(not_done: dict[tuple, str]) -> list[str]:
     """One line per arm and status of the sweep runs not done (and done in no other sweep given), in the order
-    first seen: "broken/seeds 1, 2 (failed)"."""
-    seeds: dict[tuple[str, str], list[str]] = {}
-    for (label, seed), status in not_done.items():
-        seeds.setdefault((label, status), []).append(str(seed))
-    return [
-        f"{label}/seed{these[0]} ({status})" if len(these) == 1 else f"{label}/seeds {', '.join(these)} ({status})"
-        for (label, status), these in seeds.items()
-    ]
+    first seen, seeds in order: "broken/seeds 1, 2 (failed)"."""
+    seeds: dict[tuple[str, str], list] = {}
+    for (label, seed, *_), status in not_done.items():
+        seeds.setdefault((label, status), []).append(seed)
+    lines = []
+    for (label, status), these in seeds.items():
+        names = [
+            str(s)
+            for s in sorted(these, key=lambda s: (not isinstance(s, int), s if isinstance(s, int) else 0, str(s)))
+        ]
+        lines.append(
+            f"{label}/seed{names[0]} ({status})" if len(names) == 1 else f"{label}/seeds {', '.join(names)} ({status})"
+        )
+    return lines
 
 
 def _load(folder: Path, label: str, arm) -> RunData:
@@ -287,7 +310,7 @@ def markdown(report: dict) -> str:
             f"{r['episodes']} |"
         )
     if report["left_out"]:
-        lines += ["", "Left out, not done: " + "; ".join(report["left_out"]) + "."]
+        lines += ["", "Left out: " + "; ".join(report["left_out"]) + "."]
     return "\n".join(lines) + "\n"
 
 
