@@ -126,6 +126,13 @@ replay = '[{{"type": "queue", "capacity": 1, "sample_ratio": 1}}]'
     queue = planned.runs[2]
     assert queue.grid == {"learner.learning_rate": 0.001} and queue.max_env_frames == 5000
     assert "learner.learning_rate=0.001" in queue.sets and any(s.startswith("replay=") for s in queue.sets)
+    chosen = [r.key for r in sweep._selected(planned, ["queue-*/seed4", "uni-learning_rate=0.001"])]
+    assert chosen == [
+        "uni-learning_rate=0.001/seed3",
+        "uni-learning_rate=0.001/seed4",
+        "queue-learning_rate=0.001/seed4",
+        "queue-learning_rate=0.0005/seed4",
+    ]
 
 
 @pytest.mark.unit

@@ -672,7 +672,7 @@ def keys_main(folder, client) -> None:
     "--only",
     multiple=True,
     metavar="PATTERN",
-    help="Run only the labels that match this shell pattern (repeatable), e.g. --only 'breakout-*'.",
+    help="Run only the labels, or label/seedN, that match this shell pattern (repeatable), e.g. --only 'breakout-*' or --only 'pong-*/seed1'.",
 )
 @click.option(
     "--retry-failed",

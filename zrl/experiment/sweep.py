@@ -324,8 +324,10 @@ def _frames(folder: str | None) -> int | None:
 
 
 def _selected(sweep: Sweep, only: list[str] | None) -> list[Run]:
-    """The runs whose labels match one of the ``--only`` patterns (all runs when none is given)."""
-    return [r for r in sweep.runs if not only or any(fnmatch.fnmatch(r.label, p) for p in only)]
+    """The runs whose labels, or label/seedN keys, match one of the ``--only`` patterns (all when none is given)."""
+    return [
+        r for r in sweep.runs if not only or any(fnmatch.fnmatch(r.label, p) or fnmatch.fnmatch(r.key, p) for p in only)
+    ]
 
 
 class _Stop:
