@@ -141,13 +141,10 @@ def _left_out(not_done: dict[tuple, str]) -> list[str]:
         seeds.setdefault((label, status), []).append(seed)
     lines = []
     for (label, status), these in seeds.items():
-        names = [
-            str(s)
-            for s in sorted(these, key=lambda s: (not isinstance(s, int), s if isinstance(s, int) else 0, str(s)))
-        ]
-        lines.append(
-            f"{label}/seed{names[0]} ({status})" if len(names) == 1 else f"{label}/seeds {', '.join(names)} ({status})"
+        names = ", ".join(
+            str(s) for s in sorted(these, key=lambda s: (not isinstance(s, int), s if isinstance(s, int) else str(s)))
         )
+        lines.append(f"{label}/seed{'s ' if len(these) > 1 else ''}{names} ({status})")
     return lines
 
 

@@ -177,7 +177,7 @@ class Tally:
             out["learner_step_s"] = d["busy"] / d["steps"]
         if ls is not None and self._ratio_from_step is None:
             self._ratio_from_step = ls.learner_step
-        if ls is not None and ls.learner_step > self._ratio_from_step:
+        elif ls is not None and ls.learner_step > self._ratio_from_step:
             # over the last RATIO_ROWS rows, both counts from the learner's one report
             self._ratio_marks.append((ls.env_frames, ls.env_frames_trained))
             (played, trained), (played_now, trained_now) = self._ratio_marks[0], self._ratio_marks[-1]
