@@ -261,11 +261,12 @@ def test_report_reads_every_run_at_the_common_frame_budget(tmp_path):
 @pytest.mark.unit
 def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_done(tmp_path):
     """Sweeps of one suite, each run with --only: a run done in one is not left out because another holds it
-    pending, a run done in two counts once, and the rest come one line per arm and status, the most telling."""
-    first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"
+    pending (even where the suite's settings changed in between), a run done in two counts once, and the rest
+    come one line per arm and status, the most telling, each seed once."""
+    first, second, third, fourth = (tmp_path / name for name in ("first", "second", "third", "fourth"))
     done = _fake_run(first / "a" / "seed1" / "run", "CartPole-v1", 1, [10.0] * 100)
 
-    def index(out: Path, statuses: dict) -> None:
+    def index(out: Path, statuses: dict, sets=()) -> None:
         runs = [
             {
                 "label": key.split("/")[0],
@@ -273,6 +274,7 @@ def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_don
                 "status": status,
                 "variant": key.split("/")[0],
                 "grid": {},
+                "sets": list(sets),
             }
             | ({"folder": str(done)} if status == "done" else {})
             for key, status in statuses.items()
@@ -283,12 +285,13 @@ def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_don
     index(first, {"a/seed1": "done", "a/seed2": "stopped", "b/seed1": "pending", "b/seed2": "pending"})
     index(second, {"b/seed2": "pending", "a/seed1": "pending", "a/seed2": "failed", "b/seed1": "pending"})
     index(third, {"a/seed1": "done", "c/seed1": "pending"})
-    built = report.build([str(first), str(second), str(third)], reps=100)
+    index(fourth, {"a/seed1": "pending", "b/seed1": "pending", "c/seed1": "stopped"}, sets=["learner.replay_ratio=0"])
+    built = report.build([str(first), str(second), str(third), str(fourth)], reps=100)
     assert len(built["runs"]) == 1  # a/seed1, done in the first and the third, counts once
     expected = [
         "a/seed2 (failed)",
         "b/seeds 1, 2 (pending)",
-        "c/seed1 (pending)",
+        "c/seed1 (stopped)",  # pending in one sweep, stopped in a later one of the suite: the run once
         "a/seed1 (done twice, the first sweep's kept)",
     ]
     assert built["left_out"] == expected

@@ -101,9 +101,9 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
                 # one run of a suite in every --only sweep of it: the same arm, seed, config and settings
                 key = (str(row.get("label")), row.get("seed"), str(row.get("config")), str(row.get("sets")))
                 status = str(row.get("status"))
-                if status != "done" or not row.get("folder"):
-                    if _severity(status) >= _severity(not_done.get(key)):  # the most telling status of the run
-                        not_done[key] = status
+                if status != "done" or not row.get("folder"):  # an arm's seed, whatever its sets in this sweep
+                    if _severity(status) >= _severity(not_done.get(key[:2])):  # the most telling status of the run
+                        not_done[key[:2]] = status
                     continue
                 if key in done:  # the same run done in two sweeps given: count it once, the first one
                     twice.append(key)
@@ -117,8 +117,9 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
             runs.append(_load(path, label, lambda rom, label=label: _without_game(label, rom)))
         else:
             raise ConfigError(f"{arg}: not a zrl run folder (config.toml, episodes.csv) or sweep folder (index.json)")
+    arms_done = {key[:2] for key in done}  # an arm's seed done in any sweep given is not left out
     left_out = _left_out(
-        {key: status for key, status in not_done.items() if key not in done}
+        {key: status for key, status in not_done.items() if key not in arms_done}
         | dict.fromkeys(twice, "done twice, the first sweep's kept")
     )
     if not runs:
