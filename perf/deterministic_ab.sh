@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Does a change leave the learning math alone? The default config (or --set items after the tree) in
+# Does a change leave the learning math alone? The defaults before 2026-11-28 (a queue alone, each unit trained
+# on once, entropy cost 0.0006; pinned below, so that trees on either side of that change compare), or --set
+# items after the tree, in
 # deterministic mode (one worker, the learner in lockstep), trained by another tree's zrl-launch and by this
 # one's, from the same seed for the same number of learner steps: the final weights and the actions trained on
 # must be equal bit for bit. Free-running runs differ from run to run; these cannot.
@@ -16,12 +18,15 @@ batch=$(cd "$here" && $python -c "import sys; from zrl import config; c = config
 print(c.learner.batch_size * c.learner.unroll_length * c.env.frame_skip)" "$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+pins=(--replay '[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]' --set learner.entropy_cost=0.0006)
 for side in other here; do
   tree=$([ $side = other ] && echo "$other" || echo "$here")
+  ratio=()  # trees that know learner.replay_ratio (its default is 4 since 2026-11-28) get it at 0
+  grep -rqs "how many times each fresh sample is trained on" "$tree/zrl" && ratio=(--set learner.replay_ratio=0)
   mkdir -p "$work/$side"
   start=$(date +%s)
   (cd "$work/$side" && PYTHONPATH="$tree" $python "$tree/bin/zrl-launch" --set run.deterministic=true --set run.seed=1 \
-    --set run.max_env_frames=$((steps * batch)) "$@" --quiet)
+    "${pins[@]}" "${ratio[@]}" --set run.max_env_frames=$((steps * batch)) "$@" --quiet)
   echo "$side ($(git -C "$tree" log --oneline -1 | cut -c1-60)): $steps learner steps in $(( $(date +%s) - start )) s"
 done
 $python - "$work" <<'PY'

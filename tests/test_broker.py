@@ -56,7 +56,7 @@ def _next_batch(broker: Broker) -> protocol.Batch | None:
 
 def _broker(rings, batch=4, capacity=8) -> Broker:
     cfg = make_config(
-        learner={"batch_size": batch, "unroll_length": T},
+        learner={"batch_size": batch, "unroll_length": T, "replay_ratio": 0.0},
         workers={"produce_ratio": 0.0},
         replay=[{"capacity": capacity}],
     )
@@ -120,8 +120,8 @@ def test_a_batch_that_could_not_be_sent_goes_back_first(rings):
 def test_workers_send_enough_per_version_for_a_batch():
     for count, envs, batch, publish in [(2, 4, 32, 1), (8, 4, 32, 1), (3, 5, 16, 2), (1, 1, 8, 1)]:
         cfg = Config(
-            workers=WorkersConfig(count=count, envs_per_worker=envs),
-            learner=LearnerConfig(batch_size=batch, publish_every=publish),
+            workers=WorkersConfig(count=count, envs_per_worker=envs, produce_ratio=1.25),
+            learner=LearnerConfig(batch_size=batch, publish_every=publish, replay_ratio=0.0),
             replay=(ReplayConfig(capacity=128),),
         )
         k = unrolls_per_version(cfg)
@@ -130,8 +130,8 @@ def test_workers_send_enough_per_version_for_a_batch():
     assert unrolls_per_version(free) == 0
     # with half of each batch replayed, the workers send for the fresh half only
     mixed = Config(
-        workers=WorkersConfig(count=2, envs_per_worker=4),
-        learner=LearnerConfig(batch_size=32),
+        workers=WorkersConfig(count=2, envs_per_worker=4, produce_ratio=1.25),
+        learner=LearnerConfig(batch_size=32, replay_ratio=0.0),
         replay=(
             ReplayConfig(capacity=1, sample_ratio=0.5),
             ReplayConfig(type="uniform", capacity=100, sample_ratio=0.5),
@@ -140,8 +140,8 @@ def test_workers_send_enough_per_version_for_a_batch():
     assert unrolls_per_version(mixed) * 8 == pytest.approx(1.25 * 16)
     # many workers for a small batch: each sends one unroll every few versions, not four batches' worth a version
     many = Config(
-        workers=WorkersConfig(count=8, envs_per_worker=4),
-        learner=LearnerConfig(batch_size=8),
+        workers=WorkersConfig(count=8, envs_per_worker=4, produce_ratio=1.25),
+        learner=LearnerConfig(batch_size=8, replay_ratio=0.0),
         replay=(ReplayConfig(capacity=64),),
     )
     assert unrolls_per_version(many) == pytest.approx(10 / 32)
@@ -162,13 +162,18 @@ def test_workers_send_the_fresh_samples_a_replay_ratio_asks_for_and_bank_their_s
         assert unrolls_per_version(cfg) * 2 * 4 == pytest.approx(16 / ratio)
         assert replay_ratio(cfg) == ratio and queue_uses(cfg, cfg.replay[0]) == pytest.approx(ratio * queue_share)
         assert unrolls_banked(cfg) == 64 // 8
-    auto = Config(replay=(ReplayConfig(capacity=1, sample_ratio=0.25), ReplayConfig(type="uniform", sample_ratio=0.75)))
+    auto = Config(
+        learner=LearnerConfig(replay_ratio=0.0),
+        replay=(ReplayConfig(capacity=1, sample_ratio=0.25), ReplayConfig(type="uniform", sample_ratio=0.75)),
+    )
     assert replay_ratio(auto) == 4 and queue_uses(auto, auto.replay[0]) == 1  # 0: once through the queue
 
 
 def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> Broker:
     cfg = make_config(
-        learner={"batch_size": batch, "unroll_length": T, **learner}, workers={"produce_ratio": 0.0}, replay=replays
+        learner={"batch_size": batch, "unroll_length": T, "replay_ratio": 0.0, **learner},
+        workers={"produce_ratio": 0.0},
+        replay=replays,
     )
     return Broker(cfg, rings, scorer)
 

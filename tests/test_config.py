@@ -33,7 +33,7 @@ def test_shipped_configs_load(name):
 
 
 def test_pong_toml_is_the_defaults_so_their_measured_curves_are_its_own():
-    """The README quotes two 60-minute Pong seeds of the plain zrl-launch for `--config config/pong.toml` too;
+    """The README quotes Pong curves of the plain zrl-launch for `--config config/pong.toml` too;
     that holds only while the file resolves to exactly the defaults (it once set a 40M-frame budget, which
     decays the learning rate sooner)."""
     assert config.load(REPO / "config" / "pong.toml") == config.load()
@@ -134,7 +134,7 @@ def test_resolved_config_round_trips(tmp_path):
             ["apex.head", "iqn, c51"],
         ),
         (
-            "algo = 'apex_iqn'\n[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n",
+            "algo = 'apex_iqn'\n[learner]\nreplay_ratio = 0\n[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n",
             ["apex.learn_start", "more than the replay holds (1000)"],
         ),
         (
@@ -158,7 +158,7 @@ def test_resolved_config_round_trips(tmp_path):
         ("algo = 'impact'\n[impact]\nclip = 1.5\n", ["impact.clip", "< 1"]),
         ("algo = 'impact'\n[impact]\ntarget_update_steps = 0\n", ["impact.target_update_steps", "> 0"]),
         (
-            "[run]\ndeterministic = true\n[learner]\nreplay_ratio = 2\n",
+            "[run]\ndeterministic = true\n[learner]\nreplay_ratio = 2\n[[replay]]\ntype = 'queue'\n",
             ["learner.replay_ratio", "run.deterministic needs each unit trained on once"],
         ),
         ("[learner\nbatch_size = 4\n", ["run.toml", "not valid TOML"]),
@@ -296,10 +296,12 @@ def test_attentive_replay_takes_elite_insertion_too():
 
 
 def test_learning_rate_decays_over_the_budget_counted_in_fresh_units():
-    queue_only = config.load(None, ["run.max_env_frames=2560000", "learner.batch_size=32"])
+    budget = ["run.max_env_frames=2560000", "learner.batch_size=32"]
+    once = ["learner.replay_ratio=0"]
+    queue_only = config.load(None, budget + once, {"replay": '[{"type": "queue", "capacity": 64, "sample_ratio": 1}]'})
     mixed = config.load(
         None,
-        ["run.max_env_frames=2560000", "learner.batch_size=32"],
+        budget + once,
         {
             "replay": '[{"type": "queue", "capacity": 1, '
             '"sample_ratio": 0.5}, {"type": "uniform", "capacity": 100, "sample_ratio": 0.5}]'
@@ -307,6 +309,7 @@ def test_learning_rate_decays_over_the_budget_counted_in_fresh_units():
     )
     assert config.lr_decay_steps(queue_only, 4) == 1000  # 2.56M frames / (32 x 20 x 4)
     assert config.lr_decay_steps(mixed, 4) == 2000  # half of every batch is replayed: twice the steps
+    assert config.lr_decay_steps(config.load(None, budget), 4) == 4000  # the defaults: each fresh unit 4 times
     assert config.lr_decay_steps(config.load(None, ["learner.lr_decay_steps=7"]), 4) == 7
 
 
@@ -325,6 +328,9 @@ def test_deterministic_mode_needs_one_worker_one_queue_and_whole_unrolls_per_ver
         "learner.batch_size=8",
         "learner.publish_every=1",
     ]
+    with pytest.raises(ConfigError, match=r"replay: run.deterministic needs a single queue replay.*replay_ratio=0"):
+        config.load(None, det)  # the defaults' queue and uniform replay: the error says what to give
+    det += ['replay=[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]', "learner.replay_ratio=0"]
     cfg = config.load(None, det)
     assert config.unrolls_per_version(cfg) == 2  # exactly what one version trains on: 8 units / 4 envs
     with pytest.raises(ConfigError, match=r"workers.count: 2: run.deterministic needs a single worker"):
@@ -341,7 +347,12 @@ def test_the_agent_is_named_by_the_top_level_algo_key(tmp_path):
 
     cfg = load(
         None,
-        ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]', "apex.n_step=5"],
+        [
+            "algo=apex_iqn",
+            'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]',
+            "learner.replay_ratio=0",
+            "apex.n_step=5",
+        ],
     )
     assert cfg.algo == "apex_iqn" and cfg.apex.n_step == 5 and cfg.replay[0].type == "prioritized"
     path = tmp_path / "again.toml"
@@ -370,7 +381,11 @@ def test_a_run_folder_config_written_with_the_old_algo_section_still_loads(tmp_p
 
 
 def test_apex_settings_it_cannot_run_are_refused_naming_the_key():
-    base = ["algo=apex_iqn", 'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]']
+    base = [
+        "algo=apex_iqn",
+        'replay=[{"type": "prioritized", "capacity": 100000, "sample_ratio": 1}]',
+        "learner.replay_ratio=0",
+    ]
     assert config.load(None, [*base, "apex.head=c51"]).apex.head == "c51"
     with pytest.raises(ConfigError, match="apex.atoms.*v_min < v_max"):
         config.load(None, [*base, "apex.head=c51", "apex.v_min=5", "apex.v_max=5"])

@@ -266,6 +266,7 @@ def test_impact_trains_against_a_target_network_copied_every_target_update_steps
 
     torch.manual_seed(0)
     sets = ["algo=impact", "impact.target_update_steps=3", "model.kind=atari_small", "learner.batch_size=3"]
+    sets.append('replay=[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]')  # a circular buffer alone
     cfg = load(None, [*sets, f"learner.unroll_length={T}", f"env.frame_stack={S}"])
     wiring = SimpleNamespace(frame_shape=(84, 84), frame_dtype="|u1", num_actions=A, frames_per_step=4)
     learner = ImpactLearner(cfg, wiring, [], torch.device("cpu"))

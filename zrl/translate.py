@@ -324,6 +324,7 @@ def _ebv(tr: Translation) -> None:
     put("learner.pg_cost", v("--policy_gradient_loss_weight"), "--policy_gradient_loss_weight")
     put("learner.baseline_cost", v("--value_loss_weight"), "--value_loss_weight")
     put("learner.entropy_cost", v("--entropy_loss_weight"), "--entropy_loss_weight")
+    put("learner.replay_ratio", 0.0, why="it trains on each fresh unit once, as it arrives")
     put("vtrace.clip_pg_rho", v("--c-const"), "--c-const")
     put("vtrace.clip_rho", v("--rho-const"), "--rho-const")
     put("vtrace.clip_c", 1.0, why="its trace coefficient c is clipped at 1, hard-wired")
@@ -482,6 +483,7 @@ def _rainbow(tr: Translation) -> None:
         "--synchronize-actors-with-learner",
         "--replay-frequency",
     )
+    put("learner.replay_ratio", 0.0, why="Ape-X is paced by apex.replay_ratio")
     put("broker.prefetch_batches", v("--queue-size"), "--queue-size")
     if {"--evaluation-interval", "--evaluation-episodes", "--evaluation-size"} & set(tr.given):
         # the reference ran no evaluation of its own (it averaged training episodes): zrl's is on when asked for

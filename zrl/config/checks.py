@@ -177,7 +177,12 @@ def _check_deterministic(cfg) -> None:
     if cfg.workers.remote:
         fail("workers.remote", f"{cfg.workers.remote}: {why} a single local worker (workers.remote = 0)")
     if len(cfg.replay) != 1 or cfg.replay[0].type != "queue":
-        fail("replay", f"{why} a single queue replay (sampled replays draw at random, in time with the workers)")
+        fail(
+            "replay",
+            f"{why} a single queue replay (sampled replays draw at random, in time with the workers), each unit "
+            """trained on once: e.g. --replay '[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]' """
+            "--set learner.replay_ratio=0",
+        )
     if cfg.learner.replay_ratio and abs(cfg.learner.replay_ratio * cfg.replay[0].sample_ratio - 1) > 1e-9:
         fail("learner.replay_ratio", f"{cfg.learner.replay_ratio:g}: {why} each unit trained on once (0)")
     if cfg.learner.batch_size % cfg.workers.envs_per_worker:

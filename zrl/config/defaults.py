@@ -49,7 +49,9 @@ def defaults_toml() -> str:
     replay_docs = descriptions(ReplayConfig)
     lines += [
         "\n# Replays, one [[replay]] table each. Every unroll goes into every replay; a batch takes",
-        "# batch_size * sample_ratio unrolls from each. The default is one queue: plain on-policy IMPALA.",
+        "# batch_size * sample_ratio unrolls from each. The default: half of every batch fresh from a queue (each",
+        "# unit twice through it, at learner.replay_ratio 4), half drawn from a uniform replay of the last 1,000.",
+        "# Plain on-policy IMPALA is one queue with learner.replay_ratio = 0.",
         "# --replay also takes the reference platform's JSON list (standard = uniform; custom = elite or attentive).",
     ]
     for rep in data["replay"]:

@@ -137,8 +137,9 @@ def _build(raw: dict, sources: dict[str, str]) -> Config:
     between keys; a mistake names the file or option that set the key."""
     try:
         sections: dict[str, Any] = {name: declared(cls, raw.get(name, {}), name) for name, cls in SECTIONS.items()}
-        tables = raw.get("replay", [{}])
-        sections["replay"] = tuple(declared(ReplayConfig, t, f"replay[{i}]") for i, t in enumerate(tables))
+        if "replay" in raw:  # else the schema's default replays
+            tables = raw["replay"]
+            sections["replay"] = tuple(declared(ReplayConfig, t, f"replay[{i}]") for i, t in enumerate(tables))
         for key in TOP_KEYS:
             if key in raw:
                 sections[key] = raw[key]
@@ -250,7 +251,8 @@ def to_dict(cfg: Config) -> dict[str, Any]:
 def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
     """A config zrl wrote earlier (a run folder's, a checkpoint's), as it reads now: [algo] became [vtrace], and
     model.kind = "auto" meant the Nature net until atari_small came, with workers.nice (every config written
-    since has that key; a run now also stores the kind it resolved)."""
+    since has that key; a run now also stores the kind it resolved); and a config from before
+    learner.replay_ratio trained each unit once (0), whatever today's default."""
     if isinstance(raw.get("algo"), dict):
         raw = {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
     model, workers = raw.get("model"), raw.get("workers")
@@ -260,6 +262,9 @@ def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
         and not (isinstance(workers, dict) and "nice" in workers)
     ):
         raw = {**raw, "model": {**model, "kind": "auto_nature"}}
+    learner = raw.get("learner")
+    if isinstance(learner, dict) and "replay_ratio" not in learner:
+        raw = {**raw, "learner": {**learner, "replay_ratio": 0.0}}
     return raw
 
 

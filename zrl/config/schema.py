@@ -128,7 +128,7 @@ class RunConfig:
     deterministic: Annotated[
         bool,
         Meta(
-            description="One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay, and learner.batch_size a multiple of workers.envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."
+            description="One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay with each unit trained on once (learner.replay_ratio = 0), and learner.batch_size a multiple of workers.envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."
         ),
     ] = False
 
@@ -239,9 +239,9 @@ class WorkersConfig:
         float,
         Meta(
             ge=0,
-            description="Actor/learner balance: per weights version all workers send about this many batches' worth of unrolls (a worker sends one unroll every few versions when there are many workers), then wait for new weights; 0 runs free.",
+            description="Actor/learner balance: per weights version all workers send about this many times the fresh unrolls it trains on (batch_size x publish_every / learner.replay_ratio; a worker sends one unroll every few versions when there are many workers), then wait for new weights; above 1 is a margin that a full queue drops; 0 runs free.",
         ),
-    ] = 1.25
+    ] = 1.0
     nice: Annotated[
         int,
         Meta(
@@ -403,7 +403,7 @@ class LearnerConfig:
     entropy_cost: Annotated[
         float,
         Meta(ge=0, description="Weight of the entropy bonus (losses are sums over T x B, so this is per sample)."),
-    ] = 0.0006
+    ] = 0.01
     grad_norm_clip: Annotated[float, Meta(ge=0, description="Global gradient norm clip; 0 disables it.")] = 40.0
     publish_every: Annotated[int, Meta(gt=0, description="Learner steps between weight broadcasts.")] = 1
     replay_ratio: Annotated[
@@ -412,7 +412,7 @@ class LearnerConfig:
             ge=0,
             description="V-trace family: how many times each fresh sample is trained on, on average. A queue hands each unit sample_ratio x replay_ratio times (IMPACT's K) and workers are paced to it. 0: once through the queue.",
         ),
-    ] = 0.0
+    ] = 4.0
 
 
 @dataclass(frozen=True)
@@ -646,7 +646,10 @@ class Config:
     impact: ImpactConfig = field(default_factory=ImpactConfig)
     apex: ApexConfig = field(default_factory=ApexConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
-    replay: tuple[ReplayConfig, ...] = (ReplayConfig(),)
+    replay: tuple[ReplayConfig, ...] = (
+        ReplayConfig(type="queue", capacity=64, sample_ratio=0.5),
+        ReplayConfig(type="uniform", capacity=1000, sample_ratio=0.5),
+    )
     transport: TransportConfig = field(default_factory=TransportConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 

@@ -140,7 +140,7 @@ def check(cfg) -> None:
         fail(
             "learner.replay_ratio",
             f"{cfg.learner.replay_ratio:g}: Ape-X is paced by apex.replay_ratio (worker env steps per learner "
-            "update); leave learner.replay_ratio at 0",
+            "update); set learner.replay_ratio = 0 (its default, 4, is the V-trace family's reuse)",
         )
     capacity = cfg.replay[prioritized[0]].capacity
     if a.learn_start > capacity:
