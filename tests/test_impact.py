@@ -66,7 +66,7 @@ def _case(seed, T=6, B=4, A=3, spread=1.0):
     }
 
 
-def _fast(case, eps, costs, clips, dtype=torch.float64):
+def _fast(case, eps, costs, clips, dtype=torch.float64, normalize=False):
     t = {k: torch.tensor(v, dtype=torch.int64 if k == "actions" else dtype) for k, v in case.items()}
     learner = t["learner"].clone().requires_grad_(True)
     values = t["values"].clone().requires_grad_(True)
@@ -86,6 +86,7 @@ def _fast(case, eps, costs, clips, dtype=torch.float64):
         clip_rho_threshold=clips[0],
         clip_c_threshold=clips[1],
         clip_pg_rho_threshold=clips[2],
+        normalize_advantages=normalize,
     )
     loss.total.backward()
     return loss, learner.grad.numpy(), values.grad.numpy()
@@ -118,6 +119,22 @@ def test_the_loss_and_its_gradients_match_the_slow_reference(seed, clips):
             numeric[idx] = (f_up - f_down) / (2 * h)
         # differences of a sum of O(100) terms: an absolute error of about 1e-5 of the largest entry
         np.testing.assert_allclose(grad, numeric, rtol=1e-5, atol=1e-5 * np.abs(numeric).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_normalised_advantages_match_the_reference_with_standardised_a(seed):
+    """With normalize_advantages the surrogate takes (A - mean A) / (std A + 1e-8) over the batch (std with
+    Bessel's correction): the same reference, fed the standardised advantages."""
+    case = _case(seed)
+    eps, costs, clips = 0.2, (1.0, 0.5, 0.01), (1.0, 1.0, 1.0)
+    vs, adv = _reference_targets(case, *clips)
+    standard = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    loss, grad_logits, _ = _fast(case, eps, costs, clips, normalize=True)
+    expected = _reference_total(case, case["learner"], case["values"], vs, standard, eps, costs)
+    assert float(loss.total.detach()) == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    raw, raw_grad, _ = _fast(case, eps, costs, clips)
+    assert float(raw.pg.detach()) != pytest.approx(float(loss.pg.detach()))
+    assert not np.allclose(grad_logits, raw_grad)
 
 
 def test_the_cases_clip_on_both_sides_with_advantages_of_both_signs():

@@ -139,6 +139,48 @@ def test_vtrace_loss_total_is_weighted_sum():
         assert x.dim() == 0
 
 
+def test_normalized_advantages_have_mean_0_and_std_1_over_the_kept_steps():
+    g = torch.Generator().manual_seed(3)
+    a = 5.0 + 0.01 * torch.randn(20, 8, generator=g, dtype=torch.float64)
+    n = losses.normalized_advantages(a)
+    assert abs(float(n.mean())) < 1e-12 and float(n.std()) == pytest.approx(1.0, rel=1e-5)
+    mask = torch.rand(20, 8, generator=g) < 0.5
+    mask[0, 0] = False
+    a[0, 0] = 1e6  # a dropped step moves neither the mean nor the spread of the kept ones
+    n = losses.normalized_advantages(a, mask)
+    kept = n[mask]
+    assert abs(float(kept.mean())) < 1e-9 and float(kept.std()) == pytest.approx(1.0, rel=1e-5)
+    assert torch.isfinite(n).all()
+    one = torch.zeros(20, 8, dtype=torch.bool)
+    one[2, 3] = True
+    assert torch.equal(losses.normalized_advantages(a, one), torch.zeros_like(a))
+    assert not losses.normalized_advantages(a.clone().requires_grad_(True)).requires_grad
+    with pytest.raises(ValueError, match="rank 2"):
+        losses.normalized_advantages(a[0])
+
+
+@pytest.mark.parametrize("laser", [None, 0.5])
+def test_normalised_advantages_make_the_policy_gradient_independent_of_the_reward_scale(laser):
+    """PPO's normalisation: rewards, values and bootstrap scaled by c leave the policy's gradient from the pg term
+    unchanged, where the raw advantages scale it by c."""
+    inputs = _vtrace_inputs(seed=4, T=20, B=8, A=6)
+    scaled = dict(inputs)
+    c = 37.0
+    for k in ("rewards", "bootstrap_value"):
+        scaled[k] = inputs[k] * c
+    scaled["values"] = (inputs["values"].detach() * c).requires_grad_(True)
+    scaled["learner_logits"] = inputs["learner_logits"].detach().clone().requires_grad_(True)
+
+    def pg_grad(args, normalize):
+        out = losses.vtrace_loss(**args, laser_kl_threshold=laser, normalize_advantages=normalize)
+        (grad,) = torch.autograd.grad(out.pg, args["learner_logits"])
+        return grad
+
+    torch.testing.assert_close(pg_grad(scaled, True), pg_grad(inputs, True))
+    torch.testing.assert_close(pg_grad(scaled, False), c * pg_grad(inputs, False))
+    assert not torch.allclose(pg_grad(inputs, True), pg_grad(inputs, False))
+
+
 def test_pg_cost_weighs_the_policy_gradient_term_alone():
     """The reference's policy_gradient_loss_weight: total = w * pg + ...; at 0 the policy learns from the entropy
     term only, and the value's gradient is the same whatever w."""

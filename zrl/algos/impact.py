@@ -40,6 +40,7 @@ from zrl.algos.losses import (
     baseline_loss,
     entropy_loss,
     kl_divergence,
+    normalized_advantages,
 )
 
 __all__ = ["ImpactLoss", "clipped_surrogate", "impact_loss"]
@@ -91,6 +92,7 @@ def impact_loss(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     clip_c_threshold: float | None = 1.0,
+    normalize_advantages: bool = False,
 ) -> ImpactLoss:
     """IMPACT's loss on time-major tensors.
 
@@ -107,6 +109,8 @@ def impact_loss(
         clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace's
             rho_bar, c_bar and the pg advantage's rho_bar (None: no clipping),
             applied to pi_target / mu.
+        normalize_advantages: the surrogate takes ``normalized_advantages`` of
+            V-trace's, not the raw ones.
 
     Returns:
         ImpactLoss; every term a sum over T and B.
@@ -144,7 +148,8 @@ def impact_loss(
         clip_c_threshold=clip_c_threshold,
     )
     log_ratio = action_log_probs(learner_logits, actions) - log_pi_target
-    pg = -clipped_surrogate(log_ratio, vt.pg_advantages, clip).sum()
+    advantages = normalized_advantages(vt.pg_advantages) if normalize_advantages else vt.pg_advantages
+    pg = -clipped_surrogate(log_ratio, advantages, clip).sum()
     baseline = baseline_loss(vt.vs, values)
     entropy = entropy_loss(learner_logits)
     total = pg_cost * pg + baseline_cost * baseline + entropy_cost * entropy

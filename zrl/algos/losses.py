@@ -34,6 +34,7 @@ __all__ = [
     "VTraceLoss",
     "action_log_probs",
     "policy_gradient_loss",
+    "normalized_advantages",
     "baseline_loss",
     "entropy_loss",
     "kl_divergence",
@@ -99,6 +100,25 @@ def policy_gradient_loss(
     if m is not None:
         terms = terms * m
     return -terms.sum()
+
+
+def normalized_advantages(advantages: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(A - mean A) / (std A + 1e-8) over the batch's steps (those the mask keeps), detached: PPO's advantage
+    normalisation, which makes the policy gradient's scale the same in every game and every phase of training, so
+    that the entropy and value weights mean the same everywhere.  A step the mask drops gets a finite value that its
+    zero mask then ignores; fewer than two kept steps give zeros."""
+    if advantages.dim() != 2:
+        raise ValueError(f"advantages must have rank 2 [T, B], got shape {tuple(advantages.shape)}")
+    a = advantages.detach()
+    m = _mask_as(mask, a, "advantages")
+    if m is None:
+        m = torch.ones_like(a)
+    kept = m.sum()
+    if kept < 2:
+        return torch.zeros_like(a)
+    mean = (a * m).sum() / kept
+    var = (((a - mean) ** 2) * m).sum() / (kept - 1)
+    return (a - mean) / (var.sqrt() + 1e-8)
 
 
 def baseline_loss(vs: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -255,6 +275,7 @@ def vtrace_loss(
     clear_policy_kl: str = "mu_pi",
     clear_value_loss: str = "squared",
     pg_cost: float = 1.0,
+    normalize_advantages: bool = False,
 ) -> VTraceLoss:
     """IMPALA actor-critic loss with V-trace off-policy correction.
 
@@ -281,6 +302,8 @@ def vtrace_loss(
         clear_policy_kl: policy-cloning direction, one of ``POLICY_CLONING_DIRECTIONS``.
         clear_value_loss: value-cloning form, one of ``VALUE_CLONING_FORMS``.
         pg_cost: weight of the policy-gradient loss (``pg`` is returned unweighted).
+        normalize_advantages: train the policy on ``normalized_advantages`` of
+            V-trace's (over the steps the LASER mask keeps), not on the raw ones.
 
     Returns:
         VTraceLoss(total, pg, baseline, entropy, mean_rho, policy_cloning,
@@ -342,7 +365,8 @@ def vtrace_loss(
         mask=mask,
     )
 
-    pg = policy_gradient_loss(learner_logits, actions, vt.pg_advantages, mask=mask)
+    advantages = normalized_advantages(vt.pg_advantages, mask) if normalize_advantages else vt.pg_advantages
+    pg = policy_gradient_loss(learner_logits, actions, advantages, mask=mask)
     baseline = baseline_loss(vt.vs, values, mask=mask)
     entropy = entropy_loss(learner_logits)
     total = pg_cost * pg + baseline_cost * baseline + entropy_cost * entropy

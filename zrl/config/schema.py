@@ -404,6 +404,12 @@ class LearnerConfig:
         float,
         Meta(ge=0, description="Weight of the entropy bonus (losses are sums over T x B, so this is per sample)."),
     ] = 0.01
+    normalize_advantages: Annotated[
+        bool,
+        Meta(
+            description="V-trace family: train the policy on the batch's advantages normalised to mean 0 and standard deviation 1, as PPO does, so that the entropy and value weights mean the same in every game; false: the raw V-trace advantages, as IMPALA."
+        ),
+    ] = False
     grad_norm_clip: Annotated[float, Meta(ge=0, description="Global gradient norm clip; 0 disables it.")] = 40.0
     publish_every: Annotated[int, Meta(gt=0, description="Learner steps between weight broadcasts.")] = 1
     replay_ratio: Annotated[

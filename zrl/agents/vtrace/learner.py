@@ -63,7 +63,8 @@ def loss_inputs(
     logits: torch.Tensor, values: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig, algo: VtraceConfig
 ) -> dict:
     """What every V-trace-family loss takes: the network's outputs on the T steps and the bootstrap, the batch's
-    arrays (rewards scaled, discounts times gamma), the losses' weights and V-trace's clips (0: none)."""
+    arrays (rewards scaled, discounts times gamma), the losses' weights, whether the advantages are normalised, and
+    V-trace's clips (0: none)."""
     return dict(
         learner_logits=logits[:-1],
         behaviour_logits=batch["behaviour_logits"],
@@ -75,6 +76,7 @@ def loss_inputs(
         pg_cost=cfg.pg_cost,
         baseline_cost=cfg.baseline_cost,
         entropy_cost=cfg.entropy_cost,
+        normalize_advantages=cfg.normalize_advantages,
         clip_rho_threshold=algo.clip_rho or None,
         clip_c_threshold=algo.clip_c or None,
         clip_pg_rho_threshold=algo.clip_pg_rho or None,
