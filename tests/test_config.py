@@ -313,6 +313,18 @@ def test_learning_rate_decays_over_the_budget_counted_in_fresh_units():
     assert config.lr_decay_steps(config.load(None, ["learner.lr_decay_steps=7"]), 4) == 7
 
 
+def test_the_entropy_weight_moves_to_its_end_over_the_frames_asked_then_holds():
+    # the defaults: 8 units of 20 steps of 4 frames, a quarter of them fresh: 160 frames played per learner step
+    cfg = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.entropy_cost_end=0.002"])
+    assert config.entropy_cost(cfg, 4, 0) == pytest.approx(0.01)
+    assert config.entropy_cost(cfg, 4, 5_000) == pytest.approx(0.006)
+    assert config.entropy_cost(cfg, 4, 10_000) == pytest.approx(0.002)
+    assert config.entropy_cost(cfg, 4, 50_000) == pytest.approx(0.002)
+    once = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.replay_ratio=0"])
+    assert config.entropy_cost(once, 4, 5_000) == pytest.approx(0.001)  # each unit once: 640 frames per step
+    assert config.entropy_cost(config.load(None, []), 4, 10**6) == config.load(None, []).learner.entropy_cost
+
+
 def test_a_queue_holds_at_least_what_a_batch_and_a_weights_version_need():
     cfg = config.load(None, [], {"replay": '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]'})
     assert config.queue_capacity(cfg, cfg.replay[0]) >= cfg.learner.batch_size * cfg.workers.produce_ratio

@@ -66,6 +66,7 @@ from zrl.config.schema import (
 )
 from zrl.config.sizing import (
     apex_anneal_steps,
+    entropy_cost,
     fill_target,
     fresh_share,
     learner_threads,
@@ -123,6 +124,7 @@ __all__ = [
     "devices",
     "defaults_toml",
     "dumps",
+    "entropy_cost",
     "fill_target",
     "fresh_share",
     "from_dict",

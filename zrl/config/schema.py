@@ -404,6 +404,20 @@ class LearnerConfig:
         float,
         Meta(ge=0, description="Weight of the entropy bonus (losses are sums over T x B, so this is per sample)."),
     ] = 0.01
+    entropy_cost_end: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="V-trace family: the entropy weight once entropy_decay_frames have been played; it moves there from entropy_cost in a straight line.",
+        ),
+    ] = 0.001
+    entropy_decay_frames: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="V-trace family: env frames played over which the entropy weight goes from entropy_cost to entropy_cost_end (counted in learner steps, at the frames each step's fresh share stands for); 0: entropy_cost throughout.",
+        ),
+    ] = 0
     normalize_advantages: Annotated[
         bool,
         Meta(

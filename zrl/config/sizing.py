@@ -132,10 +132,24 @@ def queue_capacity(cfg: Config, rep: ReplayConfig) -> int:
     return max(rep.capacity, replay_share(cfg, rep), per_version)
 
 
+def fresh_frames_per_step(cfg: Config, frames_per_step: int) -> float:
+    """Env frames played per learner step: the fresh share of a batch, in frames."""
+    return cfg.learner.batch_size / replay_ratio(cfg) * cfg.learner.unroll_length * frames_per_step
+
+
+def entropy_cost(cfg: Config, frames_per_step: int, learner_step: int) -> float:
+    """The entropy weight at a learner step: learner.entropy_cost, moving in a straight line to entropy_cost_end
+    over learner.entropy_decay_frames (in steps at the fresh frames per step), then held; constant when that is 0."""
+    lcfg = cfg.learner
+    if not lcfg.entropy_decay_frames:
+        return lcfg.entropy_cost
+    done = min(1.0, learner_step * fresh_frames_per_step(cfg, frames_per_step) / lcfg.entropy_decay_frames)
+    return lcfg.entropy_cost + (lcfg.entropy_cost_end - lcfg.entropy_cost) * done
+
+
 def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:
     """Learner steps over which the learning rate decays (from the frame budget when not given); elite
     lambda annealing is measured against it too."""
     if cfg.learner.lr_decay_steps:
         return cfg.learner.lr_decay_steps
-    fresh_per_step = cfg.learner.batch_size / replay_ratio(cfg) * cfg.learner.unroll_length * frames_per_step
-    return max(1, int(cfg.run.max_env_frames // fresh_per_step))
+    return max(1, int(cfg.run.max_env_frames // fresh_frames_per_step(cfg, frames_per_step)))

@@ -33,7 +33,7 @@ class ImpactLearner(VtraceLearner):
         with torch.no_grad():
             target_logits, _ = forward(self.target.net, unrolls, lcfg.precision)
         loss = impact_loss(
-            **loss_inputs(logits, values, tensors, lcfg, self.cfg.vtrace),
+            **loss_inputs(logits, values, tensors, lcfg, self.cfg.vtrace, self.entropy_cost(learner_step)),
             target_logits=target_logits[:-1],
             clip=self.cfg.impact.clip,
         )

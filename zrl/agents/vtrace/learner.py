@@ -15,7 +15,7 @@ import torch
 from zrl import protocol
 from zrl.agents import Trained
 from zrl.algos.losses import vtrace_loss
-from zrl.config import Config, LearnerConfig, VtraceConfig, lr_decay_steps
+from zrl.config import Config, LearnerConfig, VtraceConfig, entropy_cost, lr_decay_steps
 from zrl.gather import Gatherer, Unrolls
 from zrl.models import build_model
 from zrl.optim import load_optimizer_state, make_optimizer
@@ -60,11 +60,16 @@ def apply(total: torch.Tensor, model, optimizer, scheduler, grad_norm_clip: floa
 
 
 def loss_inputs(
-    logits: torch.Tensor, values: torch.Tensor, batch: dict[str, torch.Tensor], cfg: LearnerConfig, algo: VtraceConfig
+    logits: torch.Tensor,
+    values: torch.Tensor,
+    batch: dict[str, torch.Tensor],
+    cfg: LearnerConfig,
+    algo: VtraceConfig,
+    entropy_cost: float | None = None,
 ) -> dict:
     """What every V-trace-family loss takes: the network's outputs on the T steps and the bootstrap, the batch's
-    arrays (rewards scaled, discounts times gamma), the losses' weights, whether the advantages are normalised, and
-    V-trace's clips (0: none)."""
+    arrays (rewards scaled, discounts times gamma), the losses' weights (the entropy's as given, cfg.entropy_cost
+    without), whether the advantages are normalised, and V-trace's clips (0: none)."""
     return dict(
         learner_logits=logits[:-1],
         behaviour_logits=batch["behaviour_logits"],
@@ -75,7 +80,7 @@ def loss_inputs(
         discounts=batch["discounts"] * cfg.discount,
         pg_cost=cfg.pg_cost,
         baseline_cost=cfg.baseline_cost,
-        entropy_cost=cfg.entropy_cost,
+        entropy_cost=cfg.entropy_cost if entropy_cost is None else entropy_cost,
         normalize_advantages=cfg.normalize_advantages,
         clip_rho_threshold=algo.clip_rho or None,
         clip_c_threshold=algo.clip_c or None,
@@ -91,12 +96,13 @@ def sgd_step(
     batch: dict[str, torch.Tensor],
     cfg: LearnerConfig,
     algo: VtraceConfig = VtraceConfig(),
+    entropy_cost: float | None = None,
 ) -> Step:
     """One V-trace update (with CLEAR cloning and the LASER mask as ``algo`` says) on the batch's unrolls (their
     T+1 stacked observations each) and time-major ``[T, B]`` batch arrays; returns the loss parts."""
     logits, values = forward(model, unrolls, cfg.precision)
     loss = vtrace_loss(
-        **loss_inputs(logits, values, batch, cfg, algo),
+        **loss_inputs(logits, values, batch, cfg, algo, entropy_cost),
         behaviour_values=batch["behaviour_values"],
         laser_kl_threshold=algo.laser_kl_threshold if algo.laser else None,
         clear_policy_weight=algo.clear_policy_weight,
@@ -272,6 +278,7 @@ class VtraceLearner:
             wiring.frame_dtype,
             pin_memory=device.type == "cuda",
         )
+        self.frames_per_step = wiring.frames_per_step
         self.frames_per_unit = lcfg.unroll_length * wiring.frames_per_step
         self.queues = np.array([i for i, rep in enumerate(cfg.replay) if rep.type == "queue"], np.int32)
         self.deterministic = cfg.run.deterministic
@@ -335,7 +342,16 @@ class VtraceLearner:
 
     def update(self, unrolls: Unrolls, tensors: dict[str, torch.Tensor], learner_step: int) -> dict[str, float]:
         """The agent's update on a gathered batch: its figures by their LearnerStats names."""
-        step = sgd_step(self.model, self.optimizer, self.scheduler, unrolls, tensors, self.cfg.learner, self.cfg.vtrace)
+        step = sgd_step(
+            self.model,
+            self.optimizer,
+            self.scheduler,
+            unrolls,
+            tensors,
+            self.cfg.learner,
+            self.cfg.vtrace,
+            self.entropy_cost(learner_step),
+        )
         return {
             "total_loss": step.total,
             "pg_loss": step.pg,
@@ -347,6 +363,10 @@ class VtraceLearner:
             "value_cloning_loss": step.value_cloning,
             "laser_masked_fraction": step.masked_fraction,
         }
+
+    def entropy_cost(self, learner_step: int) -> float:
+        """The entropy weight at this step, on learner.entropy_decay_frames' schedule."""
+        return entropy_cost(self.cfg, self.frames_per_step, learner_step)
 
     def step(self, gathered: Any, learner_step: int, policy_version: int) -> Trained:
         """One update on a gathered batch (``learner_step`` is the step it takes, from 1)."""
