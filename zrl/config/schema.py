@@ -402,7 +402,10 @@ class LearnerConfig:
     baseline_cost: Annotated[float, Meta(ge=0, description="Weight of the value (baseline) loss.")] = 0.5
     entropy_cost: Annotated[
         float,
-        Meta(ge=0, description="Weight of the entropy bonus (losses are sums over T x B, so this is per sample)."),
+        Meta(
+            ge=0,
+            description="Weight of the entropy bonus (losses are sums over T x B, so this is per sample); with entropy_decay_frames, its weight at the start.",
+        ),
     ] = 0.01
     entropy_cost_end: Annotated[
         float,
