@@ -323,6 +323,12 @@ def test_the_entropy_weight_moves_to_its_end_over_the_frames_asked_then_holds():
     once = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.replay_ratio=0"])
     assert config.entropy_cost(once, 4, 5_000) == pytest.approx(0.001)  # each unit once: 640 frames per step
     assert config.entropy_cost(config.load(None, []), 4, 10**6) == config.load(None, []).learner.entropy_cost
+    late = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.entropy_decay_start_frames=800000"])
+    assert config.entropy_cost(late, 4, 2_500) == pytest.approx(0.01)  # 800k frames: held until here
+    assert config.entropy_cost(late, 4, 10_000) == pytest.approx(0.0055)
+    assert config.entropy_cost(late, 4, 15_000) == pytest.approx(0.001)
+    with pytest.raises(ConfigError, match="entropy_decay_start_frames"):
+        config.load(None, ["learner.entropy_decay_start_frames=800000"])
 
 
 def test_a_queue_holds_at_least_what_a_batch_and_a_weights_version_need():

@@ -104,6 +104,11 @@ def check(cfg) -> None:
         declared(type(rep), msgspec.to_builtins(rep), f"replay[{i}]")
     if cfg.learner.lr_end > cfg.learner.learning_rate:
         fail("learner.lr_end", f"{cfg.learner.lr_end} is above learner.learning_rate {cfg.learner.learning_rate}")
+    if cfg.learner.entropy_decay_start_frames and not cfg.learner.entropy_decay_frames:
+        fail(
+            "learner.entropy_decay_start_frames",
+            "starts a decay that learner.entropy_decay_frames = 0 turns off; give the frames it takes, e.g. 1000000",
+        )
     choice("learner.optimizer", cfg.learner.optimizer, OPTIMIZERS)
     choice("learner.lr_schedule", cfg.learner.lr_schedule, LR_SCHEDULES)
     milestones = list(cfg.learner.lr_milestones)

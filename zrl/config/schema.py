@@ -421,6 +421,13 @@ class LearnerConfig:
             description="V-trace family: env frames played over which the entropy weight goes from entropy_cost to entropy_cost_end (counted in learner steps, at the frames each step's fresh share stands for); 0: entropy_cost throughout.",
         ),
     ] = 0
+    entropy_decay_start_frames: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="V-trace family: env frames played at entropy_cost before entropy_decay_frames' straight line starts, so that the bonus can stay high until learning has taken hold.",
+        ),
+    ] = 0
     normalize_advantages: Annotated[
         bool,
         Meta(

@@ -138,12 +138,14 @@ def fresh_frames_per_step(cfg: Config, frames_per_step: int) -> float:
 
 
 def entropy_cost(cfg: Config, frames_per_step: int, learner_step: int) -> float:
-    """The entropy weight at a learner step: learner.entropy_cost, moving in a straight line to entropy_cost_end
-    over learner.entropy_decay_frames (in steps at the fresh frames per step), then held; constant when that is 0."""
+    """The entropy weight at a learner step: learner.entropy_cost for entropy_decay_start_frames, then moving in a
+    straight line to entropy_cost_end over entropy_decay_frames (frames counted in steps at the fresh frames per
+    step), then held; constant when entropy_decay_frames is 0."""
     lcfg = cfg.learner
     if not lcfg.entropy_decay_frames:
         return lcfg.entropy_cost
-    done = min(1.0, learner_step * fresh_frames_per_step(cfg, frames_per_step) / lcfg.entropy_decay_frames)
+    played = learner_step * fresh_frames_per_step(cfg, frames_per_step) - lcfg.entropy_decay_start_frames
+    done = min(1.0, max(0.0, played) / lcfg.entropy_decay_frames)
     return lcfg.entropy_cost + (lcfg.entropy_cost_end - lcfg.entropy_cost) * done
 
 
