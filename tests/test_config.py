@@ -33,8 +33,8 @@ def test_shipped_configs_load(name):
 
 
 def test_pong_toml_is_the_atari_defaults_but_for_its_budget_and_learning_rate():
-    """Pong's own settings are its 5M-frame budget (over which the rate decays to 0) and twice the rate; the rest
-    is the defaults', so that what the README says of them on Pong holds for the Atari defaults too."""
+    """Pong's own settings are its 5M-frame budget (over which the rate decays to 0) and twice the rate; every
+    other key is the Atari defaults', so that pong.toml's curves measure those two keys and nothing else."""
     pong = config.load(REPO / "config" / "pong.toml")
     assert (pong.run.max_env_frames, pong.learner.learning_rate) == (5_000_000, 0.0012)
     like_defaults = config.load(
