@@ -94,6 +94,10 @@ def test_resolved_config_round_trips(tmp_path):
             ["run.toml", "replay[0].capacity", "batch_size 128"],
         ),
         ("[learner]\noptimizer = 'adamw'\n", ["learner.optimizer", "rmsprop, rmsprop_tf, adam", "did you mean 'adam'"]),
+        (
+            "[learner]\nunroll_conv = 'stack'\n",
+            ["learner.unroll_conv", "auto, conv3d, stacks", "did you mean 'stacks'"],
+        ),
         ("[[replay]]\ntype = 'queue'\ncapacity = 64\nsample_ratio = 0.5\n", ["replay", "sum to 0.5"]),
         ("[[replay]]\ntype = 'elit'\ncapacity = 64\nsample_ratio = 1.0\n", ["replay[0].type", "did you mean 'elite'"]),
         (

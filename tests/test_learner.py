@@ -102,6 +102,36 @@ def test_the_unrolls_forward_equals_the_forward_of_the_stacks(kind):
 
 
 @pytest.mark.unit
+def test_the_unroll_conv_picked_for_training_leaves_passes_without_gradients_on_the_3d_convolution(monkeypatch):
+    """learner.unroll_conv: a fixed choice is set as it is; auto times both paths and keeps one; a training pass
+    with "stacks" runs no 3-d convolution, while a pass without gradients (the broker's features, IMPACT's target)
+    still does; an MLP has no choice to make."""
+    import torch.nn.functional as F
+
+    from zrl.models import pick_unroll_conv
+
+    torch.manual_seed(3)
+    net = build_model(ModelConfig(kind="atari_small"), (84, 84), "|u1", S, A)
+    assert pick_unroll_conv(net, "stacks", 2, T + S) == {"unroll_conv": "stacks"} and net.unroll_conv == "stacks"
+    picked = pick_unroll_conv(net, "auto", 2, T + S, repeats=1)
+    assert picked["unroll_conv"] == net.unroll_conv in ("conv3d", "stacks")
+    assert picked["conv3d_s"] > 0 and picked["stacks_s"] > 0
+    assert all(p.grad is None for p in net.parameters())  # the timing leaves no gradients behind
+    calls = []
+    conv3d = F.conv3d
+    monkeypatch.setattr(F, "conv3d", lambda *a, **k: calls.append(1) or conv3d(*a, **k))
+    frames = torch.randint(0, 256, (2, T + S, 84, 84), dtype=torch.uint8)
+    steps = _unrolls(frames).episode_steps
+    for choice, grad, want in (("stacks", True, 0), ("stacks", False, 1), ("conv3d", True, 1)):
+        pick_unroll_conv(net, choice, 2, T + S)
+        calls.clear()
+        with torch.set_grad_enabled(grad):
+            net.forward_unrolls(frames, steps)
+        assert len(calls) == want, (choice, grad)
+    assert pick_unroll_conv(build_model(ModelConfig(kind="mlp"), (4,), "<f4", 1, 2), "auto", 2, T + 1) == {}
+
+
+@pytest.mark.unit
 def test_channels_last_weights_travel_in_the_logical_order():
     """The conv nets compute channels-last; their flat weights are in PyTorch's logical (NCHW) order, so a plain
     contiguous copy of the network given them computes the same logits."""

@@ -214,6 +214,7 @@ def _fixed_batch(cfg: Config, spec):
     random frames: (model, optimiser, scheduler, observations, batch arrays)."""
     import torch
 
+    from zrl.agents.vtrace.learner import choose_unroll_conv
     from zrl.config import learner_threads
     from zrl.gather import Unrolls
     from zrl.models import build_model, resolve_device
@@ -228,6 +229,7 @@ def _fixed_batch(cfg: Config, spec):
     t, b, s = lcfg.unroll_length, lcfg.batch_size, cfg.env.frame_stack
     torch.manual_seed(0)
     model = build_model(cfg.model, spec.frame_shape, spec.frame_dtype, s, spec.num_actions).to(device)
+    choose_unroll_conv(model, cfg)  # the learner role's first-convolution path
     opt, sched = make_optimizer(model, lcfg, 10**9)
     dtype = np.dtype(spec.frame_dtype)
     rng = np.random.default_rng(0)

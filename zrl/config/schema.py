@@ -326,6 +326,12 @@ class LearnerConfig:
     unroll_length: Annotated[int, Meta(gt=0, description="Steps per unroll (T).")] = 20
     device: Annotated[str, Meta(description="cpu, cuda, cuda:N, or auto (cuda when available).")] = "auto"
     precision: Annotated[str, Meta(description="fp32, or bf16 (autocast for the forward pass and loss).")] = "fp32"
+    unroll_conv: Annotated[
+        str,
+        Meta(
+            description="How the training pass of an Atari conv net computes its first convolution over each unroll's frames: conv3d (one 3-d convolution over the unroll, no stacked copy), stacks (the stacked observations through the 2-d convolution), or auto (both timed on the batch's shape when the learner starts, the faster kept; conv3d in a run.deterministic run). The two agree up to float rounding; which is faster depends on the CPU."
+        ),
+    ] = "auto"
     torch_threads: Annotated[
         int,
         Meta(

@@ -10,6 +10,7 @@ Weights cross processes as one flat float32 vector (:func:`flat_parameters` / :f
 from __future__ import annotations
 
 import math
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -156,6 +157,10 @@ class AtariNet(nn.Module):
         self.torso = nn.Sequential(*convs, _init(nn.Linear(width, hidden_size), math.sqrt(2)), nn.ReLU())
         self.heads = _Heads(hidden_size, num_actions, feature_size, feature_layer)
         self.stack = stack
+        self.frame_shape = tuple(frame_shape)
+        # forward_unrolls' first convolution where gradients flow, "conv3d" or "stacks" (pick_unroll_conv); a
+        # pass without gradients always takes the 3-d convolution
+        self.unroll_conv = "conv3d"
 
     def forward(self, obs: torch.Tensor, with_features: bool = False) -> Output:
         if self.colour:  # [N, stack, 3, H, W] -> [N, 3 x stack, H, W]
@@ -178,12 +183,14 @@ class AtariNet(nn.Module):
         older frames are blanked, go through the first convolution as stacks and replace their outputs.
         Equal to the stacked forward up to float rounding (perf/input_prep.py has the speeds). When the
         steps ``at`` hold fewer frames as stacks than the unroll has (K x S <= T+S), the stacks are cheaper
-        and are used."""
+        and are used. Where gradients flow, ``unroll_conv = "stacks"`` takes the stacks too: the 3-d
+        convolution's weight gradient is slow on some CPUs (:func:`pick_unroll_conv`)."""
         conv = self.torso[0]
         s = self.stack
         b = frames.shape[0]
         steps = np.arange(frames.shape[1] - s + 1) if at is None else np.asarray(at, np.int64)
-        if len(steps) * s <= frames.shape[1] or self.colour:  # colour frames: as stacks
+        training = self.unroll_conv == "stacks" and torch.is_grad_enabled() and conv.weight.requires_grad
+        if len(steps) * s <= frames.shape[1] or self.colour or training:  # colour frames: as stacks
             return _forward_stacks(self, frames, episode_steps, steps, with_features)
         index = torch.from_numpy(steps).to(frames.device)
         lo, hi = int(steps[0]), int(steps[-1]) + 1
@@ -203,6 +210,41 @@ class AtariNet(nn.Module):
             y = y.index_put((unit, k), patch.permute(0, 2, 3, 1))
         x = y.reshape(b * len(steps), *y.shape[2:]).permute(0, 3, 1, 2)  # [B*K, C, h, w], channels-last
         return self.heads(self.torso[1:](x), with_features)
+
+
+def pick_unroll_conv(model: nn.Module, choice: str, batch_size: int, length: int, repeats: int = 3) -> dict:
+    """Set an AtariNet's ``unroll_conv`` to ``choice``, or for "auto" to the faster of the two on a training pass
+    (forward, then backward of the outputs' sum) over ``batch_size`` unrolls of ``length`` frames of random
+    bytes on the model's device, timed alternately ``repeats`` times each after one warm-up; the gradients are
+    cleared after. Their speeds differ by CPU: the 3-d convolution's weight gradient is the slow part on some
+    (perf/README.md). Returns {"unroll_conv": the one set, and for auto each one's best seconds}; a model
+    with no choice to make (an MLP, colour frames) is left as it is: {}."""
+    if not isinstance(model, AtariNet) or model.colour:
+        return {}
+    if choice != "auto":
+        model.unroll_conv = choice
+        return {"unroll_conv": choice}
+    param = next(model.parameters())
+    gen = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (batch_size, length, *model.frame_shape), generator=gen, dtype=torch.uint8)
+    frames = frames.to(param.device)
+    steps = (torch.arange(length, dtype=torch.int32) + model.stack).expand(batch_size, length).to(param.device)
+    best = {"conv3d": math.inf, "stacks": math.inf}
+    for i in range(repeats + 1):
+        for name in best:
+            model.unroll_conv = name
+            if param.device.type == "cuda":
+                torch.cuda.synchronize(param.device)
+            start = time.perf_counter()
+            out = model.forward_unrolls(frames, steps)
+            (out.logits.sum() + out.values.sum()).backward()
+            if param.device.type == "cuda":
+                torch.cuda.synchronize(param.device)
+            if i:  # the first round warms up
+                best[name] = min(best[name], time.perf_counter() - start)
+    model.zero_grad(set_to_none=True)
+    model.unroll_conv = min(best, key=best.get)
+    return {"unroll_conv": model.unroll_conv, **{f"{name}_s": round(t, 4) for name, t in best.items()}}
 
 
 def _mlp(in_size: int, hidden: tuple[int, ...]) -> nn.Sequential:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -17,7 +18,7 @@ from zrl.agents import Trained
 from zrl.algos.losses import vtrace_loss
 from zrl.config import Config, LearnerConfig, VtraceConfig, entropy_cost, lr_decay_steps
 from zrl.gather import Gatherer, Unrolls
-from zrl.models import build_model
+from zrl.models import build_model, pick_unroll_conv
 from zrl.optim import load_optimizer_state, make_optimizer
 
 
@@ -46,6 +47,14 @@ def forward(model, unrolls: Unrolls, precision: str) -> tuple[torch.Tensor, torc
     logits = out.logits.float().view(b, -1, out.logits.shape[-1]).transpose(0, 1)
     values = out.values.float().view(b, -1).transpose(0, 1)
     return logits, values
+
+
+def choose_unroll_conv(model, cfg: Config) -> dict:
+    """Set the model's first-convolution path for training from learner.unroll_conv: auto times both, except in a
+    deterministic run, which keeps to conv3d. What :func:`zrl.models.pick_unroll_conv` returns."""
+    lcfg = cfg.learner
+    choice = "conv3d" if lcfg.unroll_conv == "auto" and cfg.run.deterministic else lcfg.unroll_conv
+    return pick_unroll_conv(model, choice, lcfg.batch_size, lcfg.unroll_length + cfg.env.frame_stack)
 
 
 def apply(total: torch.Tensor, model, optimizer, scheduler, grad_norm_clip: float) -> float:
@@ -267,6 +276,14 @@ class VtraceLearner:
         self.stack = cfg.env.frame_stack
         self.model = build_model(cfg.model, wiring.frame_shape, wiring.frame_dtype, self.stack, wiring.num_actions)
         self.model = self.model.to(device)
+        picked = choose_unroll_conv(self.model, cfg)
+        if "conv3d_s" in picked:
+            print(
+                f"zrl-learner: learner.unroll_conv auto took {picked['unroll_conv']}: a training pass took "
+                f"{picked['conv3d_s'] * 1000:.0f} ms with conv3d, {picked['stacks_s'] * 1000:.0f} ms with stacks",
+                file=sys.stderr,
+                flush=True,
+            )
         self.num_actions = wiring.num_actions
         self.optimizer, self.scheduler = make_optimizer(self.model, lcfg, lr_decay_steps(cfg, wiring.frames_per_step))
         self.gatherer = Gatherer(
