@@ -50,13 +50,16 @@ def launched(tmp_path, config_path, *sets: str, timeout: float) -> tuple:
 
 
 def assert_replay_ratio_held(run_dir, asked: float) -> None:
-    """metrics.csv's last row: the replay ratio asked for, and the one achieved (over the last rows, here most
-    of the run, its start included) within 10% of it."""
+    """metrics.csv: the replay ratio asked for, and the one achieved (each row's over the rows before it) within
+    10% of it in the median row of the run's second half: one row off does not decide it (the last two rows of one
+    Pong run read 3.5 of 4 as it stopped)."""
     with open(run_dir / "metrics.csv") as fh:
-        last = list(csv.DictReader(fh))[-1]
-    assert float(last["replay_ratio_target"]) == asked
-    achieved = float(last["replay_ratio"])
-    assert abs(achieved / asked - 1) <= 0.10, f"replay ratio {achieved:.2f} achieved, {asked:g} asked"
+        rows = list(csv.DictReader(fh))
+    assert float(rows[-1]["replay_ratio_target"]) == asked
+    achieved = sorted(float(r["replay_ratio"]) for r in rows[len(rows) // 2 :] if r["replay_ratio"] not in ("", "nan"))
+    assert achieved, "no replay ratio in the second half of metrics.csv"
+    median = achieved[len(achieved) // 2]
+    assert abs(median / asked - 1) <= 0.10, f"replay ratio {median:.2f} achieved (median row), {asked:g} asked"
 
 
 IMPACT_CARTPOLE = REPO / "config" / "impact_cartpole.toml"
@@ -111,47 +114,53 @@ def test_apex_iqn_solves_cartpole_within_budget(tmp_path, no_leaks):
     )
 
 
-PONG_BUDGET_FRAMES = 2_000_000
-PONG_FLOOR = -18.0
+PONG = REPO / "config" / "pong.toml"
+PONG_BUDGET_FRAMES = 1_200_000
 
 
-def test_the_default_agent_learns_pong_within_a_frame_budget(tmp_path, no_leaks):
-    """The plain zrl-launch (the README's first command: V-trace with half of each batch from a uniform replay,
-    each fresh sample trained on 4 times, Pong, every default) for 2M env frames, seed 0, its learning rate on
-    the schedule of the defaults' 50M-frame budget (at 2M frames, 0.96 of its start): the mean raw return of the
-    last 100 episodes is at least -18, where a policy that has not learnt to return the ball stays near -20.5;
-    the replay ratio achieved is within 10% of the 4 asked; and the value loss falls (its mean over the last
-    third of the logged rows, one step's losses each, below 0.85 of its mean over the first fifth).
+def test_pong_toml_starts_learning_pong_within_a_frame_budget(tmp_path, no_leaks):
+    """The README's Pong command (zrl-launch --config config/pong.toml: V-trace, half of each batch from a
+    uniform replay, each fresh sample trained on 4 times, its learning rate on the schedule of its 5M-frame
+    budget) stopped at 1.2M env frames, seed 0: against the run's own first 100 episodes, its last 100 score at
+    least 0.5 more on average and last at least 1.1 times as many frames (a policy that returns the ball loses
+    its points more slowly, before its score moves much); the replay ratio achieved is within 10% of the 4
+    asked; and the value loss falls (its mean over the last third of the logged rows, one step's losses each,
+    below 0.85 of its mean over the first fifth). A policy that does not learn keeps both episode figures where
+    they started, about -20.3 and 3,600 frames.
 
-    Calibrated on seeds 1-3 of these defaults (the first 2M frames of the runs of pong-vtrace-uniform-ent01-lr50M
-    in config/suites/replay_pays.toml, Intel Xeon, alone, 6.4-7.2 minutes): 100-episode means of -11.9, -11.8
-    and -13.4, replay ratios of 3.99-4.00, value loss ratios of 0.41-0.52. The defaults before 2026-11-28 (a
-    queue alone, each frame trained on once) were at -20.2 to -20.5 at 2M frames (seeds 0-4), and their test
-    judged the value loss and the policy's entropy instead."""
-    defaults = config.load(None)
-    decay = config.lr_decay_steps(defaults, defaults.env.frame_skip)  # the 50M-frame schedule
+    Calibrated on seeds 1-3 (AMD EPYC, 2026-11-29, three at once): score gains of 2.05, 2.64 and 1.18 (to
+    -18.10, -17.55 and -19.23), episode lengths 1.49, 1.61 and 1.29 times the first 100's, value loss ratios
+    of 0.37-0.47; this test's seed 0, alone, 1.80 (to -18.62), 1.39 and 0.49. It replaced the plain zrl-launch
+    for 2M frames, whose 1,514 s in CI's learning lane on that machine were over half of the 2,700-s timeout
+    (perf/results/ci/ci_f53fe39.txt)."""
+    cfg = config.load(PONG)
     result = run_command(
         "zrl-launch",
+        "--config",
+        PONG,
         "--set",
         f"run.max_env_frames={PONG_BUDGET_FRAMES}",
         "--set",
-        f"learner.lr_decay_steps={decay}",
+        f"learner.lr_decay_steps={config.lr_decay_steps(cfg, cfg.env.frame_skip)}",  # its 5M-frame schedule
         "--set",
         "run.seed=0",
         "--set",
         "run.log_interval_s=2.0",
         "--quiet",
         cwd=tmp_path,
-        timeout=2700,  # over 3x the 750-803 s it takes on 2 Intel Xeon cores in CI's learning lane (nice 19, beside the rest)
+        timeout=2700,  # 5x the 538 s it takes alone on 2 AMD EPYC (AVX2) cores; CI's lane: perf/results/ci
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     with open(run_dir / "episodes.csv") as fh:
-        returns = [float(e["raw_return"]) for e in csv.DictReader(fh)]
-    assert len(returns) >= 100, f"only {len(returns)} episodes in {PONG_BUDGET_FRAMES:,} frames"
-    last_100 = mean(returns[-100:])
-    assert last_100 >= PONG_FLOOR, (
-        f"mean return of the last 100 episodes is {last_100:.1f} at {PONG_BUDGET_FRAMES:,} frames"
+        episodes = list(csv.DictReader(fh))
+    assert len(episodes) >= 200, f"only {len(episodes)} episodes in {PONG_BUDGET_FRAMES:,} frames"
+    first, last = episodes[:100], episodes[-100:]
+    score = [mean([float(e["raw_return"]) for e in part]) for part in (first, last)]
+    length = [mean([int(e["length_frames"]) for e in part]) for part in (first, last)]
+    assert score[1] >= score[0] + 0.5 and length[1] >= 1.1 * length[0], (
+        f"the first 100 episodes scored {score[0]:.2f} in {length[0]:.0f} frames on average, the last 100 "
+        f"{score[1]:.2f} in {length[1]:.0f}, at {PONG_BUDGET_FRAMES:,} frames"
     )
     assert_replay_ratio_held(run_dir, 4.0)
     with open(run_dir / "metrics.csv") as fh:
@@ -159,8 +168,8 @@ def test_the_default_agent_learns_pong_within_a_frame_budget(tmp_path, no_leaks)
     assert len(rows) >= 60, f"only {len(rows)} rows of learner figures"
     assert all(math.isfinite(float(r["baseline_loss"])) and math.isfinite(float(r["grad_norm"])) for r in rows)
     value_loss = [float(r["baseline_loss"]) for r in rows]
-    first, last = mean(value_loss[: len(rows) // 5]), mean(value_loss[-(len(rows) // 3) :])
-    assert last < 0.85 * first, f"value loss {first:.2f} over the first fifth, {last:.2f} over the last third"
+    start, end = mean(value_loss[: len(rows) // 5]), mean(value_loss[-(len(rows) // 3) :])
+    assert end < 0.85 * start, f"value loss {start:.2f} over the first fifth, {end:.2f} over the last third"
 
 
 def mean(values):
