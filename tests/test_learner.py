@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -103,11 +104,13 @@ def test_the_unrolls_forward_equals_the_forward_of_the_stacks(kind):
 
 @pytest.mark.unit
 def test_the_unroll_conv_picked_for_training_leaves_passes_without_gradients_on_the_3d_convolution(monkeypatch):
-    """learner.unroll_conv: a fixed choice is set as it is; auto times both paths and keeps one; a training pass
-    with "stacks" runs no 3-d convolution, while a pass without gradients (the broker's features, IMPACT's target)
+    """learner.unroll_conv: a fixed choice is set as it is; auto times both paths (under bf16 autocast too) and
+    keeps one, except in a deterministic run, which keeps conv3d; a training pass with "stacks" runs no 3-d
+    convolution, while a pass without gradients (the broker's features, IMPACT's target)
     still does; an MLP has no choice to make."""
     import torch.nn.functional as F
 
+    from zrl.agents.vtrace.learner import choose_unroll_conv
     from zrl.models import pick_unroll_conv
 
     torch.manual_seed(3)
@@ -117,6 +120,10 @@ def test_the_unroll_conv_picked_for_training_leaves_passes_without_gradients_on_
     assert picked["unroll_conv"] == net.unroll_conv in ("conv3d", "stacks")
     assert picked["conv3d_s"] > 0 and picked["stacks_s"] > 0
     assert all(p.grad is None for p in net.parameters())  # the timing leaves no gradients behind
+    assert set(pick_unroll_conv(net, "auto", 2, T + S, "bf16", repeats=1)) == {"unroll_conv", "conv3d_s", "stacks_s"}
+    run = SimpleNamespace(deterministic=True)  # auto keeps a deterministic run on conv3d
+    deterministic = SimpleNamespace(learner=LearnerConfig(), run=run, env=SimpleNamespace(frame_stack=S))
+    assert choose_unroll_conv(net, deterministic) == {"unroll_conv": "conv3d"} and net.unroll_conv == "conv3d"
     calls = []
     conv3d = F.conv3d
     monkeypatch.setattr(F, "conv3d", lambda *a, **k: calls.append(1) or conv3d(*a, **k))

@@ -50,7 +50,7 @@ def launched(tmp_path, config_path, *sets: str, timeout: float) -> tuple:
 
 
 def assert_replay_ratio_held(run_dir, asked: float) -> None:
-    """metrics.csv: the replay ratio asked for, and the one achieved (each row's over the rows before it) within
+    """metrics.csv: the replay ratio asked for, and the one achieved (each row's over its last 12 rows) within
     10% of it in the median row of the run's second half: one row off does not decide it (the last two rows of one
     Pong run read 3.5 of 4 as it stopped)."""
     with open(run_dir / "metrics.csv") as fh:

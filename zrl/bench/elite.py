@@ -24,7 +24,7 @@ from shm.ring import Ring, RingSpec
 from zrl import config as config_mod
 from zrl import protocol
 from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch, units_of
-from zrl.agents.vtrace.learner import batch_tensors, sgd_step
+from zrl.agents.vtrace.learner import batch_tensors, choose_unroll_conv, sgd_step
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, Gatherer, Unrolls, stack_observations
 from zrl.launch import shm_prefix
@@ -138,6 +138,7 @@ def time_learner_step(model, cfg, spec, ring, messages, repeats: int) -> float:
     device = resolve_device(lcfg.device)
     if device.type != "cpu":
         model = copy.deepcopy(model).to(device)
+    choose_unroll_conv(model, cfg)  # the learner role's first-convolution path
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     opt, sched = make_optimizer(model, lcfg, 10**6)
     gatherer = Gatherer(

@@ -57,6 +57,7 @@ SAFE_ON_RESUME = (
     "workers.stats_interval_s",
     "workers.max_weights_wait_s",
     "learner.device",
+    "learner.unroll_conv",
     "broker.device",
     "learner.torch_threads",
     "broker.torch_threads",

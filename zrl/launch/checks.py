@@ -14,12 +14,14 @@ from zrl import agents, checkpoint, envs, protocol, transport
 from zrl.config import SAFE_ON_RESUME, TOP_KEYS, Config, ConfigError, devices, to_dict
 
 # Keys safe on resume that a deterministic run still cannot change: the worker's env count (the replayed
-# actions are per env), and the thread counts and device (floating-point sums are split by them).
+# actions are per env), and the thread counts, device and first-convolution path (floating-point sums are
+# split by them).
 FIXED_WHEN_DETERMINISTIC = (
     "workers.envs_per_worker",
     "workers.torch_threads",
     "learner.torch_threads",
     "learner.device",
+    "learner.unroll_conv",
     "broker.torch_threads",
 )
 

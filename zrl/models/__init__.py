@@ -212,11 +212,14 @@ class AtariNet(nn.Module):
         return self.heads(self.torso[1:](x), with_features)
 
 
-def pick_unroll_conv(model: nn.Module, choice: str, batch_size: int, length: int, repeats: int = 3) -> dict:
+def pick_unroll_conv(
+    model: nn.Module, choice: str, batch_size: int, length: int, precision: str = "fp32", repeats: int = 3
+) -> dict:
     """Set an AtariNet's ``unroll_conv`` to ``choice``, or for "auto" to the faster of the two on a training pass
-    (forward, then backward of the outputs' sum) over ``batch_size`` unrolls of ``length`` frames of random
-    bytes on the model's device, timed alternately ``repeats`` times each after one warm-up; the gradients are
-    cleared after. Their speeds differ by CPU: the 3-d convolution's weight gradient is the slow part on some
+    (forward, under bf16 autocast where ``precision`` says so, then backward of the outputs' sum) over
+    ``batch_size`` unrolls of ``length`` frames of random bytes on the model's device, timed alternately
+    ``repeats`` times each after one warm-up; the gradients are cleared after, and a pass that fails leaves
+    conv3d set. Their speeds differ by CPU: the 3-d convolution's weight gradient is the slow part on some
     (perf/README.md). Returns {"unroll_conv": the one set, and for auto each one's best seconds}; a model
     with no choice to make (an MLP, colour frames) is left as it is: {}."""
     if not isinstance(model, AtariNet) or model.colour:
@@ -230,19 +233,24 @@ def pick_unroll_conv(model: nn.Module, choice: str, batch_size: int, length: int
     frames = frames.to(param.device)
     steps = (torch.arange(length, dtype=torch.int32) + model.stack).expand(batch_size, length).to(param.device)
     best = {"conv3d": math.inf, "stacks": math.inf}
-    for i in range(repeats + 1):
-        for name in best:
-            model.unroll_conv = name
-            if param.device.type == "cuda":
-                torch.cuda.synchronize(param.device)
-            start = time.perf_counter()
-            out = model.forward_unrolls(frames, steps)
-            (out.logits.sum() + out.values.sum()).backward()
-            if param.device.type == "cuda":
-                torch.cuda.synchronize(param.device)
-            if i:  # the first round warms up
-                best[name] = min(best[name], time.perf_counter() - start)
-    model.zero_grad(set_to_none=True)
+    bf16 = precision == "bf16"
+    try:
+        for i in range(repeats + 1):
+            for name in best:
+                model.unroll_conv = name
+                if param.device.type == "cuda":
+                    torch.cuda.synchronize(param.device)
+                start = time.perf_counter()
+                with torch.autocast(param.device.type, dtype=torch.bfloat16, enabled=bf16):
+                    out = model.forward_unrolls(frames, steps)
+                (out.logits.float().sum() + out.values.float().sum()).backward()
+                if param.device.type == "cuda":
+                    torch.cuda.synchronize(param.device)
+                if i:  # the first round warms up
+                    best[name] = min(best[name], time.perf_counter() - start)
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.unroll_conv = "conv3d"
     model.unroll_conv = min(best, key=best.get)
     return {"unroll_conv": model.unroll_conv, **{f"{name}_s": round(t, 4) for name, t in best.items()}}
 

@@ -54,7 +54,7 @@ def choose_unroll_conv(model, cfg: Config) -> dict:
     deterministic run, which keeps to conv3d. What :func:`zrl.models.pick_unroll_conv` returns."""
     lcfg = cfg.learner
     choice = "conv3d" if lcfg.unroll_conv == "auto" and cfg.run.deterministic else lcfg.unroll_conv
-    return pick_unroll_conv(model, choice, lcfg.batch_size, lcfg.unroll_length + cfg.env.frame_stack)
+    return pick_unroll_conv(model, choice, lcfg.batch_size, lcfg.unroll_length + cfg.env.frame_stack, lcfg.precision)
 
 
 def apply(total: torch.Tensor, model, optimizer, scheduler, grad_norm_clip: float) -> float:
