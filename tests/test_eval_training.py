@@ -56,7 +56,7 @@ def test_auto_is_saber_for_a_value_based_agent_deepmind_for_vtrace_and_none_off_
 @pytest.mark.integration
 def test_held_out_states_are_a_random_policys_stacks_kept_for_the_run_and_made_anew_when_they_do_not_fit(tmp_path):
     cfg = load(SMOKE, ["eval.held_out_states=24", "eval.seed=5"])
-    shape = (4, 84, 84)
+    shape = (cfg.env.frame_stack, *cfg.env.resolution)
     states = evaluator.held_out_states(cfg, tmp_path, shape)
     assert states.shape == (24, *shape) and states.dtype == np.uint8
     assert len({s.tobytes() for s in states}) == 24  # each a different moment of play
