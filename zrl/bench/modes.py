@@ -31,7 +31,7 @@ from zrl.bench.facts import cores
 from zrl.bench.roles import Pipeline, frames_rate
 from zrl.config import Config, ReplayConfig
 from zrl.config import check as config_check
-from zrl.launch import private_prefix
+from zrl.launch import EXIT_SIGINT, private_prefix
 
 Progress = Callable[[str], None]
 
@@ -460,6 +460,42 @@ def elite_mode(
 LAUNCH = "import sys; sys.argv[0] = 'zrl-launch'; from zrl.cli import launch_main; launch_main()"
 
 
+def _reported_rows(tmp: str) -> list[dict]:
+    """The metrics.csv rows of the run in ``tmp`` since its workers first reported (none before it wrote any)."""
+    found = list(Path(tmp).glob("results/*/metrics.csv"))
+    if not found:
+        return []
+    with open(found[0]) as fh:
+        return [r for r in csv.DictReader(fh) if r.get("time_env_step_s")]
+
+
+def _run_until(cmd: list[str], tmp: str, seconds: float, timeout: float) -> tuple[int, str]:
+    """Run ``cmd`` in ``tmp`` until ``seconds`` have passed by its metrics.csv since its workers first reported,
+    then stop it with SIGINT as Ctrl-C would; its exit code and stderr. RuntimeError if it is still there after
+    ``timeout`` seconds (it is stopped first)."""
+    deadline = time.monotonic() + timeout
+    with open(Path(tmp) / "launch.err", "w+") as err:
+        proc = subprocess.Popen(cmd, cwd=tmp, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            while proc.poll() is None and time.monotonic() < deadline:
+                rows = _reported_rows(tmp)
+                if rows and float(rows[-1]["elapsed_s"]) >= float(rows[0]["elapsed_s"]) + seconds:
+                    proc.send_signal(signal.SIGINT)
+                    break
+                time.sleep(0.25)
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(60)
+            raise RuntimeError(f"zrl-launch did not stop within {timeout:g} s") from None
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        return proc.returncode, err.read()
+
+
 def pipeline(
     config_path: str | None,
     workers: int,
@@ -470,9 +506,10 @@ def pipeline(
     args: tuple[str, ...] = (),
     watch: Callable[[Path, threading.Event], dict] | None = None,
 ) -> dict:
-    """The real zrl-launch for warm-up + seconds (run.max_seconds); figures from its metrics.csv after the warm-up.
-    ``args``: more options for zrl-launch; ``watch(results, done)``: runs in a thread beside it, from its start
-    until ``done`` is set at its end, and returns figures for the result's ``watch`` entry."""
+    """The real zrl-launch, stopped with SIGINT once warm-up + seconds have passed since its workers first
+    reported (its start-up, seconds on a slow machine, counts toward neither); figures from its metrics.csv after
+    the warm-up. ``args``: more options for zrl-launch; ``watch(results, done)``: runs in a thread beside it, from
+    its start until ``done`` is set at its end, and returns figures for the result's ``watch`` entry."""
     with _workdir() as tmp:
         cmd = [
             sys.executable,
@@ -490,8 +527,6 @@ def pipeline(
             "run.checkpoint_every_steps=0",
             "--set",
             "eval.final=false",  # the measured run ends at its seconds: no evaluation after it
-            "--set",
-            f"run.max_seconds={warmup + seconds}",
             "--quiet",
             *args,
         ]
@@ -507,25 +542,19 @@ def pipeline(
         if watch is not None:
             watcher.start()
         try:
-            done = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=warmup + seconds + 300)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"zrl-launch did not stop within {warmup + seconds + 300:g} s") from None
+            code, stderr = _run_until(cmd, tmp, warmup + seconds, timeout=warmup + seconds + 300)
         finally:
             finished.set()
             if watch is not None:
                 watcher.join(30)
-        if done.returncode != 0:
-            raise RuntimeError(f"zrl-launch exited with {done.returncode}: {done.stderr.strip()[-2000:]}")
-        found = list(Path(tmp).glob("results/*/metrics.csv"))
-        if not found:
-            raise RuntimeError("zrl-launch wrote no metrics.csv")
-        with open(found[0]) as fh:
-            rows = list(csv.DictReader(fh))
-    rows = [r for r in rows if r["time_env_step_s"]]  # the workers have reported
-    if len(rows) < 2 or float(rows[-1]["elapsed_s"]) < warmup:
+        if code not in (0, EXIT_SIGINT):
+            raise RuntimeError(f"zrl-launch exited with {code}: {stderr.strip()[-2000:]}")
+        rows = _reported_rows(tmp)
+    if len(rows) < 2 or float(rows[-1]["elapsed_s"]) < float(rows[0]["elapsed_s"]) + warmup:
         raise RuntimeError("the run gave too few metrics rows after its start-up; give more --seconds or --warmup")
+    begin = float(rows[0]["elapsed_s"]) + warmup
     first = max(
-        (r for r in rows[:-1] if float(r["elapsed_s"]) <= warmup), key=lambda r: float(r["elapsed_s"]), default=rows[0]
+        (r for r in rows[:-1] if float(r["elapsed_s"]) <= begin), key=lambda r: float(r["elapsed_s"]), default=rows[0]
     )
     last = rows[-1]
     window = float(last["elapsed_s"]) - float(first["elapsed_s"])
