@@ -227,8 +227,11 @@ def test_sigterm_to_the_process_group_stops_in_order_with_exit_143(tmp_path, no_
         (["--config", "missing.toml"], "missing.toml: no such config file"),
         (["--set", 'env.id="ALE/Pongg-v5"'], "env.id"),
         (["--workers", "0"], "--workers"),
-        # 3136 x 6000 weights in the Nature network's dense layer: more than one weights message carries
-        (["--set", 'model.kind="atari"', "--set", "model.hidden_size=6000"], "model: the network has"),
+        # 3136 x 6000 weights in the Nature network's dense layer at 84 x 84: more than one weights message carries
+        (
+            ["--set", 'model.kind="atari"', "--set", "model.hidden_size=6000", "--set", "env.resolution=[84, 84]"],
+            "model: the network has",
+        ),
     ],
 )
 def test_bad_input_exits_2_before_anything_is_created(tmp_path, no_leaks, args, expected):
