@@ -14,7 +14,7 @@ import pytest
 import torch
 from conftest import REPO, assert_loadable, command, csv_rows, reaped, run_command, tensorboard_scalars
 
-from zrl import checkpoint
+from zrl import checkpoint, config
 
 pytestmark = pytest.mark.e2e
 
@@ -44,6 +44,7 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     trained = int(last["learner_step"]) * 4
     assert int(last["units_dropped_torn"]) <= 0.05 * trained, last
     assert max(float(r["policy_lag"]) for r in metrics if r["policy_lag"]) <= 12, metrics
+    assert float(last["entropy_cost"]) == config.load(SMOKE).learner.entropy_cost  # the weight its steps used
     episodes = csv_rows(run_dir / "episodes.csv")
     assert episodes, "no episode finished"
     assert all(-21 <= float(e["raw_return"]) <= 21 for e in episodes)  # raw Pong scores, not clipped sums

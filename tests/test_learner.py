@@ -303,6 +303,7 @@ def test_impact_trains_against_a_target_network_copied_every_target_update_steps
 
     torch.manual_seed(0)
     sets = ["algo=impact", "impact.target_update_steps=3", "model.kind=atari_small", "learner.batch_size=3"]
+    sets.append("learner.entropy_decay_frames=2000")  # its weight falls each step, and is reported
     sets.append('replay=[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]')  # a circular buffer alone
     cfg = load(None, [*sets, f"learner.unroll_length={T}", f"env.frame_stack={S}"])
     wiring = SimpleNamespace(frame_shape=(84, 84), frame_dtype="|u1", num_actions=A, frames_per_step=4)
@@ -319,6 +320,8 @@ def test_impact_trains_against_a_target_network_copied_every_target_update_steps
         assert same(learner.target.net, learner.model) == (step % 3 == 0), step
         assert all(np.isfinite(v) for v in figures.values()) and figures["grad_norm"] > 0
     assert {"clip_fraction", "target_kl", "mean_rho", "pg_loss"} <= set(figures)
+    assert cfg.learner.entropy_cost > figures["entropy_cost"] == pytest.approx(learner.entropy_cost(6))
+    assert figures["entropy_cost"] < learner.entropy_cost(5)
     assert not any(p.requires_grad for p in learner.target.net.parameters())
 
     learner.update(_unrolls(frames), _batch(), 7)  # the target now lags the network

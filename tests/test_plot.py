@@ -23,10 +23,11 @@ START = 1_700_000_000.0  # the fake runs' start, unix seconds
 INTERVAL_S = 2.0  # their metrics rows' interval
 
 
-def _run(folder: Path, seed: int = 1, returns=(), rows: int = 30, sets=(), close: bool = True):
+def _run(folder: Path, seed: int = 1, returns=(), rows: int = 30, sets=(), close: bool = True, entropy_end=0.01):
     """A run folder as zrl-launch writes it: its resolved config.toml, an episode of each of ``returns`` (one
     every second from START + 1, 1000 env frames apart) and ``rows`` metrics rows (every INTERVAL_S), whose
-    full-queue drops grow while the others stay zero. With ``close`` False the two CsvLogs are returned open."""
+    full-queue drops grow while the others stay zero and whose entropy weight moves from 0.01 to
+    ``entropy_end``. With ``close`` False the two CsvLogs are returned open."""
     folder.mkdir(parents=True)
     cfg = config.load(None, [f"run.seed={seed}", f"run.results_dir={str(folder.parent)!r}", *sets], {})
     (folder / "config.toml").write_text(config.dumps(cfg))
@@ -54,6 +55,7 @@ def _run(folder: Path, seed: int = 1, returns=(), rows: int = 30, sets=(), close
         row |= {"samples_per_s": 320.0, "learner_step": i * 10, "total_loss": 1.0 / (i + 1), "pg_loss": -0.5}
         row |= {"baseline_loss": 0.25, "entropy_loss": -1.5, "grad_norm": 3.0, "learning_rate": 6e-4}
         row |= {"policy_lag": 1, "sample_age_mean": 1, "sample_age_max": 2, "unrolls_dropped_full": i}
+        row |= {"entropy_cost": 0.01 + (entropy_end - 0.01) * i / max(1, rows - 1)}
         row |= {"unrolls_dropped_stale": 0, "units_dropped_torn": 0, "seq_gaps": 0}
         row |= {f"time_{s}_s": elapsed * 0.1 for group in SECTIONS.values() for s in group}
         metrics.write(row)
@@ -184,6 +186,21 @@ def test_the_health_panel_is_a_png_and_says_what_a_run_did_not_use(tmp_path):
     # the learner's first row is before its first step: its zeros are not drawn
     (loss,) = [line for line in by_title["losses"].lines if line.get_label() == "total"]
     assert len(loss.get_xdata()) == 29
+
+
+@pytest.mark.unit
+def test_an_entropy_weight_that_moves_is_drawn_beside_the_entropy_loss_and_a_fixed_one_is_not(tmp_path):
+    def beside(folder: Path) -> list:
+        fig = plot.draw_metrics(plot.load_run(folder))
+        (entropy,) = [ax for ax in fig.axes if ax.get_title() == "entropy loss"]
+        return [ax for ax in fig.axes if ax is not entropy and ax.bbox.bounds == entropy.bbox.bounds]
+
+    (weight,) = beside(_run(tmp_path / "decays", entropy_end=0.001))
+    assert weight.get_ylabel() == "entropy weight"
+    (line,) = weight.lines
+    assert line.get_ydata()[0] == pytest.approx(0.01 + (0.001 - 0.01) / 29)  # the first row has no step yet
+    assert line.get_ydata()[-1] == pytest.approx(0.001)
+    assert beside(_run(tmp_path / "fixed")) == []
 
 
 def _evaluations(folder: Path, scores: list[tuple[float, float, float]], torn: bool = False) -> None:

@@ -461,6 +461,10 @@ class LearnerStats(_Message, tag="learner_stats"):
     pg_loss: Annotated[float, Stat("its policy-gradient term", step=True)]
     baseline_loss: Annotated[float, Stat("its value term", step=True)]
     entropy_loss: Annotated[float, Stat("its entropy term", step=True)]
+    entropy_cost: Annotated[
+        float,
+        Stat("V-trace family: the entropy weight that step used (learner.entropy_decay_frames moves it)", step=True),
+    ]
     learning_rate: Annotated[float, Stat("the optimiser's learning rate")]
     grad_norm: Annotated[float, Stat("the gradient norm before clipping", step=True)]
     mean_rho: Annotated[float, Stat("the mean importance ratio pi/mu (IMPACT: pi_target/mu)", step=True)]

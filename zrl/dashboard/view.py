@@ -65,6 +65,7 @@ _LATEST = (
     "target_kl",
     "total_loss",
     "entropy_loss",
+    "entropy_cost",
     "grad_norm",
     "learning_rate",
     "worker_restarts",

@@ -29,11 +29,12 @@ class ImpactLearner(VtraceLearner):
 
     def update(self, unrolls: Unrolls, tensors: dict[str, torch.Tensor], learner_step: int) -> dict[str, float]:
         lcfg = self.cfg.learner
+        entropy_cost = self.entropy_cost(learner_step)
         logits, values = forward(self.model, unrolls, lcfg.precision)
         with torch.no_grad():
             target_logits, _ = forward(self.target.net, unrolls, lcfg.precision)
         loss = impact_loss(
-            **loss_inputs(logits, values, tensors, lcfg, self.cfg.vtrace, self.entropy_cost(learner_step)),
+            **loss_inputs(logits, values, tensors, lcfg, self.cfg.vtrace, entropy_cost),
             target_logits=target_logits[:-1],
             clip=self.cfg.impact.clip,
         )
@@ -48,4 +49,8 @@ class ImpactLearner(VtraceLearner):
             "clip_fraction": loss.clip_fraction,
             "target_kl": loss.target_kl,
         }
-        return {"grad_norm": grad_norm, **{name: float(value.detach()) for name, value in figures.items()}}
+        return {
+            "grad_norm": grad_norm,
+            "entropy_cost": entropy_cost,
+            **{name: float(value.detach()) for name, value in figures.items()},
+        }

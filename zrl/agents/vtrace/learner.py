@@ -359,6 +359,7 @@ class VtraceLearner:
 
     def update(self, unrolls: Unrolls, tensors: dict[str, torch.Tensor], learner_step: int) -> dict[str, float]:
         """The agent's update on a gathered batch: its figures by their LearnerStats names."""
+        entropy_cost = self.entropy_cost(learner_step)
         step = sgd_step(
             self.model,
             self.optimizer,
@@ -367,9 +368,10 @@ class VtraceLearner:
             tensors,
             self.cfg.learner,
             self.cfg.vtrace,
-            self.entropy_cost(learner_step),
+            entropy_cost,
         )
         return {
+            "entropy_cost": entropy_cost,
             "total_loss": step.total,
             "pg_loss": step.pg,
             "baseline_loss": step.baseline,
