@@ -29,6 +29,25 @@ def test_every_registered_agent_resolves_with_its_role_bodies_and_learner_part()
                 assert callable(getattr(part, method)), (name, part, method)
 
 
+@pytest.mark.parametrize("path", ["pong.toml", "apex_iqn_pong.toml", "impact_cartpole.toml", "smoke.toml"])
+def test_the_launchers_shape_only_network_is_the_one_its_roles_build(path):
+    """The launcher counts and compares parameters on the meta device (no memory, no initialisation): each agent's
+    network there has the names and shapes of the one the learner builds, and only they are on meta."""
+    import torch
+
+    from zrl import envs
+
+    cfg = load(REPO / "config" / path)
+    spec = envs.probe(cfg.env)
+    agent = agents.get(cfg.algo)
+    shapes = agent.model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    built = agent.build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+    as_shapes = lambda model: {k: tuple(v.shape) for k, v in model.state_dict().items()}  # noqa: E731
+    assert as_shapes(shapes) == as_shapes(built) and as_shapes(built)
+    assert {p.device.type for p in shapes.parameters()} == {"meta"}
+    assert {p.device.type for p in built.parameters()} == {"cpu"} and torch.empty(1).device.type == "cpu"
+
+
 def test_an_unknown_agent_is_refused_with_the_registered_names():
     with pytest.raises(ValueError, match="no agent 'ppo'; the agents are vtrace, apex_iqn, impact"):
         agents.get("ppo")

@@ -104,6 +104,15 @@ class Agent:
     #   gather(batch) -> (gathered or None, torn units); step(gathered, learner_step, policy_version) -> Trained
     learner: str
 
+    def model_shapes(self, cfg: Any, frame_shape: tuple, frame_dtype: str, num_actions: int) -> Any:
+        """The network ``build_model`` makes, on PyTorch's meta device: parameters with their shapes but no memory
+        and no initialisation, for the launcher's checks that count or compare them (a Nature network with a wide
+        dense layer takes seconds to initialise on a CPU)."""
+        import torch
+
+        with torch.device("meta"):
+            return self.build_model(cfg, frame_shape, frame_dtype, num_actions)
+
     def actor_part(self) -> type:
         return self.part(self.actor)
 

@@ -34,7 +34,7 @@ def preflight(cfg: Config) -> envs.EnvSpec:
     from zrl.models import parameter_count
 
     try:
-        model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+        model = agents.get(cfg.algo).model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
     except ConfigError:
         raise  # a model key's own mistake, named by the model
     except ValueError as err:
@@ -90,7 +90,7 @@ def usable_checkpoint(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
 
     try:
         state = checkpoint.load(path)
-        model = agents.get(cfg.algo).build_model(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
+        model = agents.get(cfg.algo).model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
         checkpoint.check_compatible(state, path, cfg.env.id, model)
     except checkpoint.CheckpointError as err:
         raise ConfigError(str(err)) from None
