@@ -189,6 +189,29 @@ def test_the_health_panel_is_a_png_and_says_what_a_run_did_not_use(tmp_path):
 
 
 @pytest.mark.unit
+def test_rows_before_the_learners_first_step_after_a_restart_draw_no_step_figures(tmp_path):
+    """A restarted learner reports its step count with zeros for its step's figures until it steps again: those
+    rows are not drawn (no loss or entropy weight falling to 0 and back)."""
+    episodes, metrics = _run(tmp_path / "run", returns=np.linspace(-21, 5, 50), entropy_end=0.001, close=False)
+    zeros = {key: 0 for key in ("total_loss", "pg_loss", "baseline_loss", "entropy_loss", "grad_norm", "entropy_cost")}
+    for i, figures in ((31, zeros), (32, {}), (33, {"total_loss": 0.5})):  # the last row before: step 290
+        steps = 300 if i == 33 else 290
+        metrics.write(
+            {"wall_time": f"{START + i * INTERVAL_S:.3f}", "elapsed_s": i * INTERVAL_S}
+            | figures
+            | {"learner_step": steps, "env_frames": i * 2000}
+        )
+    episodes.close()
+    metrics.close()
+    fig = plot.draw_metrics(plot.load_run(tmp_path / "run"))
+    by_title = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+    (loss,) = [line for line in by_title["losses"].lines if line.get_label() == "total"]
+    assert len(loss.get_xdata()) == 30 and loss.get_ydata()[-1] == 0.5 and min(loss.get_ydata()) > 0
+    (entropy,) = [ax for ax in fig.axes if ax.get_ylabel() == "entropy weight"]
+    assert min(entropy.lines[0].get_ydata()) == pytest.approx(0.001)
+
+
+@pytest.mark.unit
 def test_an_entropy_weight_that_moves_is_drawn_beside_the_entropy_loss_and_a_fixed_one_is_not(tmp_path):
     def beside(folder: Path) -> list:
         fig = plot.draw_metrics(plot.load_run(folder))

@@ -471,7 +471,10 @@ def draw_metrics(run: Run):
     ) = axes
     rows, cfg = run.metrics, run.config
     minutes = (_column(rows, "wall_time") - (run_start(run) or 0.0)) / 60.0  # as the return's: across resumes too
-    stepped = _column(rows, "learner_step") > 0
+    # the rows whose step figures are a step's: the learner stepped since the row before (after a resume or a role
+    # restart its reports carry its step count, but zeros for the figures, until it steps again)
+    steps = _column(rows, "learner_step")
+    stepped = (steps > 0) & (np.diff(steps, prepend=0.0) > 0)
     col = lambda key, scale=1.0: _column(rows, key, scale)
     stepped_col = lambda key, scale=1.0: np.where(stepped, col(key, scale), np.nan)
     named = lambda pairs, scale=1.0: [(label, col(key, scale)) for label, key in pairs]
