@@ -29,15 +29,25 @@ def test_every_registered_agent_resolves_with_its_role_bodies_and_learner_part()
                 assert callable(getattr(part, method)), (name, part, method)
 
 
-@pytest.mark.parametrize("path", ["pong.toml", "apex_iqn_pong.toml", "impact_cartpole.toml", "smoke.toml"])
-def test_the_launchers_shape_only_network_is_the_one_its_roles_build(path):
+@pytest.mark.parametrize(
+    "path, sets",
+    [
+        ("pong.toml", []),
+        ("pong.toml", ['model.kind="atari"', "env.grayscale=false"]),  # the Nature net, on colour frames
+        ("apex_iqn_pong.toml", []),
+        ("apex_iqn_cartpole.toml", ['apex.head="c51"']),  # C51's support is a buffer
+        ("impact_cartpole.toml", []),
+        ("smoke.toml", []),
+    ],
+)
+def test_the_launchers_shape_only_network_is_the_one_its_roles_build(path, sets):
     """The launcher counts and compares parameters on the meta device (no memory, no initialisation): each agent's
     network there has the names and shapes of the one the learner builds, and only they are on meta."""
     import torch
 
     from zrl import envs
 
-    cfg = load(REPO / "config" / path)
+    cfg = load(REPO / "config" / path, sets)
     spec = envs.probe(cfg.env)
     agent = agents.get(cfg.algo)
     shapes = agent.model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)

@@ -71,11 +71,11 @@ def _worker(prefix: list[str], *args: str, keys, cwd) -> subprocess.Popen:
     return subprocess.Popen(prefix + command("zrl-worker", *args), cwd=cwd, env=env, stderr=subprocess.PIPE, text=True)
 
 
-def _stop(proc: subprocess.Popen) -> tuple[int, str]:
+def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> tuple[int, str]:
     if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
     try:
-        _, err = proc.communicate(timeout=20)
+        _, err = proc.communicate(timeout=60 if sig == signal.SIGINT else 20)
     except subprocess.TimeoutExpired:
         proc.kill()
         _, err = proc.communicate()
@@ -121,18 +121,17 @@ def test_remote_workers_on_another_address_learn_cartpole_and_the_run_survives_l
             )
             workers.append(late)
             both = lambda: all(_returns_by_worker(connect.parent)[w] for w in ("1", "2"))  # noqa: E731
-            wait_until(both, 300, "an episode of each remote worker", launch)
+            wait_until(both, 180, "an episode of each remote worker", launch)
             early.kill()  # a remote host lost: the run goes on, and frees its slot when its heartbeats stop
             log = connect.parent / "zrl.log"
-            wait_until(lambda: "sent nothing for" in log.read_text(), 120, "a freed slot", launch)
+            wait_until(lambda: "sent nothing for" in log.read_text(), 60, "a freed slot", launch)
             # and learns on, to the bar of tests/test_learning.py, when it is stopped in order with Ctrl-C
-            wait_until(lambda: _last_20(connect.parent) >= 475, 600, "a mean return of 475 over 20 episodes", launch)
+            wait_until(lambda: _last_20(connect.parent) >= 475, 180, "a mean return of 475 over 20 episodes", launch)
             launch.send_signal(signal.SIGINT)
-            _, err = launch.communicate(timeout=120)
-        finally:
+            _, err = launch.communicate(timeout=60)
+        finally:  # the waits above and this stop fit the e2e tier's 600 s, so that a wait names what did not come
             if launch is not None and launch.poll() is None:
-                launch.send_signal(signal.SIGINT)
-                launch.communicate(timeout=120)
+                _stop(launch, signal.SIGINT)
             results = [_stop(w) for w in workers]
     assert launch.returncode == 130, err[-3000:]
     run_dir = connect.parent
@@ -141,9 +140,7 @@ def test_remote_workers_on_another_address_learn_cartpole_and_the_run_survives_l
     assert f"joined run {run_name} as zrl-worker-" in err
     log = (run_dir / "zrl.log").read_text()
     assert "hostb on" in log and log.count("joined as zrl-worker-") >= 2, results[0][1] + "\n----\n" + err
-    assert "sent nothing for" in log  # the killed worker's slot, freed
-    by_worker = _returns_by_worker(run_dir)
-    assert all(by_worker[w] for w in ("0", "1", "2")), {w: len(r) for w, r in by_worker.items()}
+    assert _returns_by_worker(run_dir)["0"]  # the local worker played beside them
     final = metrics_rows(tmp_path)[-1]
     assert int(final["remote_frames"]) > 0 and int(final["remote_refused"]) == 0
     assert int(final["remote_auth_refused"]) == 0 and int(final["remote_joins"]) >= 2
