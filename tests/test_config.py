@@ -32,15 +32,16 @@ def test_shipped_configs_load(name):
     assert cfg.learner.batch_size > 0
 
 
-def test_pong_toml_is_the_atari_defaults_but_for_its_budget_and_learning_rate():
-    """Pong's own settings are its 5M-frame budget (over which the rate decays to 0) and twice the rate; every
-    other key is the Atari defaults', so that pong.toml's curves measure those two keys and nothing else."""
+def test_pong_toml_is_the_atari_defaults_but_for_its_budget_learning_rate_and_entropy_schedule():
+    """Pong's own settings are its 5M-frame budget (over which the rate decays to 0), twice the rate, and the
+    entropy weight falling to 0.001 over those 5M frames; every other key is the Atari defaults', so that
+    pong.toml's curves measure those keys and nothing else."""
     pong = config.load(REPO / "config" / "pong.toml")
     assert (pong.run.max_env_frames, pong.learner.learning_rate) == (5_000_000, 0.0012)
-    like_defaults = config.load(
-        REPO / "config" / "pong.toml", ["run.max_env_frames=50000000", "learner.learning_rate=0.0006"]
-    )
-    assert like_defaults == config.load()
+    assert (pong.learner.entropy_cost, pong.learner.entropy_cost_end) == (0.01, 0.001)
+    assert pong.learner.entropy_decay_frames == pong.run.max_env_frames
+    sets = ["run.max_env_frames=50000000", "learner.learning_rate=0.0006", "learner.entropy_decay_frames=0"]
+    assert config.load(REPO / "config" / "pong.toml", sets) == config.load()
 
 
 def test_names_scripts_rely_on_exist():
