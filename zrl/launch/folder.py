@@ -116,8 +116,10 @@ def find_run(ref: str, cfg: Config) -> Path:
 def checkpoint_bytes(cfg: Config, spec: envs.EnvSpec) -> int:
     """About what one checkpoint takes: the weights and two optimiser moments of each, plus a margin."""
 
+    from zrl.models import parameter_count
+
     model = agents.get(cfg.algo).model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
-    return int(sum(p.numel() for p in model.parameters()) * 4 * 3 * 1.1) + 1_000_000
+    return int(parameter_count(model) * 4 * 3 * 1.1) + 1_000_000
 
 
 def check_room(folder: Path, need: int) -> None:
