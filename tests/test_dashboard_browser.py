@@ -1,9 +1,9 @@
 """The live dashboard of a real run in a real browser: Debian's Chromium, headless, driven by selenium through
 chromedriver. A short Pong run with --dashboard; the page's figures change between two reads and agree with the
-run's CSV files, the bottleneck is named, a worker killed with SIGKILL is restarted and the page goes on updating
-and shows the restart, an evaluation during training is named as eval.csv has it, and when the run stops the page
-says it ended. A screenshot is kept as the test's
-artefact (tests/artifacts/dashboard.png, or $ZRL_TEST_ARTIFACTS).
+run's CSV files (its learning rate and entropy weight too), the bottleneck is named, a worker killed with SIGKILL is
+restarted and the page goes on updating and shows the restart, an evaluation during training is named as eval.csv
+has it, and when the run stops the page says it ended. A screenshot is kept as the test's artefact
+(tests/artifacts/dashboard.png, or $ZRL_TEST_ARTIFACTS).
 
 Chromium and chromedriver come from Debian's packages (``apt-get install chromium chromium-driver``; .ci/run
 installs them where they are missing). Where they are not installed the test is skipped, unless
@@ -137,6 +137,7 @@ def test_the_dashboard_of_a_real_run_in_chromium(tmp_path, browser, no_leaks):
         # episodes of episodes.csv as it stood at some moment.
         _wait("a row of metrics.csv with the page's frames", lambda: _frames_in_csv(browser, run_dir), 15)
         _wait("the page's return to be episodes.csv's", lambda: _return_in_csv(browser, run_dir), 60)
+        _wait("the page's learning rate and entropy weight", lambda: _schedules_in_csv(browser, run_dir), 15)
         assert _text(browser, "status") == "running"
 
         # The bottleneck is named, from the roles' time split.
@@ -197,6 +198,17 @@ def _stderr(run: subprocess.Popen) -> str:
 def _frames_in_csv(browser, run_dir: Path) -> bool:
     shown = _frames(browser)
     return shown > 0 and shown in {int(r["env_frames"]) for r in csv_rows(run_dir / "metrics.csv")}
+
+
+def _schedules_in_csv(browser, run_dir: Path) -> bool:
+    """The page's learning rate and entropy weight are a row of metrics.csv's (shown to 3 figures)."""
+    lines = _text(browser, "replay").splitlines()
+    key = "learning rate / entropy weight"
+    if key not in lines or "–" in lines[lines.index(key) + 1]:
+        return False
+    lr, entropy = (float(v) for v in lines[lines.index(key) + 1].split(" / "))
+    rows = [(float(r["learning_rate"] or 0), float(r["entropy_cost"] or 0)) for r in csv_rows(run_dir / "metrics.csv")]
+    return any(abs(lr / a - 1) <= 0.005 and abs(entropy / b - 1) <= 0.005 for a, b in rows if a > 0 and b > 0)
 
 
 def _evaluation_in_csv(browser, run_dir: Path) -> bool:
