@@ -124,16 +124,17 @@ def test_pong_toml_starts_learning_pong_within_a_frame_budget(tmp_path, no_leaks
     uniform replay, each fresh sample trained on 4 times, its learning rate and entropy weight on the schedules
     of its 5M-frame budget) stopped at 1.2M env frames, seed 0: against the run's own first 100 episodes, its
     last 100 score at least 0.5 more on average and last at least 1.1 times as many frames (a policy that
-    returns the ball loses its points more slowly, before its score moves much); the replay ratio achieved is within 10% of the 4
-    asked; and the value loss falls (its mean over the last third of the logged rows, one step's losses each,
-    below 0.85 of its mean over the first fifth). A policy that does not learn keeps both episode figures where
-    they started, about -20.3 and 3,600 frames.
+    returns the ball loses its points more slowly, before its score moves much); the replay ratio achieved is
+    within 10% of the 4 asked; and the value loss falls (its mean over the last third of the logged rows, one
+    step's losses each, below 0.85 of its mean over the first fifth). A policy that does not learn keeps both
+    episode figures where they started, about -20.3 and 3,600 frames.
 
     Calibrated on seeds 1-3 (AMD EPYC, 2026-11-29, three at once): score gains of 2.05, 2.64 and 1.18 (to
     -18.10, -17.55 and -19.23), episode lengths 1.49, 1.61 and 1.29 times the first 100's, value loss ratios
     of 0.37-0.47; this test's seed 0, alone, 1.80 (to -18.62), 1.39 and 0.49. With the entropy weight falling
-    (0.0078 at 1.2M; the first 1.2M frames of whole 5M-frame runs, seeds 0 and 1, on an AMD EPYC, alone): 1.47
-    and 2.25, 1.35 and 1.62, 0.40 and 0.32. It replaced the plain zrl-launch for 2M frames, whose 1,514 s in CI's learning lane on that machine were over half of its 2,700-s timeout then
+    (0.0078 at 1.2M; the first 1.2M frames of whole 5M-frame runs, seeds 0, 1 and 2, on an AMD EPYC, alone):
+    1.47, 2.25 and 2.29; 1.35, 1.62 and 1.84; 0.40, 0.32 and 0.26. It replaced the plain zrl-launch for 2M
+    frames, whose 1,514 s in CI's learning lane on that machine were over half of its 2,700-s timeout then
     (perf/results/ci/ci_f53fe39.txt)."""
     cfg = config.load(PONG)
     result = run_command(
