@@ -128,6 +128,16 @@ def test_runs_of_one_config_over_seeds_are_one_group_and_another_config_is_anoth
 
 
 @pytest.mark.unit
+def test_a_long_legend_entry_is_wrapped_so_that_the_axes_keep_their_width():
+    # Two runs whose configs differ in 10 keys: the run folder, 3 of the keys and "+7 keys", over 150 characters
+    label = "ALE-Pong-v5_1795962278, " + ", ".join(f"learner.key_{i}=0.0006" for i in range(3)) + ", +7 keys"
+    lines = plot._wrapped(label).split("\n")
+    assert len(lines) > 1 and all(len(line) <= plot.LABEL_WIDTH for line in lines)
+    assert " ".join(lines) == label
+    assert plot._wrapped("ALE/Pong-v5 (3 seeds)") == "ALE/Pong-v5 (3 seeds)"
+
+
+@pytest.mark.unit
 def test_a_group_of_seeds_is_drawn_as_its_mean_with_a_bootstrap_band(tmp_path):
     runs = [plot.load_run(_run(tmp_path / f"s{s}", seed=s, returns=[r] * 150)) for s, r in ((1, -20.0), (2, -10.0))]
     fig = plot.draw_curves(runs)

@@ -15,6 +15,7 @@ errors. A panel whose columns are empty or zero says so instead of drawing nothi
 from __future__ import annotations
 
 import json
+import textwrap
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,7 @@ BOOTSTRAP_REPS = 1000
 TIME_WINDOWS = 100  # the time split is shown over about this many windows of the run
 HEADROOM = 1.4  # a panel's y range over its data's, to leave its legend room above the lines
 LABEL_KEYS = 3  # config keys named in a group's label at the most
+LABEL_WIDTH = 60  # characters per line of a legend entry: a longer one line would squash the axes beside it
 AGES = (("policy lag", "policy_lag"), ("sample age, mean", "sample_age_mean"), ("sample age, max", "sample_age_max"))
 BROKER_COSTS = (("broker, per batch", "broker_prepare_s"), ("broker features", "broker_feature_s"))
 DROPS = (
@@ -295,6 +297,10 @@ def _legend_label(group: Group, drawn: int) -> str:
     return f"{group.name} ({drawn} {kind}" + (f", {waiting} with no episodes yet)" if waiting else ")")
 
 
+def _wrapped(label: str) -> str:
+    return "\n".join(textwrap.wrap(label, LABEL_WIDTH, break_long_words=False)) or label
+
+
 # -- drawing ------------------------------------------------------------------------------------------------
 
 
@@ -333,7 +339,7 @@ def draw_curves(runs: list[Run]):
         if not curves:
             waiting.append(group.name)
             continue
-        label = _legend_label(group, len(curves))
+        label = _wrapped(_legend_label(group, len(curves)))
         banded |= len(curves) > 1
         _draw_group(axes[0], [(c.frames / 1e6, c.mean_return) for c in curves], f"C{i % 10}", label, rng)
         _draw_group(axes[1], [(c.minutes, c.mean_return) for c in curves], f"C{i % 10}", label, rng)
