@@ -346,7 +346,7 @@ def draw_curves(runs: list[Run]):
         scored = [e for e in map(evaluations, group.runs) if len(e.frames)]
         evaluated |= bool(scored)
         for j, e in enumerate(scored):  # each run's own points: they are not at the same frames across seeds
-            text = None if j else _evaluation_label(e, "" if len(runs) == 1 else f"{group.name}: ")
+            text = None if j else _wrapped(_evaluation_label(e, "" if len(runs) == 1 else f"{group.name}: "))
             _draw_evaluations(axes[0], e.frames / 1e6, e, f"C{i % 10}", text)
             _draw_evaluations(axes[1], e.minutes, e, f"C{i % 10}", text)
     for ax, xlabel in zip(axes, ("env frames (millions)", MINUTES)):
