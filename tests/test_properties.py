@@ -7,11 +7,12 @@ ConfigError) whose message names the input's source: never another exception, an
 CASE_LIMIT_S on one input fails its case (a hang in the making, which Hypothesis then shrinks), and
 pytest-timeout stops a test that hangs outright (the timeout scales with the number of cases).
 
-``ZRL_PROPERTY_EXAMPLES`` sets the cases each test generates: the default keeps this file near 40 s on 2
-cores, for CI; the nightly run gives 10000 (its record: perf/results/properties/nightly_10k.txt: 111 passed, 67
-CPU-minutes, a peak of 4.6 GB, which is Hypothesis keeping each running test's drawn values, not a decoder). Hypothesis
-keeps no example database (``database=None``): the tests write nothing into the repository, and a failure
-prints its shrunk example and a ``@reproduce_failure`` blob to replay it.
+``ZRL_PROPERTY_EXAMPLES`` sets the cases each test generates: the default, 50, keeps this file at about half
+of the 40 s that 100 took on 2 Intel Xeon cores, for CI; the nightly run gives 10000 (its record:
+perf/results/properties/nightly_10k.txt: 111 passed, 67 CPU-minutes, a peak of 4.6 GB, which is Hypothesis keeping
+each running test's drawn values, not a decoder). Hypothesis keeps no example database (``database=None``): the
+tests write nothing into the repository, and a failure prints its shrunk example and a ``@reproduce_failure``
+blob to replay it.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[1]
 
-EXAMPLES = int(os.environ.get("ZRL_PROPERTY_EXAMPLES", "100"))
+EXAMPLES = int(os.environ.get("ZRL_PROPERTY_EXAMPLES", "50"))
 # One decoder call on one generated input takes well under a millisecond to a few (a torch.load); one that takes
 # seconds is a hang in the making, and fails its case (after the call returns: a call that never returns is
 # pytest-timeout's, below).
