@@ -10,16 +10,38 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
+from click.testing import CliRunner
 from conftest import REPO, assert_loadable, command, csv_rows, reaped, run_command, tensorboard_scalars
 
 from zrl import checkpoint, config
+from zrl.cli import launch_main
 
 pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
 RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "checkpoints"]
+
+
+def _refused(*args) -> str:
+    """zrl-launch ``args`` run in this process, as the refusals come before the launcher sets a signal handler or
+    starts a process (checked here): it must exit 2 with one line on stderr, and any other exception fails the test
+    with its traceback; its stderr. test_the_installed_command_refuses_bad_input... runs the real command."""
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    environ = _environ()
+    result = CliRunner().invoke(launch_main, [str(a) for a in args], catch_exceptions=False)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr.count("\n") <= 2, result.stderr
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers and _environ() == environ
+    assert not psutil.Process().children(), "the refusal left a process running"
+    return result.stderr
+
+
+def _environ() -> dict[str, str]:
+    """The environment, less the variable gymnasium's first import sets for good (to quiet pygame)."""
+    return {k: v for k, v in os.environ.items() if k != "PYGAME_HIDE_SUPPORT_PROMPT"}
 
 
 def _run_dir(cwd: Path) -> Path:
@@ -218,26 +240,27 @@ def test_sigterm_to_the_process_group_stops_in_order_with_exit_143(tmp_path, no_
     assert final["learner_step"] > 0 and f"ckpt_{final['learner_step']:09d}" in (run_dir / "zrl.log").read_text()
 
 
-@pytest.mark.parametrize(
-    "args, expected",
-    [
-        (["--set", "learner.bacth_size=4"], "did you mean 'learner.batch_size'"),
-        (["--set", "learner.batch_size=four"], "learner.batch_size"),
-        (["--replay", '[{"type": "standard", "capacity": 2, "sample_ratio": 1}]'], "replay[0].capacity"),
-        (["--replay", '[{"type": "custom", "capacity": 8, "sample_ratio": 1}]'], "needs sample_strategy"),
-        (["--config", "missing.toml"], "missing.toml: no such config file"),
-        (["--set", 'env.id="ALE/Pongg-v5"'], "env.id"),
-        (["--workers", "0"], "--workers"),
-        # 3136 x 6000 weights in the Nature network's dense layer at 84 x 84: more than one weights message carries
-        (
-            ["--set", 'model.kind="atari"', "--set", "model.hidden_size=6000", "--set", "env.resolution=[84, 84]"],
-            "model: the network has",
-        ),
-    ],
-)
-def test_bad_input_exits_2_before_anything_is_created(tmp_path, no_leaks, args, expected):
-    base = [] if "--config" in args else ["--config", SMOKE]
-    result = run_command("zrl-launch", *base, *args, cwd=tmp_path, timeout=120)
+BAD_INPUT = [
+    (["--set", "learner.bacth_size=4"], "did you mean 'learner.batch_size'"),
+    (["--set", "learner.batch_size=four"], "learner.batch_size"),
+    (["--replay", '[{"type": "standard", "capacity": 2, "sample_ratio": 1}]'], "replay[0].capacity"),
+    (["--replay", '[{"type": "custom", "capacity": 8, "sample_ratio": 1}]'], "needs sample_strategy"),
+    (["--config", "missing.toml"], "missing.toml: no such config file"),
+    (["--set", 'env.id="ALE/Pongg-v5"'], "env.id"),
+    (["--workers", "0"], "--workers"),
+    # 3136 x 6000 weights in the Nature network's dense layer at 84 x 84: more than one weights message carries
+    (
+        ["--set", 'model.kind="atari"', "--set", "model.hidden_size=6000", "--set", "env.resolution=[84, 84]"],
+        "model: the network has",
+    ),
+]
+
+
+def test_the_installed_command_refuses_bad_input_with_exit_2_and_one_line(tmp_path, no_leaks):
+    """The real zrl-launch, as a user runs it, on the first bad input below: exit 2, one line on stderr naming
+    the key, no traceback, nothing made. The other refusals run in this process (_refused)."""
+    args, expected = BAD_INPUT[0]
+    result = run_command("zrl-launch", "--config", SMOKE, *args, cwd=tmp_path, timeout=120)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
@@ -245,27 +268,35 @@ def test_bad_input_exits_2_before_anything_is_created(tmp_path, no_leaks, args, 
     assert not (tmp_path / "results").exists()
 
 
-def test_rings_larger_than_dev_shm_are_refused_before_a_run_folder_is_made(tmp_path, no_leaks):
-    result = run_command("zrl-launch", "--config", SMOKE, "--set", "workers.ring_slots=10000000", cwd=tmp_path)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
-    assert "the rings need" in result.stderr and "/dev/shm" in result.stderr
+@pytest.mark.parametrize("args, expected", BAD_INPUT)
+def test_bad_input_exits_2_before_anything_is_created(tmp_path, monkeypatch, no_leaks, args, expected):
+    monkeypatch.chdir(tmp_path)
+    base = [] if "--config" in args else ["--config", SMOKE]
+    assert expected in _refused(*base, *args)
+    assert not (tmp_path / "results").exists()
+
+
+def test_rings_larger_than_dev_shm_are_refused_before_a_run_folder_is_made(tmp_path, monkeypatch, no_leaks):
+    monkeypatch.chdir(tmp_path)
+    err = _refused("--config", SMOKE, "--set", "workers.ring_slots=10000000")
+    assert "the rings need" in err and "/dev/shm" in err
     assert not (tmp_path / "results").exists()  # no run folder left behind, nor the results folder
 
 
 def test_a_bad_namespace_is_a_usage_error(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ZRL_NAMESPACE", "two_words")
-    result = run_command("zrl-launch", "--config", SMOKE, cwd=tmp_path, timeout=120)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "ZRL_NAMESPACE='two_words'" in result.stderr and "letters and digits" in result.stderr
+    err = _refused("--config", SMOKE)
+    assert "ZRL_NAMESPACE='two_words'" in err and "letters and digits" in err
     assert not (tmp_path / "results").exists()
 
 
-def test_bad_config_file_names_the_file(tmp_path, no_leaks):
+def test_bad_config_file_names_the_file(tmp_path, monkeypatch, no_leaks):
+    monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.toml"
     bad.write_text("[learner]\nbatch_size = 4\nunroll_lenght = 10\n")
-    result = run_command("zrl-launch", "--config", bad, cwd=tmp_path, timeout=120)
-    assert result.returncode == 2
-    assert str(bad) in result.stderr and "learner.unroll_lenght" in result.stderr and "unroll_length" in result.stderr
+    err = _refused("--config", bad)
+    assert str(bad) in err and "learner.unroll_lenght" in err and "unroll_length" in err
     assert not (tmp_path / "results").exists()
 
 
@@ -397,7 +428,7 @@ def _damaged(run_dir: Path, how: str) -> Path:
     return path
 
 
-def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_path, no_leaks):
+def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_path, monkeypatch, no_leaks):
     result = run_command(
         "zrl-launch",
         "--config",
@@ -413,9 +444,10 @@ def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     bad = _damaged(run_dir, "bitflip")
-    unsafe = run_command("zrl-launch", "--resume", run_dir, "--set", "learner.batch_size=8", cwd=tmp_path)
-    assert unsafe.returncode == 2 and "learner.batch_size: cannot change when resuming" in unsafe.stderr
-    assert "Traceback" not in unsafe.stderr and unsafe.stderr.count("\n") <= 2
+    monkeypatch.chdir(tmp_path)
+    assert "learner.batch_size: cannot change when resuming" in _refused(
+        "--resume", run_dir, "--set", "learner.batch_size=8"
+    )
     resumed = run_command(
         "zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=60000", "--quiet", cwd=tmp_path, timeout=180
     )
@@ -439,13 +471,14 @@ def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_
     )
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert len(list((tmp_path / "results").iterdir())) == 2
-    for args, reason in [((bad,), "SHA-256 mismatch"), ((tmp_path / "nope.pt",), "no such checkpoint file")]:
-        refused = run_command("zrl-launch", "--config", SMOKE, "--init-from", *args, cwd=tmp_path)
-        assert refused.returncode == 2 and reason in refused.stderr and refused.stderr.count("\n") <= 2, refused.stderr
-    foreign = run_command("zrl-launch", "--config", SMOKE, "--init-from", good, cwd=tmp_path)
-    assert foreign.returncode == 2 and "trained on CartPole-v1, not ALE/Pong-v5 (wrong game)" in foreign.stderr
-    missing = run_command("zrl-launch", "--resume", tmp_path / "nowhere", cwd=tmp_path)
-    assert missing.returncode == 2 and "not a zrl run folder" in missing.stderr
+    for path, reason in [
+        (bad, "SHA-256 mismatch"),
+        (tmp_path / "nope.pt", "no such checkpoint file"),
+        (good, "trained on CartPole-v1, not ALE/Pong-v5 (wrong game)"),
+    ]:
+        assert reason in _refused("--config", SMOKE, "--init-from", path)
+    assert "not a zrl run folder" in _refused("--resume", tmp_path / "nowhere")
+    assert len(list((tmp_path / "results").iterdir())) == 2  # the refusals made no run folder
 
 
 def _wait_for_step(run_dir_glob: Path, above: int, timeout: float = 120) -> None:
@@ -587,7 +620,6 @@ def test_a_restart_of_the_roles_keeps_the_replay(tmp_path, no_leaks):
     """run.checkpoint_replay on an Ape-X run whose learner is SIGKILLed: the broker, stopping in order, saves its
     replay, and the new broker of the restarted roles starts with it (the frames are still in the rings) rather
     than filling it again."""
-    import psutil
 
     proc = subprocess.Popen(
         command(
