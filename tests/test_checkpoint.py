@@ -145,55 +145,86 @@ def test_a_checkpoint_carrying_a_pickle_payload_is_refused_and_never_runs(tmp_pa
     assert not marker.exists()
 
 
-WRITER = """
-import signal, sys, time, torch
+WRITERS = """
+import os, signal, sys, traceback, torch
 from pathlib import Path
 from zrl import checkpoint
-# Python leaves SIGINT ignored when it starts with it ignored (a job started in the background, as CI may
-# be): this writer must take Ctrl-C as a terminal user's process does.
-signal.signal(signal.SIGINT, signal.default_int_handler)
+# As zrl's fork server (zrl/launch/wiring.py), this process only imports: each writer forked runs the first torch op.
+torch.set_num_threads(1)
 folder = Path(sys.argv[1])
-state = {"weights": torch.randn(4_000_000), "learner_step": 0}  # 16 MB: a write takes a while
-step = 0
 print("ready", flush=True)
-while True:
-    step += 1
-    state["learner_step"] = step
-    checkpoint.save(folder / checkpoint.PATTERN.format(step=step), state)
-    checkpoint.prune(folder, 2)
+for _ in sys.stdin:  # a line: fork a writer, say its pid, and once it is dead, its wait status
+    pid = os.fork()
+    if pid == 0:
+        # Python leaves SIGINT ignored when it starts with it ignored (a job started in the background, as CI may
+        # be): this writer must take Ctrl-C as a terminal user's process does.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            state = {"weights": torch.randn(4_000_000), "learner_step": 0}  # 16 MB: a write takes a while
+            step = 0
+            while True:
+                step += 1
+                state["learner_step"] = step
+                checkpoint.save(folder / checkpoint.PATTERN.format(step=step), state)
+                checkpoint.prune(folder, 2)
+        except KeyboardInterrupt:
+            os._exit(130)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+    print(pid, flush=True)
+    print(os.waitpid(pid, 0)[1], flush=True)
 """
+
+
+def _line(stream, timeout: float) -> bytes:
+    """The next line ``stream`` (an unbuffered pipe) gives within ``timeout`` seconds."""
+    import select
+
+    ready, _, _ = select.select([stream], [], [], timeout)
+    assert ready, f"no word from the writers' process in {timeout:g} s"
+    return stream.readline().strip()
 
 
 @pytest.mark.integration
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, signum):
-    """A real process writes 16 MB checkpoints back to back and is killed at a random moment, 10 times;
-    every time the newest checkpoint that verifies loads, and no temp file passes for a checkpoint."""
-    script = tmp_path / "writer.py"
-    script.write_text(WRITER)
+    """A real process writes 16 MB checkpoints back to back and is killed at a random moment, 10 times (each writer
+    forked, torch imported already, by one process that reaps it); every time the newest checkpoint that verifies
+    loads, and no temp file passes for a checkpoint."""
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     rng = __import__("random").Random(0)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    for _ in range(10):
-        proc = subprocess.Popen([sys.executable, str(script), str(folder)], stdout=subprocess.PIPE, env=env)
-        try:
-            assert proc.stdout.readline().strip() == b"ready"
+    writers = subprocess.Popen(
+        [sys.executable, "-c", WRITERS, str(folder)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        bufsize=0,
+        env=env,
+        start_new_session=True,  # its group holds it and its writers: one killpg ends them all
+    )
+    try:
+        assert _line(writers.stdout, 60) == b"ready"
+        for _ in range(10):
+            writers.stdin.write(b"go\n")
+            pid = int(_line(writers.stdout, 10))
             deadline = time.monotonic() + 60  # a loaded machine writes 16 MB slowly: wait for the first one
             while not checkpoint.periodic(folder) and time.monotonic() < deadline:
                 time.sleep(0.01)
             assert checkpoint.periodic(folder), "the writer wrote no checkpoint in 60 s"
             time.sleep(rng.uniform(0.0, 0.3))
-            proc.send_signal(signum)
-            proc.wait(60)  # an interrupt lands once the write in progress returns; a loaded disk makes that slow
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            proc.stdout.close()
-        assert all(not p.name.startswith(".") for p in checkpoint.periodic(folder))
-        good = next((state for _, state, err in checkpoint.newest_good(folder) if state is not None), None)
-        assert good is not None and good["learner_step"] >= 1
+            os.kill(pid, signum)
+            status = int(_line(writers.stdout, 60))  # an interrupt lands once the write in progress returns
+            assert os.waitstatus_to_exitcode(status) == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
+            assert all(not p.name.startswith(".") for p in checkpoint.periodic(folder))
+            good = next((state for _, state, err in checkpoint.newest_good(folder) if state is not None), None)
+            assert good is not None and good["learner_step"] >= 1
+    finally:
+        os.killpg(writers.pid, signal.SIGKILL)
+        writers.wait()
+        writers.stdin.close()
+        writers.stdout.close()
     leftovers = [p.name for p in folder.iterdir() if ".tmp-" in p.name]
     if signum == signal.SIGINT:
         assert not leftovers  # an orderly interrupt removes its temp file
