@@ -247,7 +247,7 @@ def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
     assert f"--workers {best['workers']} --envs-per-worker {best['envs_per_worker']}" in doc["stdout"]
 
 
-@pytest.mark.e2e
+@pytest.mark.integration
 @pytest.mark.parametrize(
     "args, expected",
     [
@@ -263,10 +263,28 @@ def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
         (("learning", "--seconds", "10", "--workers", "1,2"), "takes one number"),
     ],
 )
-def test_bench_mistakes_exit_2_in_one_line(tmp_path, args, expected):
-    done = run_command("zrl-bench", *args, cwd=tmp_path, timeout=120)
+def test_bench_mistakes_exit_2_in_one_line(tmp_path, monkeypatch, args, expected):
+    """zrl-bench's command in this process (click's CliRunner): exit code 2, one line naming the mistake, no
+    traceback (an exception would fail the test), nothing written. The installed command's own refusal is
+    test_the_zrl_bench_command_refuses_a_mistake_in_one_line."""
+    from click.testing import CliRunner
+
+    from zrl.cli import bench_main
+
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(bench_main, [str(a) for a in args], catch_exceptions=False)
+    assert done.exit_code == 2, done.output
+    assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.e2e
+def test_the_zrl_bench_command_refuses_a_mistake_in_one_line(tmp_path):
+    done = run_command("zrl-bench", "env", "--workers", "two", cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr
-    assert expected in done.stderr and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "zrl-bench: error: --workers 'two': expected a positive integer or a comma list such as 1,2,4"
+    ]
 
 
 @pytest.mark.e2e

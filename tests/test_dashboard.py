@@ -16,8 +16,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from click.testing import CliRunner
 from conftest import REPO, command
 
+from zrl.cli import dashboard_main, launch_main
 from zrl.config import ConfigError, dumps, load
 from zrl.dashboard import Dashboard, RunView
 from zrl.launch.folder import LOCK_NAME
@@ -291,12 +293,15 @@ def test_close_leaves_no_thread_and_frees_the_port(run_dir):
     Dashboard("127.0.0.1", dashboard.port).close()  # the port is free again
 
 
-def test_zrl_dashboard_on_a_folder_that_is_not_a_run_exits_2_with_one_line(tmp_path):
-    import subprocess
+def _refused(main, *args) -> str:
+    """The stderr of a command's click ``main`` run in this process (CliRunner) on ``args``, once it exited 2."""
+    done = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)  # no traceback: one fails here
+    assert done.exit_code == 2, done.output
+    return done.stderr
 
-    done = subprocess.run(command("zrl-dashboard", tmp_path), capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == [
+
+def test_zrl_dashboard_on_a_folder_that_is_not_a_run_exits_2_with_one_line(tmp_path):
+    assert _refused(dashboard_main, tmp_path).strip().splitlines() == [
         f"zrl-dashboard: error: {tmp_path}: not a zrl run folder (a run folder holds config.toml, metrics.csv, "
         "episodes.csv)"
     ]
@@ -315,11 +320,8 @@ def test_zrl_dashboard_serves_a_finished_run_until_sigterm(run_dir):
         port = int(re.match(r"dashboard: http://127\.0\.0\.1:(\d+)/", line).group(1))
         state = json.loads(_get(port, "/api/state")[1])
         assert state["latest"]["env_frames"] == 80_000
-        taken = subprocess.run(
-            command("zrl-dashboard", run_dir, "--port", port), capture_output=True, text=True, timeout=60
-        )
-        assert taken.returncode == 2 and len(taken.stderr.strip().splitlines()) == 1
-        assert f"--port {port}: the port is in use" in taken.stderr
+        taken = _refused(dashboard_main, run_dir, "--port", port)
+        assert len(taken.strip().splitlines()) == 1 and f"--port {port}: the port is in use" in taken
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -333,16 +335,8 @@ def test_zrl_dashboard_serves_a_finished_run_until_sigterm(run_dir):
         (["--dashboard", "--port", "70000"], "--port 70000"),
     ],
 )
-def test_zrl_launch_dashboard_options_are_checked_before_anything_starts(tmp_path, args, expected):
-    import subprocess
-
-    done = subprocess.run(
-        command("zrl-launch", "--config", REPO / "config" / "smoke.toml", *args),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2, done.stderr
-    assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1
+def test_zrl_launch_dashboard_options_are_checked_before_anything_starts(tmp_path, monkeypatch, args, expected):
+    monkeypatch.chdir(tmp_path)
+    err = _refused(launch_main, "--config", REPO / "config" / "smoke.toml", *args)
+    assert expected in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "results").exists()

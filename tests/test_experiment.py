@@ -177,21 +177,30 @@ def test_sweep_file_mistakes_are_named(tmp_path, body, expected):
 
 
 @pytest.mark.integration
-def test_a_bad_sweep_file_exits_2_before_any_run(tmp_path):
+def test_a_bad_sweep_file_exits_2_before_any_run(tmp_path, monkeypatch):
+    """The real zrl-sweep on a bad sweep file; its other refusals, and zrl-report's, through their click commands in
+    this process (CliRunner; an exception would fail the test): exit code 2, the reason, nothing made."""
+    from click.testing import CliRunner
+
+    from zrl.cli import report_main, sweep_main
+
     path = _sweep_file(tmp_path, f'[sweep]\nconfig = "{CARTPOLE}"\nseeds = ["a"]\n')
     out = tmp_path / "out"
     proc = run_command("zrl-sweep", path, "--out", out, cwd=tmp_path, timeout=60)
     assert proc.returncode == 2
     assert "zrl-sweep: error:" in proc.stderr and "sweep.seeds" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists()
-    proc = run_command("zrl-sweep", "--resume", tmp_path, "--out", out, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 2 and "--resume DIR continues in DIR" in proc.stderr
-    proc = run_command("zrl-sweep", "--resume", tmp_path, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 2 and "not a sweep folder" in proc.stderr
-    proc = run_command("zrl-sweep", path, "--retry-failed", cwd=tmp_path, timeout=60)
-    assert proc.returncode == 2 and "--retry-failed goes with --resume DIR" in proc.stderr
-    proc = run_command("zrl-report", tmp_path, cwd=tmp_path, timeout=60)
-    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "not a zrl run folder" in proc.stderr
+    monkeypatch.chdir(tmp_path)
+    for args, reason in [
+        (["--resume", tmp_path, "--out", out], "--resume DIR continues in DIR"),
+        (["--resume", tmp_path], "not a sweep folder"),
+        ([path, "--retry-failed"], "--retry-failed goes with --resume DIR"),
+    ]:
+        done = CliRunner().invoke(sweep_main, [str(a) for a in args], catch_exceptions=False)
+        assert done.exit_code == 2 and reason in done.stderr, done.output
+    done = CliRunner().invoke(report_main, [str(tmp_path)], catch_exceptions=False)
+    assert done.exit_code == 2 and done.stderr.count("\n") == 1 and "not a zrl run folder" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.toml"]
 
 
 # ---- reports on run folders whose contents a test controls -------------------------------------------------
