@@ -3,9 +3,10 @@ solves CartPole-v1 within a fixed budget of environment steps, and so does IMPAC
 (its workers paced to it: workers.produce_ratio = 1).
 
 Budget: config/cartpole.toml's run.max_env_frames (100,000 env steps; CartPole has one frame per
-step), seeds 0, 1 and 2. Assertion: the mean raw return of the last 20 finished episodes is at least 475
-on each (the maximum is 500; a random policy's is about 22). The test asserts the return the policy
-reached, never a time.
+step), seed 0. Assertion: the mean raw return of the last 20 finished episodes is at least 475 (the maximum is
+500; a random policy's is about 22). The test asserts the return the policy reached, never a time. One seed per
+agent, for CI's time on a slow machine: seeds 0-7 of V-trace's config ended at 500 and seeds 0-4 of IMPACT's at
+498.6-500 (zrl-bench learning: perf/results/learning/cartpole_100k.json, impact_cartpole_100k.json).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ CARTPOLE = REPO / "config" / "cartpole.toml"
 BUDGET_ENV_STEPS = 100_000
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0])
 def test_vtrace_solves_cartpole_within_budget(tmp_path, no_leaks, seed):
     cfg = config.load(CARTPOLE)
     assert cfg.run.max_env_frames == BUDGET_ENV_STEPS
@@ -65,11 +66,11 @@ def assert_replay_ratio_held(run_dir, asked: float) -> None:
 IMPACT_CARTPOLE = REPO / "config" / "impact_cartpole.toml"
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("seed", [0])
 def test_impact_solves_cartpole_within_budget_at_the_replay_ratio_it_asks(tmp_path, no_leaks, seed):
     """IMPACT (each fresh unit trained on 4 times from its circular buffer, against a target network) on
     CartPole-v1 for 100,000 env steps: the mean raw return of the last 20 episodes is at least 475, and the replay
-    ratio achieved is within 10% of the 4 asked. About 10 s alone on two cores; seeds 0-4 all ended at 500."""
+    ratio achieved is within 10% of the 4 asked. About 10 s alone on two cores."""
     cfg = config.load(IMPACT_CARTPOLE)
     assert cfg.algo == "impact" and cfg.run.max_env_frames == BUDGET_ENV_STEPS and cfg.learner.replay_ratio == 4
     run_dir, returns = launched(tmp_path, IMPACT_CARTPOLE, f"run.seed={seed}", timeout=600)
