@@ -113,10 +113,17 @@ def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split
 
 
 def _interrupt(
-    tmp_path: Path, config: Path, signum: int, min_steps: int = 2, extra: tuple = (), group: bool = False
+    tmp_path: Path,
+    config: Path,
+    signum: int,
+    min_steps: int = 2,
+    extra: tuple = (),
+    group: bool = False,
+    delay_s: float = 0.0,
 ) -> tuple[int, str, str]:
-    """Start an endless run, wait until the learner has stepped, send ``signum`` (to the launcher, or with
-    ``group`` to its whole process group: the launcher, its fork server and its roles); (exit code, out, err)."""
+    """Start an endless run, wait until the learner has stepped, then ``delay_s`` more, send ``signum`` (to the
+    launcher, or with ``group`` to its whole process group: the launcher, its fork server and its roles);
+    (exit code, out, err)."""
     proc = subprocess.Popen(
         command("zrl-launch", "--config", config, "--set", "run.max_env_frames=100000000", *extra),
         cwd=tmp_path,
@@ -135,6 +142,7 @@ def _interrupt(
                 break
         else:
             pytest.fail("the learner never stepped")
+        time.sleep(delay_s)
         if group:
             os.killpg(proc.pid, signum)
         else:
@@ -304,19 +312,29 @@ CARTPOLE = REPO / "config" / "cartpole.toml"
 
 
 def test_resume_continues_the_same_run(tmp_path, no_leaks):
-    """100 learner steps, Ctrl-C, resume, more steps: counters continue and the CSV files run on without
-    a gap or a duplicate."""
+    """100 learner steps with a checkpoint after each, Ctrl-C 0 to 1 s later (so that it lands during or next to a
+    write), resume, more steps: the newest checkpoint loads and no temp file is left, the resumed run starts from
+    it, and counters and the CSV files run on without a gap, a duplicate or a step back.
+    (test_launcher_killed_while_checkpointing... SIGKILLs such a run; tests/test_checkpoint.py a lone writer.)"""
+    import random
+
+    delay_s = random.uniform(0.0, 1.0)
     code, _, err = _interrupt(
         tmp_path,
         CARTPOLE,
         signal.SIGINT,
         min_steps=100,
-        extra=("--set", "run.checkpoint_every_steps=25", "--set", "run.log_interval_s=0.5"),
+        extra=("--set", "run.checkpoint_every_steps=1", "--set", "run.log_interval_s=0.5"),
+        delay_s=delay_s,
     )
     assert code == 130, err[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
-    stopped = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
-    assert stopped["learner_step"] >= 100
+    folder = run_dir / "checkpoints"
+    assert not list(folder.glob(".*.tmp-*")), f"an orderly stop left a temp file (Ctrl-C {delay_s:.2f} s late)"
+    stopped_path = checkpoint.latest(folder)
+    stopped = checkpoint.load(stopped_path)
+    good = next(state for _, state, _ in checkpoint.newest_good(folder) if state is not None)
+    assert stopped["learner_step"] >= 100 and good["learner_step"] == stopped["learner_step"], delay_s
     budget = stopped["env_frames"] + 60_000
     result = run_command(
         "zrl-launch",
@@ -333,6 +351,9 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "resuming" in result.stdout and [p.name for p in (tmp_path / "results").iterdir()] == [run_dir.name]
+    resumed = re.findall(r"resuming \S+ from (\S+):", (run_dir / "zrl.log").read_text())
+    assert [Path(path).name for path in resumed] == [stopped_path.name], resumed
+    assert not list(folder.glob(".*.tmp-*"))
     final = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
     assert final["learner_step"] > stopped["learner_step"] and final["env_frames"] > stopped["env_frames"]
     assert final["policy_version"] > stopped["policy_version"]
@@ -343,6 +364,7 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     assert steps == sorted(steps) and steps[-1] > stopped["learner_step"]
     frames = [int(r["env_frames"]) for r in metrics]
     assert min(frames[len(frames) // 2 :]) > 0 and max(frames) >= budget
+    assert frames == sorted(frames)  # the env frame count never goes back across the restart
     assert sum(1 for line in (run_dir / "metrics.csv").read_text().splitlines() if line.startswith("wall_time")) == 1
     assert (run_dir / "checkpoints" / "best.pt").is_file()
     checkpoint.load(run_dir / "checkpoints" / "best.pt")
@@ -496,13 +518,14 @@ def _wait_for_step(run_dir_glob: Path, above: int, timeout: float = 120) -> None
 KILLS = 3
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
-def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint(tmp_path, no_leaks, signum):
-    """A checkpoint after every learner step, so a kill lands during or next to a write; 3 kills of the
+def test_launcher_killed_while_checkpointing_always_leaves_a_loadable_checkpoint(tmp_path, no_leaks):
+    """A checkpoint after every learner step, so a kill lands during or next to a write; 3 SIGKILLs of the
     launcher, each followed by --resume: a loadable checkpoint always exists and no temp file is taken.
-    (tests/test_checkpoint.py kills a checkpoint writer at random moments too, at the file level.)"""
+    (test_resume_continues_the_same_run gives such a run Ctrl-C; tests/test_checkpoint.py kills a checkpoint
+    writer at random moments too, at the file level.)"""
     import random
 
+    signum = signal.SIGKILL
     rng = random.Random(int(signum))
     args = [
         "--set",
