@@ -155,13 +155,6 @@ def _interrupt(
     return proc.returncode, out, err
 
 
-def test_sigint_stops_cleanly_with_a_checkpoint(tmp_path, no_leaks):
-    code, out, err = _interrupt(tmp_path, SMOKE, signal.SIGINT)
-    assert code == 130, err[-3000:]
-    assert "interrupted" in out
-    assert_loadable(_run_dir(tmp_path))
-
-
 def test_tcp_transport_on_loopback(tmp_path, no_leaks):
     cartpole = REPO / "config" / "cartpole.toml"
     result = run_command(
@@ -313,13 +306,14 @@ CARTPOLE = REPO / "config" / "cartpole.toml"
 
 def test_resume_continues_the_same_run(tmp_path, no_leaks):
     """100 learner steps with a checkpoint after each, Ctrl-C 0 to 1 s later (so that it lands during or next to a
-    write), resume, more steps: the newest checkpoint loads and no temp file is left, the resumed run starts from
-    it, and counters and the CSV files run on without a gap, a duplicate or a step back.
+    write): exit 130, "interrupted" on screen, no temp file left, and the newest checkpoint loads into the run's
+    model with finite weights. Resume, more steps: the run starts from that checkpoint, and counters and the CSV
+    files run on without a gap, a duplicate or a step back.
     (test_launcher_killed_while_checkpointing... SIGKILLs such a run; tests/test_checkpoint.py a lone writer.)"""
     import random
 
     delay_s = random.uniform(0.0, 1.0)
-    code, _, err = _interrupt(
+    code, out, err = _interrupt(
         tmp_path,
         CARTPOLE,
         signal.SIGINT,
@@ -328,10 +322,11 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
         delay_s=delay_s,
     )
     assert code == 130, err[-3000:]
+    assert "interrupted" in out, out[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
     folder = run_dir / "checkpoints"
     assert not list(folder.glob(".*.tmp-*")), f"an orderly stop left a temp file (Ctrl-C {delay_s:.2f} s late)"
-    stopped_path = checkpoint.latest(folder)
+    stopped_path = assert_loadable(run_dir)
     stopped = checkpoint.load(stopped_path)
     good = next(state for _, state, _ in checkpoint.newest_good(folder) if state is not None)
     assert stopped["learner_step"] >= 100 and good["learner_step"] == stopped["learner_step"], delay_s
