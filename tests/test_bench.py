@@ -12,7 +12,8 @@ from conftest import REPO, run_command
 from zrl.config import ReplayConfig
 
 SMOKE = REPO / "config" / "smoke.toml"
-SHORT_PIPELINE = ("--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1)  # a few seconds of zrl-launch
+# a few seconds of zrl-launch: 4 s of warm-up once its workers report (the learner is stepping by then), 2 s measured
+SHORT_PIPELINE = ("--config", SMOKE, "--seconds", 2, "--warmup", 4, "--workers", 1)
 TINY = ["--config", SMOKE, "--seconds", "0.5"]
 MACHINE = {"date", "cpu", "cores", "logical_cpus", "ram_gib", "gpu", "platform", "versions", "command"}
 
@@ -63,8 +64,10 @@ def test_sampling_mode_gives_a_ratio_to_the_ceiling_for_every_grid_point(tmp_pat
 
 
 @pytest.mark.e2e
-def test_transport_mode_measures_every_hop(tmp_path, no_leaks):
-    result = _bench(tmp_path, "transport", *TINY)["result"]
+def test_transport_mode_measures_every_hop_and_the_remote_path_beside_the_ring(tmp_path, no_leaks):
+    """zrl-bench transport --remote: the ring, the queue, index messages, weights, and the remote path without and
+    with CurveZMQ (--remote adds it to the same report, so one run checks both)."""
+    result = _bench(tmp_path, "transport", *TINY, "--remote")["result"]
     assert result["ring"]["torn"] == 0 and result["ring"]["slots"] > 0
     _positive(result["ring"]["gb_per_s"], result["queue"]["gb_per_s"], result["queue"]["ring_over_queue"])
     index = result["index_messages"]
@@ -76,11 +79,6 @@ def test_transport_mode_measures_every_hop(tmp_path, no_leaks):
         "index_messages_per_s",
         "queue_slower_than_ring",
     }
-
-
-@pytest.mark.e2e
-def test_transport_remote_measures_the_remote_path_beside_the_ring(tmp_path, no_leaks):
-    result = _bench(tmp_path, "transport", *TINY, "--remote")["result"]
     remote = result["remote"]
     assert [p["curve"] for p in remote["paths"]] == [False, True]
     for path in remote["paths"]:
@@ -118,7 +116,7 @@ def test_pipeline_observers_runs_each_watcher_in_turn_and_a_page_reads_the_dashb
         "--observers",
         "--rounds",
         1,
-        *SHORT_PIPELINE,
+        *("--config", SMOKE, "--seconds", 2, "--warmup", 6, "--workers", 1),
         "--envs-per-worker",
         2,
     )
@@ -152,7 +150,7 @@ def test_pipeline_replay_checkpoint_runs_without_and_with_the_replays_saved_and_
         tmp_path,
         "pipeline",
         "--replay-checkpoint",
-        *("--rounds", 1, "--config", apex, "--seconds", 2, "--warmup", 6, "--set", "apex.learn_start=100"),
+        *("--rounds", 1, "--config", apex, "--seconds", 2, "--warmup", 4, "--set", "apex.learn_start=100"),
     )
     result = doc["result"]
     assert [r["replay_checkpoint"] for r in result["rows"]] == ["on", "off"]  # round 1's order
