@@ -155,26 +155,6 @@ def _interrupt(
     return proc.returncode, out, err
 
 
-def test_tcp_transport_on_loopback(tmp_path, no_leaks):
-    cartpole = REPO / "config" / "cartpole.toml"
-    result = run_command(
-        "zrl-launch",
-        "--config",
-        cartpole,
-        "--set",
-        'transport.kind="tcp"',
-        "--set",
-        "run.max_env_frames=30000",
-        "--quiet",
-        cwd=tmp_path,
-        timeout=180,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (run_dir,) = (tmp_path / "results").iterdir()
-    last = csv_rows(run_dir / "metrics.csv")[-1]
-    assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0
-
-
 ELITE_MIX = (
     '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, {"type": "custom", "capacity": 64, '
     '"sample_ratio": 0.5, "dist_function": "ln_norm", "sample_strategy": "elite_sampling", '
@@ -446,10 +426,15 @@ def _damaged(run_dir: Path, how: str) -> Path:
 
 
 def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_path, monkeypatch, no_leaks):
+    """A CartPole run over TCP on loopback trains and sends its workers weights; with its newest checkpoint
+    damaged, an unsafe change on resume is refused, and the resumed run skips that checkpoint and sets it aside.
+    --init-from starts a new run from a good checkpoint and refuses a damaged, missing or foreign one."""
     result = run_command(
         "zrl-launch",
         "--config",
         CARTPOLE,
+        "--set",
+        'transport.kind="tcp"',
         "--set",
         "run.max_env_frames=40000",
         "--set",
@@ -460,6 +445,9 @@ def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
+    assert 'kind = "tcp"' in (run_dir / "config.toml").read_text()
+    last = csv_rows(run_dir / "metrics.csv")[-1]
+    assert int(last["learner_step"]) > 0 and int(last["worker_policy_version_max"]) > 0
     bad = _damaged(run_dir, "bitflip")
     monkeypatch.chdir(tmp_path)
     assert "learner.batch_size: cannot change when resuming" in _refused(
