@@ -310,7 +310,7 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     stopped = checkpoint.load(stopped_path)
     good = next(state for _, state, _ in checkpoint.newest_good(folder) if state is not None)
     assert stopped["learner_step"] >= 100 and good["learner_step"] == stopped["learner_step"], delay_s
-    budget = stopped["env_frames"] + 60_000
+    budget = stopped["env_frames"] + 30_000
     result = run_command(
         "zrl-launch",
         "--resume",
@@ -378,31 +378,31 @@ def _final_state(cwd: Path) -> dict:
 
 
 def test_deterministic_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path, no_leaks):
-    """Deterministic single-worker Pong: 200 straight learner steps; 100 steps to a budget, then resumed for
-    100 more; Ctrl-C at some step, then resumed to 200. All three end with the same weights, bit for bit."""
+    """Deterministic single-worker Pong: 100 straight learner steps; 50 steps to a budget, then resumed for
+    50 more; Ctrl-C at some step past 15, then resumed to 100. All three end with the same weights, bit for bit."""
     budget = lambda steps: ("--set", f"run.max_env_frames={steps * FRAMES_PER_LEARNER_STEP}")  # noqa: E731
     straight, stopped, interrupted = (tmp_path / name for name in ("straight", "stopped", "interrupted"))
     for cwd in (straight, stopped, interrupted):
         cwd.mkdir()
-    done = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(200), cwd=straight, timeout=240)
+    done = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(100), cwd=straight, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
-    first = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(100), cwd=stopped, timeout=240)
+    first = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(50), cwd=stopped, timeout=240)
     assert first.returncode == 0, first.stderr[-3000:]
     halfway = _final_state(stopped)
-    assert halfway["learner_step"] == 100
-    code, _, err = _interrupt(interrupted, SMOKE, signal.SIGINT, min_steps=30, extra=DETERMINISTIC)
+    assert halfway["learner_step"] == 50
+    code, _, err = _interrupt(interrupted, SMOKE, signal.SIGINT, min_steps=15, extra=DETERMINISTIC)
     assert code == 130, err[-3000:]
     cut = _final_state(interrupted)["learner_step"]
     for cwd in (stopped, interrupted):
         again = run_command(
-            "zrl-launch", "--resume", "auto", "--config", SMOKE, *budget(200), "--quiet", cwd=cwd, timeout=240
+            "zrl-launch", "--resume", "auto", "--config", SMOKE, *budget(100), "--quiet", cwd=cwd, timeout=240
         )
         assert again.returncode == 0, again.stderr[-3000:]
     want = _final_state(straight)
-    assert want["learner_step"] == 200
-    for cwd, note in ((stopped, "stopped at 100"), (interrupted, f"interrupted at {cut}")):
+    assert want["learner_step"] == 100
+    for cwd, note in ((stopped, "stopped at 50"), (interrupted, f"interrupted at {cut}")):
         got = _final_state(cwd)
-        assert got["learner_step"] == 200 and got["policy_version"] == want["policy_version"], note
+        assert got["learner_step"] == 100 and got["policy_version"] == want["policy_version"], note
         assert torch.equal(got["trained_actions"], want["trained_actions"]), note
         for name, tensor in want["model"].items():
             assert torch.equal(got["model"][name], tensor), f"{name} differs ({note})"
@@ -410,7 +410,7 @@ def test_deterministic_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path
             sorted(got["optimizer"]["state"].items()), sorted(want["optimizer"]["state"].items())
         ):
             assert all(torch.equal(mine[k], theirs[k]) for k in theirs), note
-    # and the second hundred steps did train: the weights moved after step 100
+    # and the second fifty steps did train: the weights moved after step 50
     assert any(not torch.equal(halfway["model"][n], t) for n, t in want["model"].items())
 
 
@@ -436,7 +436,7 @@ def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_
         "--set",
         'transport.kind="tcp"',
         "--set",
-        "run.max_env_frames=40000",
+        "run.max_env_frames=20000",
         "--set",
         "run.checkpoint_every_steps=10",
         "--quiet",
@@ -454,7 +454,7 @@ def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_
         "--resume", run_dir, "--set", "learner.batch_size=8"
     )
     resumed = run_command(
-        "zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=60000", "--quiet", cwd=tmp_path, timeout=180
+        "zrl-launch", "--resume", run_dir, "--set", "run.max_env_frames=30000", "--quiet", cwd=tmp_path, timeout=180
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"skipped a checkpoint that cannot be used: {bad}: SHA-256 mismatch" in (run_dir / "zrl.log").read_text()
@@ -469,7 +469,7 @@ def test_resume_falls_back_past_a_bad_checkpoint_and_refuses_unsafe_changes(tmp_
         "--init-from",
         good,
         "--set",
-        "run.max_env_frames=20000",
+        "run.max_env_frames=8000",
         "--quiet",
         cwd=tmp_path,
         timeout=180,
