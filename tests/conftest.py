@@ -303,6 +303,30 @@ def command(name: str, *args: str) -> list[str]:
     return [sys.executable, str(BIN / name), *map(str, args)]
 
 
+def refused(main, *args, one_line: bool = True) -> str:
+    """A zrl command's click ``main`` run in this process (click's CliRunner) on ``args``, which must refuse them as
+    the installed command would: exit code 2 and one line on stderr (``one_line=False``: click's own usage error,
+    its usage, a hint and the error), where an exception fails the test with its traceback, as the command would have
+    printed one. A refusal comes before the command sets a signal handler, changes the environment or starts a
+    process, so the test's own process is checked for each. Returns the stderr."""
+    from click.testing import CliRunner
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    environ, children = _environ(), {c.pid for c in psutil.Process().children()}
+    done = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
+    assert done.exit_code == 2, (done.stdout, done.stderr)
+    assert len(done.stderr.splitlines()) == 1 or not one_line, done.stderr
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers, "the refusal set a signal handler"
+    assert _environ() == environ, "the refusal changed the environment"
+    assert {c.pid for c in psutil.Process().children()} <= children, "the refusal left a process running"
+    return done.stderr
+
+
+def _environ() -> dict[str, str]:
+    """The environment, less the variable gymnasium's first import sets for good (to quiet pygame)."""
+    return {k: v for k, v in os.environ.items() if k != "PYGAME_HIDE_SUPPORT_PROMPT"}
+
+
 def run_command(name: str, *args: str, cwd: Path, timeout: float = 300, preexec_fn=None) -> subprocess.CompletedProcess:
     """Run a command to its end. One past ``timeout`` gets Ctrl-C first, as a user would give it, so that a hung
     run fails its test with its own output and cleans up after itself; it is killed only if that fails.

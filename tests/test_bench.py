@@ -7,7 +7,7 @@ import csv
 import json
 
 import pytest
-from conftest import REPO, run_command
+from conftest import REPO, refused, run_command
 
 from zrl.config import ReplayConfig
 
@@ -265,19 +265,15 @@ def test_bench_mistakes_exit_2_in_one_line(tmp_path, monkeypatch, args, expected
     """zrl-bench's command in this process (click's CliRunner): exit code 2, one line naming the mistake, no
     traceback (an exception would fail the test), nothing written. The installed command's own refusal is
     test_the_zrl_bench_command_refuses_a_mistake_in_one_line."""
-    from click.testing import CliRunner
-
     from zrl.cli import bench_main
 
     monkeypatch.chdir(tmp_path)
-    done = CliRunner().invoke(bench_main, [str(a) for a in args], catch_exceptions=False)
-    assert done.exit_code == 2, done.output
-    assert expected in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert expected in refused(bench_main, *args)
     assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.e2e
-def test_the_zrl_bench_command_refuses_a_mistake_in_one_line(tmp_path):
+def test_the_zrl_bench_command_refuses_a_mistake_in_one_line(tmp_path, no_leaks):
     done = run_command("zrl-bench", "env", "--workers", "two", cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [

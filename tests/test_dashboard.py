@@ -16,8 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from click.testing import CliRunner
-from conftest import REPO, command
+from conftest import REPO, command, refused
 
 from zrl.cli import dashboard_main, launch_main
 from zrl.config import ConfigError, dumps, load
@@ -293,15 +292,8 @@ def test_close_leaves_no_thread_and_frees_the_port(run_dir):
     Dashboard("127.0.0.1", dashboard.port).close()  # the port is free again
 
 
-def _refused(main, *args) -> str:
-    """The stderr of a command's click ``main`` run in this process (CliRunner) on ``args``, once it exited 2."""
-    done = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)  # no traceback: one fails here
-    assert done.exit_code == 2, done.output
-    return done.stderr
-
-
 def test_zrl_dashboard_on_a_folder_that_is_not_a_run_exits_2_with_one_line(tmp_path):
-    assert _refused(dashboard_main, tmp_path).strip().splitlines() == [
+    assert refused(dashboard_main, tmp_path).strip().splitlines() == [
         f"zrl-dashboard: error: {tmp_path}: not a zrl run folder (a run folder holds config.toml, metrics.csv, "
         "episodes.csv)"
     ]
@@ -320,7 +312,7 @@ def test_zrl_dashboard_serves_a_finished_run_until_sigterm(run_dir):
         port = int(re.match(r"dashboard: http://127\.0\.0\.1:(\d+)/", line).group(1))
         state = json.loads(_get(port, "/api/state")[1])
         assert state["latest"]["env_frames"] == 80_000
-        taken = _refused(dashboard_main, run_dir, "--port", port)
+        taken = refused(dashboard_main, run_dir, "--port", port)
         assert len(taken.strip().splitlines()) == 1 and f"--port {port}: the port is in use" in taken
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -337,6 +329,6 @@ def test_zrl_dashboard_serves_a_finished_run_until_sigterm(run_dir):
 )
 def test_zrl_launch_dashboard_options_are_checked_before_anything_starts(tmp_path, monkeypatch, args, expected):
     monkeypatch.chdir(tmp_path)
-    err = _refused(launch_main, "--config", REPO / "config" / "smoke.toml", *args)
+    err = refused(launch_main, "--config", REPO / "config" / "smoke.toml", *args)
     assert expected in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "results").exists()

@@ -13,8 +13,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from click.testing import CliRunner
-from conftest import REPO, assert_loadable, command, csv_rows, reaped, run_command, tensorboard_scalars
+from conftest import REPO, assert_loadable, command, csv_rows, reaped, refused, run_command, tensorboard_scalars
 
 from zrl import checkpoint, config
 from zrl.cli import launch_main
@@ -26,22 +25,9 @@ RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "checkpoin
 
 
 def _refused(*args) -> str:
-    """zrl-launch ``args`` run in this process, as the refusals come before the launcher sets a signal handler or
-    starts a process (checked here): it must exit 2 with one line on stderr, and any other exception fails the test
-    with its traceback; its stderr. test_the_installed_command_refuses_bad_input... runs the real command."""
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    environ = _environ()
-    result = CliRunner().invoke(launch_main, [str(a) for a in args], catch_exceptions=False)
-    assert result.exit_code == 2, (result.stdout, result.stderr)
-    assert result.stderr.count("\n") <= 2, result.stderr
-    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers and _environ() == environ
-    assert not psutil.Process().children(), "the refusal left a process running"
-    return result.stderr
-
-
-def _environ() -> dict[str, str]:
-    """The environment, less the variable gymnasium's first import sets for good (to quiet pygame)."""
-    return {k: v for k, v in os.environ.items() if k != "PYGAME_HIDE_SUPPORT_PROMPT"}
+    """zrl-launch ``args`` refused in this process (conftest.refused); test_the_installed_command_refuses_bad_input...
+    runs the real command."""
+    return refused(launch_main, *args)
 
 
 def _run_dir(cwd: Path) -> Path:
