@@ -152,16 +152,17 @@ from zrl import checkpoint
 # As zrl's fork server (zrl/launch/wiring.py), this process only imports: each writer forked runs the first torch op.
 torch.set_num_threads(1)
 folder = Path(sys.argv[1])
+# Python leaves SIGINT ignored when it starts with it ignored (a job started in the background, as CI may be): each
+# writer, forked with this handler, must take Ctrl-C as a terminal user's process does.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 print("ready", flush=True)
 for _ in sys.stdin:  # a line: fork a writer, say its pid, and once it is dead, its wait status
     pid = os.fork()
     if pid == 0:
-        # Python leaves SIGINT ignored when it starts with it ignored (a job started in the background, as CI may
-        # be): this writer must take Ctrl-C as a terminal user's process does.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             state = {"weights": torch.randn(4_000_000), "learner_step": 0}  # 16 MB: a write takes a while
-            step = 0
+            newest = checkpoint.latest(folder)  # each writer goes on after the ones killed before it
+            step = int(newest.stem.removeprefix("ckpt_")) if newest else 0
             while True:
                 step += 1
                 state["learner_step"] = step
@@ -177,6 +178,12 @@ for _ in sys.stdin:  # a line: fork a writer, say its pid, and once it is dead, 
 """
 
 
+def _newest_step(folder: Path) -> int:
+    """The step in the name of the newest periodic checkpoint in ``folder``; 0 when there is none."""
+    newest = checkpoint.latest(folder)
+    return int(newest.stem.removeprefix("ckpt_")) if newest else 0
+
+
 def _line(stream, timeout: float) -> bytes:
     """The next line ``stream`` (an unbuffered pipe) gives within ``timeout`` seconds."""
     import select
@@ -190,8 +197,9 @@ def _line(stream, timeout: float) -> bytes:
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGINT])
 def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, signum):
     """A real process writes 16 MB checkpoints back to back and is killed at a random moment, 10 times (each writer
-    forked, torch imported already, by one process that reaps it); every time the newest checkpoint that verifies
-    loads, and no temp file passes for a checkpoint."""
+    forked, torch imported already, by one process that reaps it, each going on from the step its predecessor
+    reached); every time the newest checkpoint that verifies loads and is one the killed writer wrote, and no temp
+    file passes for a checkpoint."""
     folder = tmp_path / "checkpoints"
     folder.mkdir()
     rng = __import__("random").Random(0)
@@ -207,19 +215,20 @@ def test_killed_while_writing_a_loadable_checkpoint_always_remains(tmp_path, sig
     try:
         assert _line(writers.stdout, 60) == b"ready"
         for _ in range(10):
+            before = _newest_step(folder)
             writers.stdin.write(b"go\n")
             pid = int(_line(writers.stdout, 10))
-            deadline = time.monotonic() + 60  # a loaded machine writes 16 MB slowly: wait for the first one
-            while not checkpoint.periodic(folder) and time.monotonic() < deadline:
+            deadline = time.monotonic() + 60  # a loaded machine writes 16 MB slowly: wait for its first one
+            while _newest_step(folder) <= before and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert checkpoint.periodic(folder), "the writer wrote no checkpoint in 60 s"
+            assert _newest_step(folder) > before, "the writer wrote no checkpoint in 60 s"
             time.sleep(rng.uniform(0.0, 0.3))
             os.kill(pid, signum)
             status = int(_line(writers.stdout, 60))  # an interrupt lands once the write in progress returns
             assert os.waitstatus_to_exitcode(status) == (-signal.SIGKILL if signum == signal.SIGKILL else 130)
             assert all(not p.name.startswith(".") for p in checkpoint.periodic(folder))
             good = next((state for _, state, err in checkpoint.newest_good(folder) if state is not None), None)
-            assert good is not None and good["learner_step"] >= 1
+            assert good is not None and good["learner_step"] > before  # one of this writer's
     finally:
         os.killpg(writers.pid, signal.SIGKILL)
         writers.wait()
