@@ -57,6 +57,11 @@ def _learner_step(tmp_path: Path) -> int:
     return steps[-1] if steps else -1
 
 
+def _env_frames(tmp_path: Path) -> int:
+    rows = metrics_rows(tmp_path)
+    return int(rows[-1]["env_frames"]) if rows else 0
+
+
 def _restarts(tmp_path: Path) -> int:
     rows = metrics_rows(tmp_path)
     return int(rows[-1]["worker_restarts"]) if rows else 0
@@ -145,17 +150,18 @@ def _stopped_in_order(tmp_path: Path, role: str, err: str) -> dict:
     return next(state for _, state, _ in checkpoint.newest_good(run_dir / "checkpoints") if state is not None)
 
 
-KILLS = 4  # 1-2.5 s apart, so that they end well before the budget
+KILL_AT_FRAMES = (20_000, 45_000, 70_000, 95_000)  # of 150,000: spaced by the run's frames, not by the clock, so
+KILLS = len(KILL_AT_FRAMES)  # that on a fast machine too the last restart comes well before the budget
 
 
 def test_sigkilled_workers_are_replaced_and_never_mix_their_frames_into_old_descriptors(tmp_path, no_leaks):
-    """SIGKILL a random worker 4 times during a run of an env whose observations carry their env instance, a counter
-    and the action that led to them (zrl_fault_envs:ZrlIdentity-v0; a restarted worker makes new instances in the same
-    ring), with a uniform replay that keeps sampling the dead workers' descriptors while new frames fill the rings.
-    4 restarts are counted and logged, the learner step and the frame count never go back, and the run still reaches
-    its frame budget. Every unit the learner trains on holds T+1 consecutive frames of one instance, and the actions
-    its descriptor carries are the ones those frames record, before and after the restarts; units of the new
-    instances are trained on too."""
+    """SIGKILL a random worker 4 times (at 20k, 45k, 70k and 95k of its 150k frames) during a run of an env whose
+    observations carry their env instance, a counter and the action that led to them (zrl_fault_envs:ZrlIdentity-v0; a
+    restarted worker makes new instances in the same ring), with a uniform replay that keeps sampling the dead workers'
+    descriptors while new frames fill the rings. 4 restarts are counted and logged, the learner step and the frame count
+    never go back, and the run still reaches its frame budget. Every unit the learner trains on holds T+1 consecutive
+    frames of one instance, and the actions its descriptor carries are the ones those frames record, before and after
+    the restarts; units of the new instances are trained on too."""
     audit = tmp_path / "audit"
     audit.mkdir()
     rng = random.Random(3)
@@ -184,7 +190,8 @@ def test_sigkilled_workers_are_replaced_and_never_mix_their_frames_into_old_desc
         env={"ZRL_AUDIT_FRAMES": str(audit)},
     ) as proc:
         _wait(lambda: _learner_step(tmp_path) > 2, 120, "the learner's first steps")
-        for _ in range(KILLS):
+        for at in KILL_AT_FRAMES:
+            _wait(lambda at=at: _env_frames(tmp_path) >= at, 120, f"{at:,} env frames")
             victim = None
 
             def pick() -> bool:
@@ -196,7 +203,6 @@ def test_sigkilled_workers_are_replaced_and_never_mix_their_frames_into_old_desc
             _wait(pick, 60, "both workers to be running")
             victim.send_signal(signal.SIGKILL)
             killed.append(victim.pid)
-            time.sleep(rng.uniform(1.0, 2.5))
         code, out, err = _finish(proc, 240)
     assert code == 0, err[-3000:]
     rows = metrics_rows(tmp_path)
