@@ -305,6 +305,29 @@ def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_don
     assert "Left out: " + "; ".join(expected) + "." in report.markdown(built)
 
 
+@pytest.mark.unit
+def test_retry_failed_makes_each_selected_failed_run_pending_in_a_new_folder_and_leaves_the_others():
+    """--retry-failed (sweep._retry) on several failed runs: each one --only selects starts afresh (no folder, no
+    exit code, no log tail), and is said; done, stopped and unselected failed runs stay as they were. The real
+    sweep test retries one."""
+    from zrl.experiment import sweep
+
+    plan = [("a", 1, "done"), ("b", 1, "failed"), ("b", 2, "failed"), ("c", 1, "stopped"), ("d", 1, "failed")]
+    runs = [
+        sweep.Run(label, label, {}, seed, None, [], status, f"/runs/{label}{seed}", 0 if status == "done" else 1)
+        for label, seed, status in plan
+    ]
+    for run in runs:
+        run.started, run.ended, run.log_tail = 1.0, 2.0, ["last line"]
+    said: list[str] = []
+    sweep._retry(sweep.Sweep(Path("suite.toml"), [1, 2], 1, runs), ["a", "b", "c"], said.append)
+    assert [r.status for r in runs] == ["done", "pending", "pending", "stopped", "failed"]
+    assert [r.folder for r in runs] == ["/runs/a1", None, None, "/runs/c1", "/runs/d1"]
+    assert [(r.exit_code, r.started, r.log_tail) for r in runs[1:3]] == [(None, None, [])] * 2
+    assert runs[4].log_tail == ["last line"] and runs[4].exit_code == 1
+    assert said == [f"zrl-sweep: b/seed{s}: failed with exit code 1; starting it again" for s in (1, 2)]
+
+
 # ---- real sweeps ----------------------------------------------------------------------------------------------
 
 
