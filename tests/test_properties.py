@@ -7,8 +7,8 @@ ConfigError) whose message names the input's source: never another exception, an
 CASE_LIMIT_S on one input fails its case (a hang in the making, which Hypothesis then shrinks), and
 pytest-timeout stops a test that hangs outright (the timeout scales with the number of cases).
 
-``ZRL_PROPERTY_EXAMPLES`` sets the cases each test generates: the default, 50, keeps this file at about half
-of the 40 s that 100 took on 2 Intel Xeon cores, for CI; the nightly run gives 10000 (its record:
+``ZRL_PROPERTY_EXAMPLES`` sets the cases each test generates: the default, 50, is CI's (half the 100 it was until
+2026-11-29, for CI's time on slow machines); the nightly run gives 10000 (its record:
 perf/results/properties/nightly_10k.txt: 111 passed, 67 CPU-minutes, a peak of 4.6 GB, which is Hypothesis keeping
 each running test's drawn values, not a decoder). Hypothesis keeps no example database (``database=None``): the
 tests write nothing into the repository, and a failure prints its shrunk example and a ``@reproduce_failure``
