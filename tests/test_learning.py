@@ -153,7 +153,7 @@ def test_pong_toml_starts_learning_pong_within_a_frame_budget(tmp_path, no_leaks
         "run.log_interval_s=2.0",
         "--quiet",
         cwd=tmp_path,
-        timeout=4000,  # 3x the 1,332 s it took in CI's learning lane on 2 AMD EPYC (AVX2) cores (ci_166f646.txt)
+        timeout=4000,  # over 3x the 1,028-1,059 s it took in CI's learning lane on 2 AMD EPYC (AVX2) cores (ci_48bf88f.txt)
     )
     assert result.returncode == 0, result.stderr[-3000:]
     (run_dir,) = (tmp_path / "results").iterdir()
