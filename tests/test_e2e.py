@@ -14,6 +14,7 @@ import psutil
 import pytest
 import torch
 from conftest import REPO, assert_loadable, command, csv_rows, reaped, refused, run_command, tensorboard_scalars
+from test_launch_refusals import BAD_INPUT
 
 from zrl import checkpoint, config
 from zrl.cli import launch_main
@@ -25,8 +26,7 @@ RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "checkpoin
 
 
 def _refused(*args) -> str:
-    """zrl-launch ``args`` refused in this process (conftest.refused); test_the_installed_command_refuses_bad_input...
-    runs the real command."""
+    """zrl-launch ``args`` refused in this process (conftest.refused)."""
     return refused(launch_main, *args)
 
 
@@ -207,63 +207,15 @@ def test_sigterm_to_the_process_group_stops_in_order_with_exit_143(tmp_path, no_
     assert final["learner_step"] > 0 and f"ckpt_{final['learner_step']:09d}" in (run_dir / "zrl.log").read_text()
 
 
-BAD_INPUT = [
-    (["--set", "learner.bacth_size=4"], "did you mean 'learner.batch_size'"),
-    (["--set", "learner.batch_size=four"], "learner.batch_size"),
-    (["--replay", '[{"type": "standard", "capacity": 2, "sample_ratio": 1}]'], "replay[0].capacity"),
-    (["--replay", '[{"type": "custom", "capacity": 8, "sample_ratio": 1}]'], "needs sample_strategy"),
-    (["--config", "missing.toml"], "missing.toml: no such config file"),
-    (["--set", 'env.id="ALE/Pongg-v5"'], "env.id"),
-    (["--workers", "0"], "--workers"),
-    # 3136 x 6000 weights in the Nature network's dense layer at 84 x 84: more than one weights message carries
-    (
-        ["--set", 'model.kind="atari"', "--set", "model.hidden_size=6000", "--set", "env.resolution=[84, 84]"],
-        "model: the network has",
-    ),
-]
-
-
 def test_the_installed_command_refuses_bad_input_with_exit_2_and_one_line(tmp_path, no_leaks):
     """The real zrl-launch, as a user runs it, on the first bad input below: exit 2, one line on stderr naming
-    the key, no traceback, nothing made. The other refusals run in this process (_refused)."""
+    the key, no traceback, nothing made. The others run in the test process: tests/test_launch_refusals.py."""
     args, expected = BAD_INPUT[0]
     result = run_command("zrl-launch", "--config", SMOKE, *args, cwd=tmp_path, timeout=120)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
     assert result.stderr.count("\n") <= 2, result.stderr
-    assert not (tmp_path / "results").exists()
-
-
-@pytest.mark.parametrize("args, expected", BAD_INPUT)
-def test_bad_input_exits_2_before_anything_is_created(tmp_path, monkeypatch, no_leaks, args, expected):
-    monkeypatch.chdir(tmp_path)
-    base = [] if "--config" in args else ["--config", SMOKE]
-    assert expected in _refused(*base, *args)
-    assert not (tmp_path / "results").exists()
-
-
-def test_rings_larger_than_dev_shm_are_refused_before_a_run_folder_is_made(tmp_path, monkeypatch, no_leaks):
-    monkeypatch.chdir(tmp_path)
-    err = _refused("--config", SMOKE, "--set", "workers.ring_slots=10000000")
-    assert "the rings need" in err and "/dev/shm" in err
-    assert not (tmp_path / "results").exists()  # no run folder left behind, nor the results folder
-
-
-def test_a_bad_namespace_is_a_usage_error(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("ZRL_NAMESPACE", "two_words")
-    err = _refused("--config", SMOKE)
-    assert "ZRL_NAMESPACE='two_words'" in err and "letters and digits" in err
-    assert not (tmp_path / "results").exists()
-
-
-def test_bad_config_file_names_the_file(tmp_path, monkeypatch, no_leaks):
-    monkeypatch.chdir(tmp_path)
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[learner]\nbatch_size = 4\nunroll_lenght = 10\n")
-    err = _refused("--config", bad)
-    assert str(bad) in err and "learner.unroll_lenght" in err and "unroll_length" in err
     assert not (tmp_path / "results").exists()
 
 
