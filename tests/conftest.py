@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -445,3 +446,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 f"{', '.join(sorted(tiers)) or 'none'}; mark the test, or its module with pytestmark"
             )
         item.add_marker(pytest.mark.timeout(TIER_TIMEOUT_S[tiers.pop()]))
+
+
+CPU_LOG_VAR = "ZRL_TEST_CPU_LOG"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """With ``ZRL_TEST_CPU_LOG=FILE``, append each test's CPU seconds (this process's and its reaped children's,
+    setup to teardown), its wall seconds and its id to FILE: what a test costs a busy 2-core machine, which wall
+    time beside another lane does not say (perf/ci_time.sh sets it)."""
+    path = os.environ.get(CPU_LOG_VAR)
+    if not path:
+        yield
+        return
+    before, started = _cpu_seconds(), time.monotonic()
+    yield
+    cpu, wall = _cpu_seconds() - before, time.monotonic() - started
+    with open(path, "a") as fh:
+        fh.write(f"{cpu:.2f} {wall:.2f} {item.nodeid}\n")
+
+
+def _cpu_seconds() -> float:
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
