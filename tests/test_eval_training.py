@@ -21,7 +21,7 @@ import torch
 from conftest import REPO, csv_rows, reaped, start_command, tensorboard_scalars, wait_until, zrl_processes
 
 from zrl import agents, checkpoint, evaluate
-from zrl.config import SAFE_ON_RESUME, ConfigError, load
+from zrl.config import SAFE_ON_RESUME, ConfigError, dumps, load
 from zrl.roles import evaluator
 
 SMOKE = REPO / "config" / "smoke.toml"
@@ -30,7 +30,7 @@ PONG_APEX = REPO / "config" / "apex_iqn_pong.toml"
 
 
 @pytest.mark.unit
-def test_best_by_eval_needs_evaluations_and_a_bad_protocol_names_the_valid_ones():
+def test_best_by_eval_needs_evaluations_and_a_bad_protocol_names_the_valid_ones(tmp_path: Path):
     with pytest.raises(ConfigError, match=r'run.best_by: "eval" needs evaluations during training: set eval.interval'):
         load(SMOKE, ["run.best_by=eval"])
     with pytest.raises(ConfigError, match=r"eval.protocol: 'sabre' is not one of auto, deepmind, machado, saber"):
@@ -40,8 +40,21 @@ def test_best_by_eval_needs_evaluations_and_a_bad_protocol_names_the_valid_ones(
     with pytest.raises(ConfigError, match=r"run.best_by: 'best' is not one of train, eval"):
         load(SMOKE, ["run.best_by=best"])
     assert load(SMOKE, ["eval.interval_frames=1000", "run.best_by=eval"]).run.best_by == "eval"
+    with pytest.raises(ConfigError, match=r"eval.stop_at_score: 400 needs evaluations during training: set eval"):
+        load(CARTPOLE, ["eval.stop_at_score=400"])
+    for bad in ("nan", "-inf"):
+        with pytest.raises(ConfigError, match=rf"eval.stop_at_score = {bad} must be a finite number, or inf$"):
+            load(CARTPOLE, ["eval.interval_frames=1000", f"eval.stop_at_score={bad}"])
+    assert load(SMOKE).eval.stop_at_score == math.inf  # never, by default
+    for text in ("-20.5", "inf"):  # the run folder's config.toml reads back as it was
+        (tmp_path / "config.toml").write_text(
+            dumps(load(SMOKE, ["eval.interval_frames=1", f"eval.stop_at_score={text}"]))
+        )
+        assert load(tmp_path / "config.toml").eval.stop_at_score == float(text)
     # a resumed run may turn evaluation on or off, or change how it is done; not its seed (its held-out states)
-    assert {"eval.interval_frames", "eval.episodes", "eval.protocol", "run.best_by"} <= set(SAFE_ON_RESUME)
+    assert {"eval.interval_frames", "eval.episodes", "eval.protocol", "eval.stop_at_score", "run.best_by"} <= set(
+        SAFE_ON_RESUME
+    )
     assert "eval.seed" not in SAFE_ON_RESUME
 
 
@@ -189,6 +202,41 @@ def test_a_run_evaluates_its_latest_weights_keeps_best_pt_by_their_score_outlive
     assert [step for step, _ in scalars["eval/mean"]] == frames
     assert [v for _, v in scalars["eval/mean"]] == pytest.approx(means)
     assert "eval/mean_max_q" not in scalars
+
+
+@pytest.mark.e2e
+def test_a_run_stops_in_order_once_an_evaluation_reaches_eval_stop_at_score(tmp_path: Path, no_leaks):
+    """A budget the run would take hours over, and a score every Pong evaluation reaches (-21): the first
+    evaluation stops the run, with exit 0, its reason said, its final checkpoint written and no final evaluation
+    (eval.final = false)."""
+    proc = start_command(
+        "zrl-launch",
+        "--config",
+        SMOKE,
+        "--set",
+        "run.max_env_frames=50000000",
+        "--set",
+        "eval.interval_frames=4000",
+        "--set",
+        "eval.episodes=1",
+        "--set",
+        "eval.stop_at_score=-21",
+        "--set",
+        "eval.final=false",
+        "--set",
+        "eval.nice=0",
+        cwd=tmp_path,
+    )
+    with reaped(proc):
+        out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    first, *_ = rows = csv_rows(run_dir / "eval.csv")
+    assert float(first["mean"]) >= -21 and all(r["final"] == "0" for r in rows), rows
+    assert f"stopping (evaluation score {float(first['mean']):.2f} reached eval.stop_at_score)" in out, out[-2000:]
+    ended = int(csv_rows(run_dir / "metrics.csv")[-1]["env_frames"])
+    assert int(first["env_frames"]) <= ended < 1_000_000, (first, ended)
+    assert checkpoint.latest(run_dir / "checkpoints") is not None
 
 
 @pytest.mark.unit

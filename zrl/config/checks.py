@@ -54,6 +54,9 @@ REPLAY_KEYS = {
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
+UNBOUNDED = ("eval.stop_at_score",)  # float keys whose "never" is inf; every other float must be finite
+
+
 def declared(cls: type, values: dict[str, Any], where: str) -> Any:
     """A section built from ``values`` by ``msgspec.convert``, which checks each key's type and bounds as the
     schema declares them (ints are taken for floats, lists for tuples); a ConfigError naming
@@ -67,8 +70,10 @@ def declared(cls: type, values: dict[str, Any], where: str) -> Any:
             raise ConfigError(f"{where}: {text}", where) from None
         _refuse(cls, name, values.get(name), where, text.startswith("Expected") and ", got `" in text)
     for name, value in values.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigError(f"{where}.{name} = {value!r} must be a finite number", f"{where}.{name}")
+        key = f"{where}.{name}"
+        if isinstance(value, float) and not math.isfinite(value) and not (key in UNBOUNDED and value > 0):
+            valid = "a finite number, or inf" if key in UNBOUNDED else "a finite number"
+            raise ConfigError(f"{key} = {value!r} must be {valid}", key)
     return section
 
 
@@ -134,6 +139,11 @@ def check(cfg) -> None:
     choice("run.best_by", cfg.run.best_by, BEST_BY)
     if cfg.run.best_by == "eval" and not cfg.eval.interval_frames:
         fail("run.best_by", '"eval" needs evaluations during training: set eval.interval_frames, e.g. 1000000')
+    if cfg.eval.stop_at_score != math.inf and not cfg.eval.interval_frames:
+        fail(
+            "eval.stop_at_score",
+            f"{cfg.eval.stop_at_score:g} needs evaluations during training: set eval.interval_frames, e.g. 1000000",
+        )
     if not cfg.env.id:
         fail("env.id", "must name an environment, e.g. ALE/Pong-v5 or CartPole-v1")
     for key, device in devices(cfg):

@@ -35,6 +35,7 @@ SAFE_ON_RESUME = (
     "eval.held_out_states",
     "eval.nice",
     "eval.final",
+    "eval.stop_at_score",
     "run.background_save",
     "run.max_env_frames",
     "run.log_interval_s",

@@ -657,9 +657,16 @@ class EvalConfig:
     final: Annotated[
         bool,
         Meta(
-            description="With evaluations on (eval.interval_frames): when the run ends by its budget or time limit (not a signal or a failure), evaluate the weights it ended with once more, after the run's roles have stopped: a fresh evaluator plays the learner's final checkpoint under the same terms, with the machine to itself, and its row in eval.csv has final = 1 (best.pt too may take it, with run.best_by = eval). The launch waits for it, saying how far it is; Ctrl-C stops it. false: the run's last evaluation is the last multiple of interval_frames it passed.",
+            description="With evaluations on (eval.interval_frames): when the run ends by its budget, time limit or eval.stop_at_score (not a signal or a failure), evaluate the weights it ended with once more, after the run's roles have stopped: a fresh evaluator plays the learner's final checkpoint under the same terms, with the machine to itself, and its row in eval.csv has final = 1 (best.pt too may take it, with run.best_by = eval). The launch waits for it, saying how far it is; Ctrl-C stops it. false: the run's last evaluation is the last multiple of interval_frames it passed.",
         ),
     ] = True
+    stop_at_score: Annotated[
+        float,
+        Meta(
+            extra={"hint": "inf: never"},
+            description="With evaluations on (eval.interval_frames): stop the run in order, with exit code 0, once an evaluation during training scores a mean of at least this, as a solved threshold does (Stable-Baselines3's StopTrainingOnRewardThreshold, RLlib's stop criteria). The weights that reached it are the evaluation's, taken from the learner earlier than the run's last checkpoint: with run.best_by = eval, best.pt holds them. eval.final then plays the last checkpoint as after a budget. inf: never.",
+        ),
+    ] = float("inf")
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ class Launcher:
         self.stop_reason = "budget reached"
         self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
         self.final_result: protocol.EvalResult | None = None  # eval.final's, once it came
+        self.solved: protocol.EvalResult | None = None  # the evaluation that reached eval.stop_at_score
         self.replay_stream = ""  # run.checkpoint_replay: this launch's rings' token in replay file names
         self.rings_hold = ""  # the replay checkpoint whose frames were put back into them
         # eval.interval_frames: (unix time, env frames) every FRAMES_SEEN_EVERY_S as the run went, to place an
@@ -391,6 +392,10 @@ class Launcher:
                     return EXIT_FAILED
                 if (code := self._restart_roles(name, what)) is not None:
                     return code
+            if self.solved is not None:
+                self.stop_reason = f"evaluation score {self.solved.mean:.2f} reached eval.stop_at_score"
+                self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
+                return EXIT_OK
             if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
                 self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
@@ -547,6 +552,8 @@ class Launcher:
             self._evaluated(msg)
             if msg.final:
                 self.final_result = msg
+            elif msg.mean >= self.cfg.eval.stop_at_score and self.solved is None:
+                self.solved = msg
             return
         row = t.take(msg)
         if row is not None:
