@@ -142,7 +142,8 @@ def check(cfg) -> None:
     if cfg.eval.stop_at_score != math.inf and not cfg.eval.interval_frames:
         fail(
             "eval.stop_at_score",
-            f"{cfg.eval.stop_at_score:g} needs evaluations during training: set eval.interval_frames, e.g. 1000000",
+            f"{cfg.eval.stop_at_score:g} needs evaluations during training: set eval.interval_frames, e.g. 1000000 "
+            "(or eval.stop_at_score = inf: never)",
         )
     if not cfg.env.id:
         fail("env.id", "must name an environment, e.g. ALE/Pong-v5 or CartPole-v1")

@@ -663,8 +663,7 @@ class EvalConfig:
     stop_at_score: Annotated[
         float,
         Meta(
-            extra={"hint": "inf: never"},
-            description="With evaluations on (eval.interval_frames): stop the run in order, with exit code 0, once an evaluation during training scores a mean of at least this, as a solved threshold does (Stable-Baselines3's StopTrainingOnRewardThreshold, RLlib's stop criteria). The weights that reached it are the evaluation's, taken from the learner earlier than the run's last checkpoint: with run.best_by = eval, best.pt holds them. eval.final then plays the last checkpoint as after a budget. inf: never.",
+            description="With evaluations on (eval.interval_frames): stop the run in order, with exit code 0, once an evaluation during training scores a mean of at least this, as a solved threshold does (Stable-Baselines3's StopTrainingOnRewardThreshold, RLlib's stop criteria). The weights that reached it are the evaluation's, taken from the learner earlier than the run's last checkpoint: with run.best_by = eval, best.pt holds them (unless eval.final's evaluation of the last checkpoint scores higher). eval.final then plays the last checkpoint as after a budget. inf: never.",
         ),
     ] = float("inf")
 

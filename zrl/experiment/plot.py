@@ -29,7 +29,7 @@ from zrl.config import ConfigError
 from zrl.experiment.report import _band, _matplotlib
 from zrl.metrics import IDLE, SECTION_LABELS, SECTIONS, number, read_csv, time_shares
 
-IGNORED_KEYS = ("run.seed", "run.results_dir", "run.max_seconds", "run.max_env_frames")
+IGNORED_KEYS = ("run.seed", "run.results_dir", "run.max_seconds", "run.max_env_frames", "eval.stop_at_score")
 """Keys that differ between runs of one config over seeds: left out when runs are grouped."""
 RUN_FOLDER = "a run folder (results/<env>_<time>/) holds config.toml, episodes.csv and metrics.csv"
 MINUTES = "wall time since the run's start (minutes)"

@@ -237,6 +237,7 @@ class Launcher:
                 if code in (EXIT_SIGINT, EXIT_SIGTERM)
                 else "error"
             )
+            log.info("stopping (%s)", reason)
             self.console.say(f"stopping ({reason}); waiting for the final checkpoint")
             self.stop.set()
             sup.stop(self._drain)
