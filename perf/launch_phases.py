@@ -2,9 +2,13 @@
 (the launcher's imports and checks), to its roles' start (the fork server's preload), to the first frames, to
 its exit line, and to the process's exit.
 
-    python perf/launch_phases.py --runs 3 [--config config/smoke.toml] [--set KEY=VALUE ...]
+    python perf/launch_phases.py --runs 3 [--config config/smoke.toml] [--set KEY=VALUE ...] [--tree PATH ...]
 
-Each launch runs in a fresh temporary folder with run.max_env_frames=2000 (unless --set says otherwise) and
+``--tree`` (repeatable): run the zrl-launch of that source tree (its bin/ shim, this interpreter) instead of this
+one's; with several trees the launches alternate between them, round by round (``git worktree add /tmp/zrl_old
+<commit>`` makes an older tree).
+
+Each launch runs in a fresh temporary folder with run.max_env_frames=6000 (unless --set says otherwise) and
 ZRL_NAMESPACE=launchphases. zrl.log reports every run.log_interval_s, so "first frames" is as fine as that.
 Results go to stdout; perf/results/startup/ keeps them with the machine named.
 """
@@ -16,6 +20,7 @@ import datetime
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -27,13 +32,13 @@ def _stamp(line: str) -> float:
     return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def phases(config: str, sets: list[str]) -> dict[str, float]:
+def phases(tree: Path, config: str, sets: list[str]) -> dict[str, float]:
     """One launch's phases, in seconds."""
     with tempfile.TemporaryDirectory(prefix="zrl-launch-phases-") as folder:
-        options = [part for item in ["run.max_env_frames=2000", *sets] for part in ("--set", item)]
+        options = [part for item in ["run.max_env_frames=6000", *sets] for part in ("--set", item)]
         began = time.time()
         done = subprocess.run(
-            ["zrl-launch", "--config", config, *options, "--quiet"],
+            [sys.executable, str(tree / "bin" / "zrl-launch"), "--config", config, *options, "--quiet"],
             cwd=folder,
             env={**os.environ, "ZRL_NAMESPACE": "launchphases"},
             capture_output=True,
@@ -51,8 +56,8 @@ def phases(config: str, sets: list[str]) -> dict[str, float]:
     return {
         "to_run_folder": folder_at - began,
         "to_roles": roles[-1] - folder_at,
-        "to_first_frames": frames[0] - roles[-1],
-        "to_exit_line": exit_line - frames[0],
+        "to_first_frames": (frames[0] if frames else exit_line) - roles[-1],  # none logged: the budget came first
+        "to_exit_line": exit_line - (frames[0] if frames else exit_line),
         "to_process_exit": ended - exit_line,
         "whole": ended - began,
     }
@@ -63,14 +68,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--config", default=str(REPO / "config" / "smoke.toml"))
     parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--tree", dest="trees", action="append", type=Path, default=[])
     args = parser.parse_args()
+    trees = args.trees or [REPO]
     names = None
     for _ in range(args.runs):
-        found = phases(args.config, args.sets)
-        if names is None:
-            names = list(found)
-            print(" ".join(f"{n:>16}" for n in names))
-        print(" ".join(f"{found[n]:16.2f}" for n in names), flush=True)
+        for tree in trees:
+            found = phases(tree, args.config, args.sets)
+            if names is None:
+                names = list(found)
+                print(" ".join(f"{n:>16}" for n in names), " tree")
+            print(" ".join(f"{found[n]:16.2f}" for n in names), "", tree, flush=True)
 
 
 if __name__ == "__main__":

@@ -124,7 +124,8 @@ def launch_main(
 ) -> None:
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
-    from zrl.launch import launch, namespace, resume
+    from zrl import forkserver
+    from zrl.namespace import namespace
 
     try:
         namespace()  # a bad $ZRL_NAMESPACE is a usage error before anything is made
@@ -144,15 +145,23 @@ def launch_main(
                     "change safe keys with --set or the options"
                 )
             probe_cfg = config_mod.load(config_path, sets, options)
+            forkserver.begin()  # its preload runs beside the imports below (zrl/forkserver.py)
+            from zrl.launch import resume
+
             code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet, dashboard=page, ray=ray)
         else:
             cfg = config_mod.load(config_path, sets, options)
+            forkserver.begin()
+            from zrl.launch import launch
+
             code = launch(cfg, quiet=quiet, init_from=init_from, init_optimizer=init_optimizer, dashboard=page, ray=ray)
     except ConfigError as err:
         _usage_error("zrl-launch", str(err))
     except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: nothing was started
         click.echo("zrl-launch: interrupted before the run started", err=True)
         sys.exit(130)
+    finally:
+        forkserver.abandon()  # a launch that never opened its wiring (a Wiring that did stops it itself)
     # The run is over and cleaned up. A late Ctrl-C must not kill the interpreter as it exits (Python puts the
     # default handlers back while it shuts down, and would die of the signal rather than exit with ``code``).
     signal.signal(signal.SIGINT, signal.SIG_IGN)

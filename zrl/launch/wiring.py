@@ -14,11 +14,8 @@ import dataclasses
 import multiprocessing as mp
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import zmq
@@ -27,80 +24,22 @@ import shm
 from shm.ring import Ring, RingSpec
 from zrl import envs, protocol, transport
 from zrl.config import Config, worker_slots
+from zrl.forkserver import (
+    adopt,
+    close_reaper,
+    fork_server_folder,
+    new_run_id,
+    private_folder,
+    role_context,
+    start_fork_server,
+    start_reaper,
+    stop_fork_server,
+)
 from zrl.namespace import private_prefix, shm_prefix
 from zrl.roles import broker, evaluator, ingest, learner, worker
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart, make_ring_spec
 
 _open_wiring = None  # the Wiring open in this process: the one its fork server serves
-
-# What the fork server imports once, so that no role pays for it (torch alone is about a second of CPU).
-FORKSERVER_PRELOAD = [
-    "torch",
-    "zrl.envs",
-    "zrl.models",
-    "zrl.roles.broker",
-    "zrl.roles.learner",
-    "zrl.roles.worker",
-    "zrl.roles.ingest",
-    "zrl.roles.evaluator",
-]
-
-
-def role_context() -> mp.context.BaseContext:
-    """Where the role processes come from: a fork server, started with the first role, that imports
-    FORKSERVER_PRELOAD once; each role is a fork of it, running in a fraction of a second where a freshly spawned
-    interpreter spends about a second of CPU on its imports (more than half of a short run's start, and of a
-    restarted worker's gap). The fork server only imports: it runs no torch op, opens no socket of zrl's and holds
-    no CUDA context, so each fork starts as clean as a spawned process. Its roles hand back their copy of its
-    lifeline (zrl/roles/common.py), so that it exits when its launcher does, and its roles then get SIGTERM, their
-    parent-death signal. It is one per process, so a process has one Wiring open at a time; Wiring.open starts it
-    (with its socket in the Wiring's private folder) and Wiring.close stops it."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
-    return ctx
-
-
-def _fork_server_folder(folder: str | None) -> str | None:
-    """Have multiprocessing put its files (the fork server's socket) in ``folder`` rather than a /tmp/pymp-*
-    folder of its own that a launcher killed by SIGKILL would leave behind; the folder it used before."""
-    config = mp.current_process()._config
-    before = config.get("tempdir")
-    if folder is None:
-        config.pop("tempdir", None)
-    else:
-        config["tempdir"] = folder
-    return before
-
-
-def _start_fork_server() -> None:
-    """Start this process's fork server now, with SIGINT and SIGTERM ignored, which it and its roles keep until
-    start_role sets their own: a Ctrl-C or a SIGTERM to the process group is the launcher's to handle, and a fork
-    server killed by one would look to multiprocessing as if every role had died. It finds the zrl this process
-    runs first on its path (a checkout run through bin/, beside an installed zrl, must not fork roles of the
-    other). Returns once the fork server is spawned; its imports go on, and the first role's start waits for them
-    with signals handled as usual."""
-    from multiprocessing import forkserver
-
-    root = str(Path(__file__).resolve().parents[2])  # the folder that holds zrl/ and shm/
-    path_before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([root, path_before] if path_before else [root])
-    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        forkserver.ensure_running()
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        if path_before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = path_before
-
-
-def _stop_fork_server() -> None:
-    """Stop this process's fork server if one runs (its roles are down), so that the next Wiring starts its own."""
-    from multiprocessing import forkserver
-
-    forkserver._forkserver._stop()
 
 
 def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring]) -> None:
@@ -118,23 +57,6 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
                 f"{slots * ring_spec.nbytes / 1e6:.0f} MB in /dev/shm (lower "
                 "workers.ring_slots, workers.count or workers.remote, or give /dev/shm more room)"
             ) from None
-
-
-def start_reaper(run_id: str, private: str) -> subprocess.Popen:
-    """This process's reaper (shm/reaper.py) for one Wiring: when this process is gone, however it went (SIGKILL
-    and the OOM killer included), it unlinks the run's segments and removes its socket folder within moments,
-    rather than at the next launch's sweep. Chosen over the last role unlinking (roles die in any order, and a
-    restarted worker needs the names) and over unlinking once every role attached (restarts and remote slots would
-    need the mappings handed over by file descriptor): a pipe's end closing is the one event every way of dying
-    gives. It runs in a session of its own, so that a kill of the launcher's process group spares it."""
-    script = Path(shm.__file__).with_name("reaper.py")
-    return subprocess.Popen(
-        [sys.executable, "-I", str(script), str(os.getpid()), shm_prefix(), run_id, private],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
 
 
 def sweep_stale() -> tuple[list[str], list[str]]:
@@ -174,7 +96,7 @@ class Wiring:
     ) -> None:
         self.cfg, self.spec = cfg, spec
         self._resumed = (env_frames_start, sample_calls, replay_from)
-        self.run_id = f"{int(time.time())}{os.urandom(2).hex()}"
+        self.run_id = new_run_id()
         self.ring_spec: RingSpec | None = None
         self.rings: list[Ring] = []
         self.mp_ctx = role_context()
@@ -189,15 +111,21 @@ class Wiring:
 
     def open(self) -> Wiring:
         cfg, spec = self.cfg, self.spec
-        private = os.path.join(tempfile.gettempdir(), f"{private_prefix()}{os.getpid()}-{self.run_id}")
-        self.reaper = start_reaper(self.run_id, private)  # first: whatever is made next, it removes if we die
-        self.private = transport.make_private_dir(*os.path.split(private))
         global _open_wiring
         if _open_wiring is not None:
             raise RuntimeError("another Wiring is open in this process; its fork server is this process's only one")
-        _open_wiring = self
-        self._tempdir_before = _fork_server_folder(self.private)
-        _start_fork_server()
+        started = adopt()  # zrl-launch's, started before its imports (zrl/forkserver.py)
+        if started is not None:
+            self.run_id, self.reaper, self.private = started.run_id, started.reaper, started.private
+            _open_wiring = self
+            self._tempdir_before = started.tempdir_before
+        else:
+            private = private_folder(self.run_id)
+            self.reaper = start_reaper(self.run_id, private)  # first: whatever is made next, it removes if we die
+            self.private = transport.make_private_dir(*os.path.split(private))
+            _open_wiring = self
+            self._tempdir_before = fork_server_folder(self.private)
+            start_fork_server()
         self.zctx = transport.context(cfg.transport)
         self.ring_spec = make_ring_spec(cfg, spec)
         create_rings(cfg, self.ring_spec, self.run_id, self.rings)
@@ -294,17 +222,12 @@ class Wiring:
             self.rings.clear()
         finally:
             if _open_wiring is self:
-                _stop_fork_server()
-                _fork_server_folder(self._tempdir_before)
+                stop_fork_server()
+                fork_server_folder(self._tempdir_before)
                 _open_wiring = None
             if self.private:
                 shutil.rmtree(self.private, ignore_errors=True)
                 self.private = None
             if self.reaper is not None:  # nothing is left for it: it finds nothing, and exits
-                self.reaper.stdin.close()
-                try:
-                    self.reaper.wait(10)
-                except subprocess.TimeoutExpired:
-                    self.reaper.kill()
-                    self.reaper.wait(5)
+                close_reaper(self.reaper)
                 self.reaper = None

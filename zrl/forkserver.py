@@ -1,0 +1,202 @@
+"""The fork server a pipeline's roles are forked from, and the reaper and private socket folder it lives in. A
+Wiring (zrl/launch/wiring.py) starts them when it opens; zrl-launch starts them earlier, as soon as its config has
+loaded and before it imports torch (``begin``), so that the server's preload runs beside the launcher's own
+imports and checks rather than after them, and the Wiring it opens then takes them over (``adopt``). This module
+imports no torch, and nothing that does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import shm
+from zrl import transport
+from zrl.namespace import private_prefix, shm_prefix
+
+# What the fork server imports once, so that no role pays for it (torch alone is about a second of CPU).
+# torch._dynamo: torch imports it the first time an optimiser is built (its _disable_dynamo decorator), 2.6 s on
+# a slow 2-core machine that the learner would otherwise spend before its first weights.
+FORKSERVER_PRELOAD = [
+    "torch",
+    "torch._dynamo",
+    "zrl.envs",
+    "zrl.models",
+    "zrl.roles.broker",
+    "zrl.roles.learner",
+    "zrl.roles.worker",
+    "zrl.roles.ingest",
+    "zrl.roles.evaluator",
+]
+
+
+def role_context() -> mp.context.BaseContext:
+    """Where the role processes come from: a fork server, started with the first role, that imports
+    FORKSERVER_PRELOAD once; each role is a fork of it, running in a fraction of a second where a freshly spawned
+    interpreter spends about a second of CPU on its imports (more than half of a short run's start, and of a
+    restarted worker's gap). The fork server only imports: it runs no torch op, opens no socket of zrl's and holds
+    no CUDA context, so each fork starts as clean as a spawned process. Its roles hand back their copy of its
+    lifeline (zrl/roles/common.py), so that it exits when its launcher does, and its roles then get SIGTERM, their
+    parent-death signal. It is one per process, so a process has one Wiring open at a time; Wiring.open starts it
+    (with its socket in the Wiring's private folder) and Wiring.close stops it."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
+    return ctx
+
+
+def new_run_id() -> str:
+    """A pipeline's id in its segment and folder names: the time, and random bits for two in one second."""
+    return f"{int(time.time())}{os.urandom(2).hex()}"
+
+
+def private_folder(run_id: str) -> str:
+    """The path of a pipeline's private socket folder: this process's pid, so that a later launch sweeps it if
+    this process dies, and the namespace's prefix, so that only its own namespace's launches do."""
+    return os.path.join(tempfile.gettempdir(), f"{private_prefix()}{os.getpid()}-{run_id}")
+
+
+def fork_server_folder(folder: str | None) -> str | None:
+    """Have multiprocessing put its files (the fork server's socket) in ``folder`` rather than a /tmp/pymp-*
+    folder of its own that a launcher killed by SIGKILL would leave behind; the folder it used before."""
+    config = mp.current_process()._config
+    before = config.get("tempdir")
+    if folder is None:
+        config.pop("tempdir", None)
+    else:
+        config["tempdir"] = folder
+    return before
+
+
+def start_fork_server() -> None:
+    """Start this process's fork server now, with SIGINT and SIGTERM ignored, which it and its roles keep until
+    start_role sets their own: a Ctrl-C or a SIGTERM to the process group is the launcher's to handle, and a fork
+    server killed by one would look to multiprocessing as if every role had died. It finds the zrl this process
+    runs first on its path (a checkout run through bin/, beside an installed zrl, must not fork roles of the
+    other). Returns once the fork server is spawned; its imports go on, and the first role's start waits for them
+    with signals handled as usual."""
+    from multiprocessing import forkserver
+
+    role_context()  # the preload list is the forkserver module's, set before the server starts
+    root = str(Path(__file__).resolve().parents[1])  # the folder that holds zrl/ and shm/
+    path_before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([root, path_before] if path_before else [root])
+    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        forkserver.ensure_running()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if path_before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = path_before
+
+
+def stop_fork_server() -> None:
+    """Stop this process's fork server if one runs (its roles are down), so that the next Wiring starts its own."""
+    from multiprocessing import forkserver
+
+    forkserver._forkserver._stop()
+
+
+def start_reaper(run_id: str, private: str) -> subprocess.Popen:
+    """This process's reaper (shm/reaper.py) for one Wiring: when this process is gone, however it went (SIGKILL
+    and the OOM killer included), it unlinks the run's segments and removes its socket folder within moments,
+    rather than at the next launch's sweep. Chosen over the last role unlinking (roles die in any order, and a
+    restarted worker needs the names) and over unlinking once every role attached (restarts and remote slots would
+    need the mappings handed over by file descriptor): a pipe's end closing is the one event every way of dying
+    gives. It runs in a session of its own, so that a kill of the launcher's process group spares it."""
+    script = Path(shm.__file__).with_name("reaper.py")
+    return subprocess.Popen(
+        [sys.executable, "-I", str(script), str(os.getpid()), shm_prefix(), run_id, private],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def close_reaper(reaper: subprocess.Popen) -> None:
+    """Let a reaper go once its pipeline is torn down: it finds nothing left, and exits."""
+    reaper.stdin.close()
+    try:
+        reaper.wait(10)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait(5)
+
+
+@dataclasses.dataclass
+class Started:
+    """A fork server started ahead of its Wiring, with the reaper and private folder it lives in."""
+
+    run_id: str
+    private: str
+    reaper: subprocess.Popen
+    tempdir_before: str | None
+    tracker_started: bool  # multiprocessing's resource tracker was started with the server
+
+
+_started: Started | None = None  # begin's, until a Wiring adopts it or abandon stops it
+
+
+def begin() -> None:
+    """Start this process's reaper, private socket folder and fork server now, for the Wiring it opens next (a
+    no-op if they are started already). The reaper comes first: whatever is made next, it removes if this
+    process dies."""
+    global _started
+    if _started is not None:
+        return
+    from multiprocessing import resource_tracker
+
+    tracker_before = resource_tracker._resource_tracker._pid is not None
+    run_id = new_run_id()
+    path = private_folder(run_id)
+    reaper = start_reaper(run_id, path)
+    try:
+        private = transport.make_private_dir(*os.path.split(path))
+        before = fork_server_folder(private)
+        try:
+            start_fork_server()
+        except BaseException:
+            fork_server_folder(before)
+            shutil.rmtree(private, ignore_errors=True)
+            raise
+    except BaseException:
+        close_reaper(reaper)
+        raise
+    _started = Started(run_id, private, reaper, before, not tracker_before)
+
+
+def adopt() -> Started | None:
+    """What begin started, handed to the Wiring that opens now (which stops it when it closes); None if nothing."""
+    global _started
+    started, _started = _started, None
+    return started
+
+
+def abandon() -> None:
+    """Stop what begin started if no Wiring took it (the launch was refused, or failed before its rings), and the
+    resource tracker the server's start started: a refused launch leaves no process behind, in its own process
+    either (zrl-launch's refusals run in-process in tests)."""
+    from multiprocessing import resource_tracker
+
+    started = adopt()
+    if started is None:
+        return
+    try:
+        stop_fork_server()
+        if started.tracker_started:
+            resource_tracker._resource_tracker._stop()
+    finally:
+        fork_server_folder(started.tempdir_before)
+        shutil.rmtree(started.private, ignore_errors=True)
+        close_reaper(started.reaper)
