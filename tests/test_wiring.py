@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import zmq
 from conftest import REPO, zrl_processes, zrl_segments
@@ -82,6 +83,66 @@ def test_the_fork_server_lives_in_the_private_folder_and_stops_with_the_wiring(n
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reaped: it exited
     assert not any(Path(tempfile.gettempdir()).glob(f"pymp-*/{Path(address).name}"))
+
+
+def test_zrl_launchs_early_fork_server_is_the_one_its_wiring_uses(no_leaks):
+    """zrl-launch starts the fork server before its imports (zrl/forkserver.py's begin): the Wiring it opens then
+    takes over that server, its reaper and its private folder, under the run id the reaper was given; its roles
+    are forks of it, and Wiring.close stops it as its own."""
+    from zrl import forkserver
+
+    cfg = load(REPO / "config" / "smoke.toml", ["workers.count=1"])
+    forkserver.begin()
+    started = forkserver.adopted()
+    pid = forkserver._server_pid()
+    assert started is not None and pid is not None and Path(started.private).is_dir()
+    w = Wiring(cfg, envs.probe(cfg.env))
+    try:
+        w.open()
+        assert forkserver.adopted() is None and forkserver._server_pid() == pid
+        assert (w.run_id, w.private, w.reaper) == (started.run_id, started.private, started.reaper)
+        assert all(started.run_id in name for name in w.roles.ring_names)  # the names its reaper unlinks
+        proc = w.mp_ctx.Process(target=time.sleep, args=(0.1,))
+        proc.start()
+        proc.join(60)
+        assert proc.exitcode == 0
+    finally:
+        w.close()
+        forkserver.abandon()  # nothing left to abandon: close stopped it
+    assert forkserver._server_pid() is None and not Path(started.private).exists()
+    assert started.reaper.returncode is not None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_refused_launchs_early_fork_server_is_stopped_with_everything_it_started(no_leaks):
+    """A launch refused after its fork server started (zrl-launch's preflight, a locked run folder) stops it at
+    once, without waiting for its imports, with its reaper, its private folder, the resource tracker its start
+    started, and multiprocessing's folder setting as it was."""
+    from multiprocessing import resource_tracker
+
+    from zrl import forkserver
+
+    children = {c.pid for c in psutil.Process().children()}
+    tempdir = mp.current_process()._config.get("tempdir")
+    forkserver.begin()
+    started = forkserver.adopted()
+    pid = forkserver._server_pid()
+    assert started is not None and pid is not None
+    forkserver.abandon()
+    assert forkserver.adopted() is None and forkserver._server_pid() is None
+    assert not Path(started.private).exists() and started.reaper.returncode is not None
+    assert mp.current_process()._config.get("tempdir") == tempdir
+    if started.tracker_started:
+        assert resource_tracker._resource_tracker._pid is None
+    assert {c.pid for c in psutil.Process().children()} <= children
+
+
+def test_the_early_fork_server_imports_no_torch():
+    """zrl/forkserver.py is imported by zrl-launch before torch, so that the server's preload runs beside the
+    launcher's import of it: it must not pull torch in itself."""
+    code = "import sys, zrl.forkserver; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
 
 
 def test_a_namespace_names_what_its_wiring_makes(monkeypatch):

@@ -157,7 +157,7 @@ def launch_main(
             code = launch(cfg, quiet=quiet, init_from=init_from, init_optimizer=init_optimizer, dashboard=page, ray=ray)
     except ConfigError as err:
         _usage_error("zrl-launch", str(err))
-    except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: nothing was started
+    except KeyboardInterrupt:  # Ctrl-C before the launcher took over its signals: no run was started
         click.echo("zrl-launch: interrupted before the run started", err=True)
         sys.exit(130)
     finally:

@@ -7,6 +7,7 @@ imports no torch, and nothing that does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
@@ -46,7 +47,8 @@ def role_context() -> mp.context.BaseContext:
     no CUDA context, so each fork starts as clean as a spawned process. Its roles hand back their copy of its
     lifeline (zrl/roles/common.py), so that it exits when its launcher does, and its roles then get SIGTERM, their
     parent-death signal. It is one per process, so a process has one Wiring open at a time; Wiring.open starts it
-    (with its socket in the Wiring's private folder) and Wiring.close stops it."""
+    (with its socket in the Wiring's private folder), or takes over the one zrl-launch started early (``begin``),
+    and Wiring.close stops it."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     return ctx
@@ -148,55 +150,74 @@ class Started:
 _started: Started | None = None  # begin's, until a Wiring adopts it or abandon stops it
 
 
+def _server_pid() -> int | None:
+    from multiprocessing import forkserver
+
+    return forkserver._forkserver._forkserver_pid
+
+
 def begin() -> None:
-    """Start this process's reaper, private socket folder and fork server now, for the Wiring it opens next (a
-    no-op if they are started already). The reaper comes first: whatever is made next, it removes if this
-    process dies."""
+    """Start this process's reaper, private socket folder and fork server now, for the Wiring it opens next. Best
+    effort: nothing happens if they are started already or a fork server runs (a Wiring is open), and a failure
+    (no room in /tmp) leaves nothing, for Wiring.open to meet and report as it always has. The reaper comes first:
+    whatever is made next, it removes if this process dies."""
     global _started
-    if _started is not None:
+    if _started is not None or _server_pid() is not None:
         return
     from multiprocessing import resource_tracker
 
     tracker_before = resource_tracker._resource_tracker._pid is not None
     run_id = new_run_id()
     path = private_folder(run_id)
-    reaper = start_reaper(run_id, path)
+    try:
+        reaper = start_reaper(run_id, path)
+    except OSError:
+        return
     try:
         private = transport.make_private_dir(*os.path.split(path))
-        before = fork_server_folder(private)
-        try:
-            start_fork_server()
-        except BaseException:
-            fork_server_folder(before)
-            shutil.rmtree(private, ignore_errors=True)
-            raise
-    except BaseException:
+    except OSError:
         close_reaper(reaper)
-        raise
-    _started = Started(run_id, private, reaper, before, not tracker_before)
+        return
+    # recorded before the server starts, so that a signal in between still leaves abandon() something to stop
+    _started = Started(run_id, private, reaper, fork_server_folder(private), not tracker_before)
+    try:
+        start_fork_server()
+    except Exception:
+        abandon()
 
 
-def adopt() -> Started | None:
-    """What begin started, handed to the Wiring that opens now (which stops it when it closes); None if nothing."""
+def adopted() -> Started | None:
+    """What begin started, for the Wiring that opens now; it calls ``taken()`` once it holds it, and stops it when
+    it closes. None if nothing was started."""
+    return _started
+
+
+def taken() -> None:
+    """The Wiring holds what begin started: abandon no longer stops it."""
     global _started
-    started, _started = _started, None
-    return started
+    _started = None
 
 
 def abandon() -> None:
-    """Stop what begin started if no Wiring took it (the launch was refused, or failed before its rings), and the
-    resource tracker the server's start started: a refused launch leaves no process behind, in its own process
-    either (zrl-launch's refusals run in-process in tests)."""
+    """Stop what begin started if no Wiring took it (the launch was refused, or failed before its rings), at once:
+    the server is killed, not asked to stop (it would finish its preload first: seconds); and the resource tracker
+    its start started. A refused launch leaves no process behind, in its own process either (zrl-launch's refusals
+    run in-process in tests)."""
     from multiprocessing import resource_tracker
 
-    started = adopt()
+    started = _started
     if started is None:
         return
     try:
-        stop_fork_server()
+        pid = _server_pid()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)  # it has forked no role: it holds imports only
+        stop_fork_server()  # reaps it and removes its socket
         if started.tracker_started:
             resource_tracker._resource_tracker._stop()
     finally:
+        taken()
         fork_server_folder(started.tempdir_before)
         shutil.rmtree(started.private, ignore_errors=True)
         close_reaper(started.reaper)

@@ -25,7 +25,7 @@ from shm.ring import Ring, RingSpec
 from zrl import envs, protocol, transport
 from zrl.config import Config, worker_slots
 from zrl.forkserver import (
-    adopt,
+    adopted,
     close_reaper,
     fork_server_folder,
     new_run_id,
@@ -34,6 +34,7 @@ from zrl.forkserver import (
     start_fork_server,
     start_reaper,
     stop_fork_server,
+    taken,
 )
 from zrl.namespace import private_prefix, shm_prefix
 from zrl.roles import broker, evaluator, ingest, learner, worker
@@ -114,11 +115,12 @@ class Wiring:
         global _open_wiring
         if _open_wiring is not None:
             raise RuntimeError("another Wiring is open in this process; its fork server is this process's only one")
-        started = adopt()  # zrl-launch's, started before its imports (zrl/forkserver.py)
+        started = adopted()  # zrl-launch's, started before its imports (zrl/forkserver.py)
         if started is not None:
             self.run_id, self.reaper, self.private = started.run_id, started.reaper, started.private
-            _open_wiring = self
             self._tempdir_before = started.tempdir_before
+            _open_wiring = self
+            taken()  # close() stops it from here on
         else:
             private = private_folder(self.run_id)
             self.reaper = start_reaper(self.run_id, private)  # first: whatever is made next, it removes if we die
