@@ -286,7 +286,7 @@ def zrl_processes() -> list[psutil.Process]:
 
 
 def zrl_fork_servers() -> list[psutil.Process]:
-    """The fork servers of this namespace's launches (zrl/launch/wiring.py): each exits with its launcher."""
+    """The fork servers of this namespace's launches (zrl/forkserver.py): each exits with its launcher."""
     found, ours = [], namespace()
     for proc in psutil.process_iter(["cmdline"]):
         cmd = " ".join(proc.info["cmdline"] or [])
@@ -308,8 +308,9 @@ def refused(main, *args, one_line: bool = True) -> str:
     """A zrl command's click ``main`` run in this process (click's CliRunner) on ``args``, which must refuse them as
     the installed command would: exit code 2 and one line on stderr (``one_line=False``: click's own usage error,
     its usage, a hint and the error), where an exception fails the test with its traceback, as the command would have
-    printed one. A refusal comes before the command sets a signal handler, changes the environment or starts a
-    process, so the test's own process is checked for each. Returns the stderr."""
+    printed one. A refusal sets no signal handler, leaves the environment as it was and leaves no process (one
+    that comes after zrl-launch started its fork server stops it), so the test's own process is checked for each.
+    Returns the stderr."""
     from click.testing import CliRunner
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}

@@ -1,7 +1,7 @@
 """zrl-launch's refusals of bad input, run in the test process through click's CliRunner (conftest.refused): exit
 code 2, one line on stderr naming the file, key or what would be valid, no traceback, and nothing made (no results
-folder, no process, no signal handler). Each refusal comes before the launcher starts anything, so none needs a
-run; tests/test_e2e.py runs the installed command on the first of BAD_INPUT."""
+folder, no process left, no signal handler). A refusal that comes after zrl-launch started its fork server
+(zrl/forkserver.py: once the config has loaded) stops it, with everything it started, so none needs a run; tests/test_e2e.py runs the installed command on the first of BAD_INPUT."""
 
 from __future__ import annotations
 

@@ -62,7 +62,7 @@ def test_a_wiring_that_fails_to_open_leaves_nothing(monkeypatch, no_leaks):
 
 
 def test_the_fork_server_lives_in_the_private_folder_and_stops_with_the_wiring(no_leaks):
-    """Roles are forks of a fork server (zrl/launch/wiring.py): its socket is in the run's private folder (swept
+    """Roles are forks of a fork server (zrl/forkserver.py): its socket is in the run's private folder (swept
     with it if the launcher is killed), and Wiring.close stops it. Pins the multiprocessing internals it uses."""
     from multiprocessing import forkserver
 
