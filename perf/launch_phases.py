@@ -1,6 +1,6 @@
 """Where a small zrl-launch spends its time, read out of its zrl.log: the launch's start to its run-folder line
 (the launcher's imports and checks), to its roles' start (the fork server's preload), to the first frames, to
-its exit line, and to the process's exit.
+its exit line, and to the process's exit; and the CPU seconds of all its processes together.
 
     python perf/launch_phases.py --runs 3 [--config config/smoke.toml] [--set KEY=VALUE ...] [--tree PATH ...]
 
@@ -19,6 +19,7 @@ import argparse
 import datetime
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -32,11 +33,19 @@ def _stamp(line: str) -> float:
     return datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
+def _children_cpu() -> float:
+    """User and system CPU seconds of this process's reaped descendants: a launch's launcher, reaper, fork server
+    and roles (the fork server reaps its roles, the launcher its fork server and reaper)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def phases(tree: Path, config: str, sets: list[str]) -> dict[str, float]:
     """One launch's phases, in seconds."""
     with tempfile.TemporaryDirectory(prefix="zrl-launch-phases-") as folder:
         options = [part for item in ["run.max_env_frames=6000", *sets] for part in ("--set", item)]
         began = time.time()
+        cpu_before = _children_cpu()
         done = subprocess.run(
             [sys.executable, str(tree / "bin" / "zrl-launch"), "--config", config, *options, "--quiet"],
             cwd=folder,
@@ -45,6 +54,7 @@ def phases(tree: Path, config: str, sets: list[str]) -> dict[str, float]:
             text=True,
         )
         ended = time.time()
+        cpu = _children_cpu() - cpu_before
         if done.returncode != 0:
             raise SystemExit(f"zrl-launch exited {done.returncode}: {done.stderr[-2000:]}")
         (log,) = Path(folder).glob("results/*/zrl.log")
@@ -60,6 +70,7 @@ def phases(tree: Path, config: str, sets: list[str]) -> dict[str, float]:
         "to_exit_line": exit_line - (frames[0] if frames else exit_line),
         "to_process_exit": ended - exit_line,
         "whole": ended - began,
+        "cpu": cpu,
     }
 
 
