@@ -24,8 +24,8 @@ from zrl import transport
 from zrl.namespace import private_prefix, shm_prefix
 
 # What the fork server imports once, so that no role pays for it (torch alone is about a second of CPU).
-# torch._dynamo: torch imports it the first time an optimiser is built (its _disable_dynamo decorator), 2.6 s on
-# a slow 2-core machine that the learner would otherwise spend before its first weights.
+# torch._dynamo: torch imports it the first time an optimiser is built (its _disable_dynamo decorator), seconds of
+# CPU that the learner would otherwise spend before its first weights (perf/README.md, "Starting a run").
 FORKSERVER_PRELOAD = [
     "torch",
     "torch._dynamo",
