@@ -20,6 +20,7 @@ from shm import pid_alive
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
 from zrl.config import Config
+from zrl.forkserver import let_the_fork_server_go
 from zrl.namespace import role_title
 from zrl.transport import Endpoints
 
@@ -166,7 +167,7 @@ def start_role(title: str, launcher_pid: int) -> None:
     # launcher's death to its roles (the signal below, and should_stop's check of the parent).
     global _parent
     _parent = os.getppid()
-    _let_the_fork_server_go()
+    let_the_fork_server_go()
     die_with_parent(signal.SIGTERM)
     if os.getppid() != _parent or not pid_alive(launcher_pid):  # either died before prctl took effect
         os._exit(1)
@@ -203,19 +204,6 @@ _terminated = False
 def _on_sigterm(_signum, _frame) -> None:
     global _terminated
     _terminated = True
-
-
-def _let_the_fork_server_go() -> None:
-    """Close this process's copy of its fork server's lifeline. multiprocessing hands every fork a copy (so that
-    a fork could start processes of its own), and the fork server runs until the last copy closes: kept, the
-    roles would keep it alive, and it them, after their launcher died. Closed, the launcher's copy is the last."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None
 
 
 def should_stop(stop_event) -> bool:
