@@ -9,6 +9,7 @@ torch. This module imports no torch, and nothing that does.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import importlib
 import multiprocessing as mp
@@ -27,7 +28,7 @@ from typing import Any
 import shm
 from zrl import transport
 from zrl.errors import ConfigError
-from zrl.namespace import private_prefix, shm_prefix
+from zrl.namespace import private_prefix, role_title, shm_prefix
 
 # What the fork server imports once, so that no role pays for it (torch alone is about a second of CPU).
 # torch._dynamo: torch imports it the first time an optimiser is built (its _disable_dynamo decorator), 2.6 s on
@@ -44,6 +45,9 @@ FORKSERVER_PRELOAD = [
     "zrl.roles.evaluator",
     "zrl.launch.network",  # what the launcher asks of a child of this server (ask)
 ]
+
+
+ASK_NAME = "zrl-ask"  # ask's child, in ps and top
 
 
 def role_context() -> mp.context.BaseContext:
@@ -68,6 +72,16 @@ def run_role(ref: str, *args) -> None:
     getattr(importlib.import_module(module), name)(*args)
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int) -> None:
+    """Have the kernel send this process ``sig`` when its parent dies (Linux's PR_SET_PDEATHSIG; elsewhere
+    nothing). The caller checks os.getppid() afterwards: a parent that died before this call sent nothing."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+
+
 def let_the_fork_server_go() -> None:
     """Close this process's copy of its fork server's lifeline. multiprocessing hands every fork a copy (so that
     a fork could start processes of its own), and the fork server runs until the last copy closes: kept, the
@@ -84,28 +98,30 @@ def let_the_fork_server_go() -> None:
 def ask(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn(*args)`` (a module-level function) in a child of this process's fork server, which has torch and the
     roles imported, so that this process need not import them: its return value, or the exception it raised (a
-    ConfigError, CheckpointError or OSError as itself, anything else as a RuntimeError with its traceback). In
-    this process when no fork server runs (``begin`` failed, or none was begun)."""
+    ConfigError, CheckpointError or OSError as itself, anything else as a RuntimeError with its traceback, as is
+    a child that died without answering). In this process when no fork server runs (``begin`` failed, or none
+    was begun). A Ctrl-C or a signal while it waits kills the child at once; the child dies with the server too."""
     if _server_pid() is None:
         return fn(*args)
     ctx = role_context()
     reply, child_end = ctx.Pipe(duplex=False)
-    child = ctx.Process(target=_answer, args=(child_end, fn, args), name="zrl-ask")
-    child.start()
-    child_end.close()
+    child = ctx.Process(target=_answer, args=(child_end, fn, args), name=ASK_NAME, daemon=True)
+    answered = False
     try:
+        child.start()
+        child_end.close()
         kind, value = reply.recv()
+        answered = True
     except EOFError:
-        child.join(5)
         raise RuntimeError(
-            f"{fn.__qualname__}: the child of the fork server that ran it died (exit code "
-            f"{child.exitcode}) without an answer"
+            f"{fn.__qualname__}: the child of the fork server that ran it died without an answer"
         ) from None
     finally:
         reply.close()
-        child.join(5)
-        if child.exitcode is None:
+        child_end.close()
+        if not answered and child.pid is not None:
             child.kill()
+        if child.pid is not None:
             child.join()
     if kind == "config":
         raise ConfigError(*value)
@@ -118,10 +134,19 @@ def ask(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _answer(reply, fn: Callable[..., Any], args: tuple) -> None:
     """``ask``'s child: runs ``fn`` once and sends what came of it (a ConfigError's message and key, since its
-    pickle keeps the message only)."""
-    let_the_fork_server_go()
+    pickle keeps the message only). It dies with its fork server (SIGKILL: it ignores SIGINT and SIGTERM, as
+    the server does), which exits with its launcher."""
     from zrl.checkpoint import CheckpointError
 
+    parent = os.getppid()
+    let_the_fork_server_go()
+    die_with_parent(signal.SIGKILL)
+    if os.getppid() != parent:  # the server died before the signal was set
+        os._exit(1)
+    with contextlib.suppress(ImportError):
+        import setproctitle
+
+        setproctitle.setproctitle(role_title(ASK_NAME))
     try:
         answer = ("value", fn(*args))
     except ConfigError as err:
@@ -130,7 +155,8 @@ def _answer(reply, fn: Callable[..., Any], args: tuple) -> None:
         answer = ("raised", err)
     except Exception:
         answer = ("failed", traceback.format_exc())
-    reply.send(answer)
+    with contextlib.suppress(OSError):  # the launcher stopped waiting: nobody to tell
+        reply.send(answer)
     reply.close()
 
 

@@ -265,7 +265,9 @@ class ScalarWriter:
         from tensorboard.compat.proto.summary_pb2 import Summary
 
         summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
-        self._file.add_event(Event(wall_time=time.time() if walltime is None else walltime, step=step, summary=summary))
+        self._file.add_event(
+            Event(wall_time=time.time() if walltime is None else walltime, step=int(step), summary=summary)
+        )
 
     def flush(self) -> None:
         self._file.flush()

@@ -302,7 +302,8 @@ class Launcher:
             return code
         try:
             path, state, skipped = forkserver.ask(network.newest_usable, self.folder.path, cfg, self.spec)
-        except OSError as err:  # the checkpoints folder cannot be read (or a damaged file set aside)
+        except (OSError, RuntimeError) as err:  # the checkpoints folder cannot be read (or a damaged file set
+            # aside), or the child of the fork server that reads them died
             self._died(name, f"{why}; the run's roles cannot be restarted: {err}")
             return EXIT_FAILED
         for reason in skipped:

@@ -20,11 +20,10 @@ from shm import pid_alive
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
 from zrl.config import Config
-from zrl.forkserver import let_the_fork_server_go
+from zrl.forkserver import die_with_parent, let_the_fork_server_go
 from zrl.namespace import role_title
 from zrl.transport import Endpoints
 
-_PR_SET_PDEATHSIG = 1
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
@@ -173,13 +172,6 @@ def start_role(title: str, launcher_pid: int) -> None:
         os._exit(1)
     # kill -USR1 <pid> prints where every thread of a stuck role is, to the launcher's stderr.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-
-
-def die_with_parent(sig: int) -> None:
-    """Have the kernel send this process ``sig`` when its parent dies (Linux's PR_SET_PDEATHSIG; elsewhere
-    nothing). The caller checks os.getppid() afterwards: a parent that died before this call sent nothing."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def keep_freed_memory() -> bool:
