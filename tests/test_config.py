@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from zrl import config
+from zrl import config, envs
 from zrl.config import ConfigError, ReplayConfig
 
 pytestmark = pytest.mark.unit
@@ -425,6 +425,7 @@ def test_a_stored_auto_kind_from_before_the_small_torso_still_means_the_nature_n
     Nature net: they read as auto_nature, so they still resume and load. New runs store the kind they resolved."""
     from zrl.envs import EnvSpec
     from zrl.launch import resolve_model_kind
+    from zrl.launch.network import describe
     from zrl.models import model_kind
 
     old = config.from_dict({"env": {"id": "ALE/Pong-v5"}, "model": {"kind": "auto", "hidden_size": 512}}, "ckpt.pt")
@@ -432,7 +433,7 @@ def test_a_stored_auto_kind_from_before_the_small_torso_still_means_the_nature_n
     assert model_kind(old.model, (4,)) == "mlp"
     assert model_kind(config.load(None).model, (84, 84)) == "atari_small"  # what auto means for a new run
     spec = EnvSpec(frame_shape=(84, 84), frame_dtype="|u1", num_actions=6, frames_per_step=4, image=True)
-    resolved = resolve_model_kind(config.load(None), spec)
+    resolved = resolve_model_kind(config.load(None), describe(config.load(None), spec).kind)
     assert resolved.model.kind == "atari_small"
     assert config.from_dict(config.to_dict(resolved), "config.toml").model.kind == "atari_small"
     assert config.from_dict(config.to_dict(config.load(None)), "ckpt.pt").model.kind == "auto"  # written now
@@ -485,10 +486,10 @@ def test_a_device_that_is_not_one_is_named_with_the_valid_ones(key):
 def test_a_cuda_device_without_cuda_is_refused_before_any_process_starts(key, tmp_path):
     import torch
 
-    from zrl.launch.checks import preflight
+    from zrl.launch.network import describe
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     cfg = config.load(REPO / "config" / "cartpole.toml", [f'{key}="cuda"', f'run.results_dir="{tmp_path}"'])
     with pytest.raises(ConfigError, match=rf"{key}: 'cuda' but no CUDA device is available; use auto or cpu"):
-        preflight(cfg)
+        describe(cfg, envs.probe(cfg.env))

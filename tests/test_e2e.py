@@ -513,9 +513,9 @@ APEX_CARTPOLE = REPO / "config" / "apex_iqn_cartpole.toml"
 
 def test_resume_keeps_the_replay_its_transitions_priorities_and_counts(tmp_path, no_leaks):
     """run.checkpoint_replay on an Ape-X run: Ctrl-C, then resume at once to the budget already played (the resumed
-    run stops as it starts, and its broker saves what it restored): the replay's transitions, stamps, priorities,
-    counters and generator, and the rings' heads, are what the stopped run saved. A second resume trains on, never
-    waits for its replay to fill again."""
+    run stops as it starts, and its broker saves what it restored): the replay's transitions, stamps and counts, and
+    the rings' heads, are what the stopped run saved, and so are its priorities and generator unless the broker drew
+    a batch before the stop reached it. A second resume trains on, never waits for its replay to fill again."""
     from zrl.replay_checkpoint import load_state, newest, replay_folder
 
     replay = ("--set", "run.checkpoint_replay=true", "--set", "apex.learn_start=1000")
@@ -548,7 +548,13 @@ def test_resume_keeps_the_replay_its_transitions_priorities_and_counts(tmp_path,
     assert after_path != saved_path and [r["head"] for r in after["rings"]] == [r["head"] for r in saved["rings"]]
     restored = load_state(after_path)
     assert restored.keys() == before.keys()
-    for key in before:
+    # The resumed learner asks for a batch as it starts, and the broker may draw one or two before the stop reaches
+    # it: then its count and generator moved on, and the learner's replies (or an eviction scan) may have moved
+    # priorities and their counters. Everything else, the transitions above all, is as the stopped run saved it.
+    drawn = int(restored["batches"]) - int(before["batches"])
+    assert 0 <= drawn <= 2, drawn
+    moved = {"batches", "rng", "replay.priorities", "replay.evicted", "replay.stale_updates"} if drawn else set()
+    for key in before.keys() - moved:
         assert np.array_equal(restored[key], before[key]), key
 
     stepped = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))["learner_step"]

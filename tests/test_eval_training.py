@@ -147,12 +147,15 @@ def test_a_run_evaluates_its_latest_weights_keeps_best_pt_by_their_score_outlive
         killed = wait_until(_evaluator, 30, "the evaluator's process", proc)
         os.kill(killed.pid, signal.SIGKILL)
         killed_at = time.time()
+        # the launcher never loads torch: what only torch can tell, a child of its fork server told it
+        libtorch = [m.path for m in psutil.Process(proc.pid).memory_maps() if "libtorch" in m.path]
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
             proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
+    assert libtorch == [], libtorch
     log = (run_dir / "zrl.log").read_text()
     assert "zrl-evaluator exited with code -9; restarted it" in log
     rows = csv_rows(run_dir / "eval.csv")

@@ -183,3 +183,20 @@ def test_importing_the_config_loads_only_the_agents_leaves():
             if alias.name.split(".")[0] in ("zrl", "shm")
         }
         assert found <= {"zrl.agents", "zrl.errors", section}, (package, found)
+
+
+def test_zrl_launch_imports_no_torch():
+    """zrl-launch's process never imports torch (about 3.6 CPU seconds and a few hundred MB in each launch): what
+    only torch can tell it asks a child of its fork server (zrl/launch/network.py), its roles run in children of
+    it, and its TensorBoard events go through TensorBoard's own writer. Checked in a fresh interpreter, on every
+    module the launch path imports."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, zrl.cli, zrl.launch, zrl.launch.network, zrl.metrics, zrl.checkpoint; "
+        "zrl.metrics.ScalarWriter; print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout[:500]

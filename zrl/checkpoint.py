@@ -10,6 +10,9 @@ file under a checkpoint's name, and never a good file that fails its hash.
 Reading: the hash is checked before anything is unpickled, and ``torch.load(weights_only=True)`` is the only
 unpickler, so a checkpoint can never run code. Every problem is a :class:`CheckpointError` whose message is
 one line naming the file and the reason.
+
+torch is imported by the two functions that pickle (save and load) only: zrl-launch keeps the files of a run
+folder (best.pt, pruning, the newest checkpoint's name) without importing it.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = 2
 PATTERN = "ckpt_{step:09d}.pt"
@@ -51,6 +55,13 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def remove_partials(folder: str | Path) -> None:
+    """Remove the temp files of writes cut short in ``folder`` (a learner killed mid-write, a crash): never a
+    checkpoint."""
+    for partial in Path(folder).glob(".*.tmp-*"):
+        partial.unlink(missing_ok=True)
 
 
 def hash_path(path: str | Path) -> Path:
@@ -88,6 +99,8 @@ def _install(path: Path, data: bytes) -> Path:
 def save(path: str | Path, state: dict[str, Any]) -> Path:
     """Write ``state`` to ``path`` (and its SHA-256 beside it) so that a crash or a failed write at any moment
     leaves either the old checkpoint or the new one, whole and verifiable."""
+    import torch
+
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, **state}, buffer)
     return _install(Path(path), buffer.getvalue())
@@ -113,6 +126,8 @@ def load(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: SHA-256 mismatch with {recorded.name} (the file is truncated, corrupt or altered)"
         )
+    import torch
+
     try:
         state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as err:  # torch.load on bytes it did not write raises many kinds (IndexError, KeyError, ...)

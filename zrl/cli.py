@@ -145,7 +145,7 @@ def launch_main(
                     "change safe keys with --set or the options"
                 )
             probe_cfg = config_mod.load(config_path, sets, options)
-            forkserver.begin()  # its preload runs beside the imports below (zrl/forkserver.py)
+            forkserver.begin()  # its preload runs beside the checks that follow (zrl/forkserver.py)
             from zrl.launch import resume
 
             code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet, dashboard=page, ray=ray)

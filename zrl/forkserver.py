@@ -1,14 +1,17 @@
 """The fork server a pipeline's roles are forked from, and the reaper and private socket folder it lives in. A
 Wiring (zrl/launch/wiring.py) starts them when it opens; zrl-launch starts them earlier, as soon as its config has
-loaded and before it imports torch (``begin``), so that the server's preload runs beside the launcher's own
-imports and checks rather than after them, and the Wiring it opens then takes them over (``adopt``). This module
-imports no torch, and nothing that does.
+loaded (``begin``), so that the server's preload runs beside the launcher's own checks rather than after them,
+and the Wiring it opens then takes them over (``adopt``). What the launcher must know that only torch can tell
+(the network's size, a checkpoint's fit), it asks a child of the server (``ask``): zrl-launch never imports
+torch. This module imports no torch, and nothing that does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
+import importlib
 import multiprocessing as mp
 import os
 import shutil
@@ -17,11 +20,15 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import shm
 from zrl import transport
-from zrl.namespace import private_prefix, shm_prefix
+from zrl.errors import ConfigError
+from zrl.namespace import private_prefix, role_title, shm_prefix
 
 # What the fork server imports once, so that no role pays for it (torch alone is about a second of CPU).
 # torch._dynamo: torch imports it the first time an optimiser is built (its _disable_dynamo decorator), seconds of
@@ -36,7 +43,11 @@ FORKSERVER_PRELOAD = [
     "zrl.roles.worker",
     "zrl.roles.ingest",
     "zrl.roles.evaluator",
+    "zrl.launch.network",  # what the launcher asks of a child of this server (ask)
 ]
+
+
+ASK_NAME = "zrl-ask"  # ask's child, in ps and top
 
 
 def role_context() -> mp.context.BaseContext:
@@ -52,6 +63,101 @@ def role_context() -> mp.context.BaseContext:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(FORKSERVER_PRELOAD)
     return ctx
+
+
+def run_role(ref: str, *args) -> None:
+    """A role process's target: ``ref`` ("module:function", a module of FORKSERVER_PRELOAD, imported in the fork
+    server already) run with ``args``."""
+    module, _, name = ref.partition(":")
+    getattr(importlib.import_module(module), name)(*args)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int) -> None:
+    """Have the kernel send this process ``sig`` when its parent dies (Linux's PR_SET_PDEATHSIG; elsewhere
+    nothing). The caller checks os.getppid() afterwards: a parent that died before this call sent nothing."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
+
+
+def let_the_fork_server_go() -> None:
+    """Close this process's copy of its fork server's lifeline. multiprocessing hands every fork a copy (so that
+    a fork could start processes of its own), and the fork server runs until the last copy closes: kept, the
+    roles would keep it alive, and it them, after their launcher died. Closed, the launcher's copy is the last."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is not None:
+        os.close(fd)
+        server._forkserver_alive_fd = None
+
+
+def ask(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)`` (a module-level function) in a child of this process's fork server, which has torch and the
+    roles imported, so that this process need not import them: its return value, or the exception it raised (a
+    ConfigError, CheckpointError or OSError as itself, anything else as a RuntimeError with its traceback, as is
+    a child that died without answering). In this process when no fork server runs (``begin`` failed, or none
+    was begun). A Ctrl-C or a signal while it waits kills the child at once; the child dies with the server too."""
+    if _server_pid() is None:
+        return fn(*args)
+    ctx = role_context()
+    reply, child_end = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_answer, args=(child_end, fn, args), name=ASK_NAME, daemon=True)
+    answered = False
+    try:
+        child.start()
+        child_end.close()
+        kind, value = reply.recv()
+        answered = True
+    except EOFError:
+        raise RuntimeError(
+            f"{fn.__qualname__}: the child of the fork server that ran it died without an answer"
+        ) from None
+    finally:
+        reply.close()
+        child_end.close()
+        if not answered and child.pid is not None:
+            child.kill()
+        if child.pid is not None:
+            child.join()
+    if kind == "config":
+        raise ConfigError(*value)
+    if kind == "raised":
+        raise value
+    if kind == "failed":
+        raise RuntimeError(f"{fn.__qualname__} failed in a child of the fork server:\n{value}")
+    return value
+
+
+def _answer(reply, fn: Callable[..., Any], args: tuple) -> None:
+    """``ask``'s child: runs ``fn`` once and sends what came of it (a ConfigError's message and key, since its
+    pickle keeps the message only). It dies with its fork server (SIGKILL: it ignores SIGINT and SIGTERM, as
+    the server does), which exits with its launcher."""
+    from zrl.checkpoint import CheckpointError
+
+    parent = os.getppid()
+    let_the_fork_server_go()
+    die_with_parent(signal.SIGKILL)
+    if os.getppid() != parent:  # the server died before the signal was set
+        os._exit(1)
+    with contextlib.suppress(ImportError):
+        import setproctitle
+
+        setproctitle.setproctitle(role_title(ASK_NAME))
+    try:
+        answer = ("value", fn(*args))
+    except ConfigError as err:
+        answer = ("config", (str(err), err.key))
+    except (CheckpointError, OSError) as err:
+        answer = ("raised", err)
+    except Exception:
+        answer = ("failed", traceback.format_exc())
+    with contextlib.suppress(OSError):  # the launcher stopped waiting: nobody to tell
+        reply.send(answer)
+    reply.close()
 
 
 def new_run_id() -> str:

@@ -250,6 +250,32 @@ def _quiet_tensorboard_thread() -> None:
     threading.excepthook = hook
 
 
+class ScalarWriter:
+    """Scalars into a new TensorBoard events file in ``log_dir``: TensorBoard's own writer, the one PyTorch's
+    SummaryWriter wraps, with the events SummaryWriter.add_scalar makes. Without PyTorch: zrl-launch, which writes
+    them, never imports torch. Its writes happen on the writer's thread, whose error comes back on the next call."""
+
+    def __init__(self, log_dir: str, flush_secs: int) -> None:
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+        self._file = EventFileWriter(log_dir, flush_secs=flush_secs)  # writes the file's version event first
+
+    def add_scalar(self, tag: str, value: float, step: int, walltime: float | None = None) -> None:
+        from tensorboard.compat.proto.event_pb2 import Event
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        summary = Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+        self._file.add_event(
+            Event(wall_time=time.time() if walltime is None else walltime, step=int(step), summary=summary)
+        )
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
 class TensorBoardLog:
     """The run's figures as TensorBoard events in the run folder, at env-frame steps: every number of a
     metrics.csv row (its ``<role>/<column>`` tag; each section's seconds per second of run since the row before as
@@ -272,10 +298,8 @@ class TensorBoardLog:
         flush_s: float = 5.0,
         tell: Callable[[str], None] = tell_stderr,
     ) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
         _quiet_tensorboard_thread()
-        self._open = lambda: SummaryWriter(log_dir=str(run_dir), flush_secs=max(1, round(flush_s)))
+        self._open = lambda: ScalarWriter(str(run_dir), max(1, round(flush_s)))
         self._writer = self._open()
         self._metrics_step, self._episode_step = metrics_after, episodes_after
         self._last_row: dict | None = None

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zrl.config import ConfigError, EnvConfig
+from zrl.config import Config, ConfigError, EnvConfig
 
 _ALE_V5 = re.compile(r"^ALE/(?P<game>[A-Za-z0-9]+)-v5$")
 _ALE_V4 = re.compile(r"^(?P<game>[A-Z][A-Za-z0-9]*?)(NoFrameskip)?-v[04]$")
@@ -79,6 +79,19 @@ def atari_rom(env_id: str) -> str | None:
         extra = f" (did you mean ALE/{_camel(hint[0])}-v5?)" if hint else ""
         raise ConfigError(f"env.id: {env_id!r} names no game ale-py has{extra}")
     return None  # e.g. CartPole-v1 matches the v4-style pattern shape only by accident
+
+
+def run_protocol(cfg: Config) -> str:
+    """eval.protocol as the evaluator plays a run's config: "auto" is saber for a value-based agent, deepmind for
+    a policy; "train_env" for an env that is not Atari (played as it trains). Here rather than in the evaluator,
+    so that zrl-launch names it without importing torch."""
+    from zrl import agents
+
+    if atari_rom(cfg.env.id) is None:
+        return "train_env"
+    if cfg.eval.protocol != "auto":
+        return cfg.eval.protocol
+    return "saber" if agents.get(cfg.algo).acts_greedily else "deepmind"
 
 
 def _camel(rom: str) -> str:

@@ -4,8 +4,10 @@ stop it in order. It alone creates and unlinks segments; at exit, whatever happe
 
 The parts, one job each (none imports launcher.py, which puts them together):
 
-- ``checks``: the checks before anything is made (keys, environment, network, device, results folder, a
-  checkpoint to start from, the keys a resume may change);
+- ``checks``: the checks before anything is made (keys, environment, results folder, the keys a resume may
+  change);
+- ``network``: what only torch can tell (the network's kind and size, the device, a checkpoint to start from),
+  answered in a child of the fork server, so that the launcher never imports torch;
 - ``folder``: the run folder: its layout, lock, disk room, config snapshot, log, CSV files and best.pt;
 - ``wiring``: rings, sockets and role processes, and the plan of who binds what, created and torn down in one
   place (zrl-bench's pipelines use it too);
@@ -16,9 +18,10 @@ The parts, one job each (none imports launcher.py, which puts them together):
 """
 
 from zrl.config import ConfigError
-from zrl.launch.checks import FIXED_WHEN_DETERMINISTIC, check_weights_fit, preflight, resolve_model_kind
+from zrl.launch.checks import FIXED_WHEN_DETERMINISTIC, preflight, resolve_model_kind
 from zrl.launch.folder import LOCK_NAME, RunLock, check_room, find_run, make_run_dir
 from zrl.launch.launcher import Launcher, launch, resume
+from zrl.launch.network import Network, check_weights_fit
 from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from zrl.launch.wiring import Wiring, create_rings, sweep_stale
 from zrl.namespace import NAMESPACE_VAR, namespace, private_prefix, role_title, shm_prefix
@@ -35,6 +38,7 @@ __all__ = [
     "NAMESPACE_VAR",
     "ConfigError",
     "Launcher",
+    "Network",
     "RunLock",
     "Wiring",
     "check_room",

@@ -1,6 +1,6 @@
-"""Every check a launch makes before any process starts, each failing with a ConfigError that names the key and
-what would work: CurveZMQ keys, the environment, the network (its shape, and that its weights fit one message),
-the device, the results folder, a checkpoint to start from, and which keys a resume may change."""
+"""Every check a launch makes before any process of its run starts, each failing with a ConfigError that names the
+key and what would work: CurveZMQ keys, the environment, the results folder, and which keys a resume may change (the
+network, the device and a checkpoint to start from, which only torch can tell: zrl.launch.network)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from zrl import agents, checkpoint, envs, protocol, transport
-from zrl.config import SAFE_ON_RESUME, TOP_KEYS, Config, ConfigError, devices, to_dict
+from zrl import envs, transport
+from zrl.config import SAFE_ON_RESUME, TOP_KEYS, Config, ConfigError, to_dict
 
 # Keys safe on resume that a deterministic run still cannot change: the worker's env count (the replayed
 # actions are per env), and the thread counts, device and first-convolution path (floating-point sums are
@@ -27,25 +27,11 @@ FIXED_WHEN_DETERMINISTIC = (
 
 
 def preflight(cfg: Config) -> envs.EnvSpec:
-    """Every check that needs no process: CurveZMQ keys, environment, model shape, device, results folder."""
+    """Every check that needs no process and no torch: CurveZMQ keys, environment, results folder (the network
+    and the device: zrl.launch.network)."""
     if cfg.transport.curve_keys:  # here, not in zrl.config, which transport imports
         transport.load_curve_keys(cfg.transport.curve_keys)
     spec = envs.probe(cfg.env)
-    from zrl.models import parameter_count
-
-    try:
-        model = agents.get(cfg.algo).model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
-    except ConfigError:
-        raise  # a model key's own mistake, named by the model
-    except ValueError as err:
-        raise ConfigError(f"model.kind: {err}") from None
-    check_weights_fit(parameter_count(model))
-    for key, device in devices(cfg):
-        if device.startswith("cuda"):
-            import torch
-
-            if not torch.cuda.is_available():
-                raise ConfigError(f"{key}: {device!r} but no CUDA device is available; use auto or cpu")
     check_results_dir(Path(cfg.run.results_dir))
     return spec
 
@@ -63,38 +49,10 @@ def check_results_dir(results: Path) -> None:
         raise ConfigError(f"run.results_dir: {what}; {hint}")
 
 
-def check_weights_fit(parameters: int) -> None:
-    """ConfigError when the network's weights, which travel to the workers as one float32 message, would be
-    larger than a zrl socket takes (MAX_MESSAGE_BYTES): zmq would drop them and the workers would wait for
-    weights for ever."""
-    most = (protocol.MAX_MESSAGE_BYTES - protocol.WEIGHTS_HEADER_BYTES) // 4
-    if parameters > most:
-        raise ConfigError(
-            f"model: the network has {parameters:,} parameters ({parameters * 4 / 2**20:.0f} MiB as "
-            f"float32), more than the {most:,} that fit in one weights message of "
-            f"{protocol.MAX_MESSAGE_BYTES // 2**20} MiB; make it smaller (model.hidden_size, model.mlp_hidden, "
-            "apex.embedding_dim)"
-        )
-
-
-def resolve_model_kind(cfg: Config, spec: envs.EnvSpec) -> Config:
+def resolve_model_kind(cfg: Config, kind: str) -> Config:
     """The config with model.kind as this run builds it (auto resolved by the frames), so that the run folder's
     config.toml and the checkpoints name the network whatever a later zrl means by auto."""
-    from zrl.models import model_kind
-
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kind=model_kind(cfg.model, spec.frame_shape)))
-
-
-def usable_checkpoint(path: Path, cfg: Config, spec: envs.EnvSpec) -> dict:
-    """A checkpoint that loads, verifies and fits this config's game and network, or ConfigError."""
-
-    try:
-        state = checkpoint.load(path)
-        model = agents.get(cfg.algo).model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
-        checkpoint.check_compatible(state, path, cfg.env.id, model)
-    except checkpoint.CheckpointError as err:
-        raise ConfigError(str(err)) from None
-    return state
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, kind=kind))
 
 
 def check_resume_changes(run_dir: Path, old_cfg: Config, new_cfg: Config) -> None:

@@ -14,7 +14,7 @@ import shutil
 import time
 from pathlib import Path
 
-from zrl import agents, checkpoint, envs
+from zrl import checkpoint
 from zrl.config import Config, ConfigError, dumps
 from zrl.metrics import (
     EPISODE_COLUMNS,
@@ -113,13 +113,10 @@ def find_run(ref: str, cfg: Config) -> Path:
     return max(runs)[2]
 
 
-def checkpoint_bytes(cfg: Config, spec: envs.EnvSpec) -> int:
-    """About what one checkpoint takes: the weights and two optimiser moments of each, plus a margin."""
-
-    from zrl.models import parameter_count
-
-    model = agents.get(cfg.algo).model_shapes(cfg, spec.frame_shape, spec.frame_dtype, spec.num_actions)
-    return int(parameter_count(model) * 4 * 3 * 1.1) + 1_000_000
+def checkpoint_bytes(parameters: int) -> int:
+    """About what one checkpoint of a network of ``parameters`` takes: the weights and two optimiser moments of
+    each, plus a margin."""
+    return int(parameters * 4 * 3 * 1.1) + 1_000_000
 
 
 def check_room(folder: Path, need: int) -> None:
@@ -133,12 +130,6 @@ def check_room(folder: Path, need: int) -> None:
             f"about {need / 1e6:.0f} MB; free some space or give another folder with "
             "--set run.results_dir=PATH"
         )
-
-
-def remove_partials(checkpoints: Path) -> None:
-    """Remove checkpoint writes cut short (a learner killed mid-write, a crash): never a checkpoint."""
-    for partial in checkpoints.glob(".*.tmp-*"):
-        partial.unlink(missing_ok=True)
 
 
 def _tell_and_log(text: str) -> None:
@@ -222,7 +213,7 @@ class RunFolder:
         return True
 
     def close_files(self) -> None:
-        remove_partials(self.checkpoints)  # a learner killed mid-write
+        checkpoint.remove_partials(self.checkpoints)  # a learner killed mid-write
         for log_file in (self.episodes, self.metrics, self.evaluations, self.events):
             if log_file is not None:
                 log_file.close()

@@ -17,17 +17,18 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zrl import __version__, agents, checkpoint, envs, protocol, transport
+from zrl import __version__, agents, envs, forkserver, protocol, transport
 from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
+from zrl.launch import network
 from zrl.launch.checks import (
     check_resume_changes,
     check_shm_room,
     preflight,
     resolve_model_kind,
-    usable_checkpoint,
 )
 from zrl.launch.console import Console
-from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir, remove_partials
+from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir
+from zrl.launch.network import Network
 from zrl.launch.ray_workers import RayWorkers
 from zrl.launch.ray_workers import check as check_ray
 from zrl.launch.supervise import (
@@ -45,7 +46,6 @@ from zrl.metrics import EVAL_COLUMNS
 from zrl.replay.snapshot import SnapshotMismatch
 from zrl.replay_checkpoint import new_stream, newest, replay_folder, restore_frames
 from zrl.roles.common import StartFrom, WorkerStart
-from zrl.roles.evaluator import run_protocol
 
 if TYPE_CHECKING:
     from zrl.dashboard import Dashboard
@@ -67,6 +67,7 @@ class Launcher:
         self,
         cfg: Config,
         spec: envs.EnvSpec,
+        net: Network,
         quiet: bool = False,
         run_dir: Path | None = None,
         start: StartFrom | None = None,
@@ -81,6 +82,7 @@ class Launcher:
         self.ray_workers: RayWorkers | None = None
         self.dashboard = dashboard  # bound already; it serves once the run folder exists
         self.spec = spec
+        self.net = net
         self.console = Console(quiet)
         # a worker silent for a few of its stats intervals counts in no worker figure (its frames still count)
         self.tally = Tally(
@@ -107,7 +109,7 @@ class Launcher:
         cfg = self.cfg
         swept = sweep_stale()
         # the periodic checkpoints kept, best.pt and one being written
-        need = checkpoint_bytes(cfg, self.spec) * (cfg.run.keep_checkpoints + 2)
+        need = checkpoint_bytes(self.net.parameters) * (cfg.run.keep_checkpoints + 2)
         check_room(self.resume_dir or Path(cfg.run.results_dir), need)
         check_shm_room(cfg, self.spec)  # before the run folder: a run that cannot start leaves none behind
         run_dir = self.resume_dir or make_run_dir(cfg)
@@ -299,8 +301,9 @@ class Launcher:
         if (code := sup.signal_code()) is not None:  # asked to stop meanwhile: no new roles to stop at once
             return code
         try:
-            path, state, skipped = newest_usable(self.folder.path, cfg, self.spec)
-        except OSError as err:  # the checkpoints folder cannot be read (or a damaged file set aside)
+            path, state, skipped = forkserver.ask(network.newest_usable, self.folder.path, cfg, self.spec)
+        except (OSError, RuntimeError) as err:  # the checkpoints folder cannot be read (or a damaged file set
+            # aside), or the child of the fork server that reads them died
             self._died(name, f"{why}; the run's roles cannot be restarted: {err}")
             return EXIT_FAILED
         for reason in skipped:
@@ -312,7 +315,7 @@ class Launcher:
             f"{path.name if path is not None else 'where this launch began (no checkpoint yet)'} (restart "
             f"{len(sup.run_restarts)} of {cfg.run.max_restarts} allowed within {cfg.run.restart_window_s:g} s)",
         )
-        calls = sample_calls(state) if state is not None else self.sample_calls
+        calls = state["sample_calls"] if state is not None else self.sample_calls
         self.wiring.roles = dataclasses.replace(self.wiring.roles, sample_calls=calls)
         if cfg.run.checkpoint_replay:  # the frames are still in the rings: the new broker takes the index
             self._replays_from_disk(start=False)
@@ -442,7 +445,7 @@ class Launcher:
         self._drain(200)  # the last words of the roles, before a new evaluator takes the name
         text = (
             f"final evaluation of {path.name} at {t.env_frames:,} env frames: {cfg.eval.episodes} episodes under "
-            f"{run_protocol(cfg)}, the run's roles stopped (Ctrl-C skips it)"
+            f"{envs.run_protocol(cfg)}, the run's roles stopped (Ctrl-C skips it)"
         )
         log.info(text)
         self.console.say(text)
@@ -616,14 +619,15 @@ def launch(
     page = open_dashboard(dashboard)
     try:
         spec = preflight(cfg)
-        cfg = resolve_model_kind(cfg, spec)
+        net = forkserver.ask(network.describe, cfg, spec)
+        cfg = resolve_model_kind(cfg, net.kind)
         if ray is not None:
             check_ray(cfg, ray[1])
         start = None
         if init_from is not None:
-            state = usable_checkpoint(Path(init_from), cfg, spec)
-            theirs = state.get("config", {}).get("learner", {}).get("optimizer")
-            if init_optimizer and "optimizer" not in state:
+            held = forkserver.ask(network.start_checkpoint, Path(init_from), cfg, spec)
+            theirs = held["optimizer"]
+            if init_optimizer and not held["has_optimizer"]:
                 raise ConfigError(
                     f"--init-optimizer: {init_from} holds a network's weights only (best.pt kept by the evaluator "
                     "under run.best_by = eval); drop --init-optimizer, or start from one of the run's ckpt_*.pt"
@@ -634,8 +638,7 @@ def launch(
                     f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}"
                 )
             start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
-            del state
-        return Launcher(cfg, spec, quiet, start=start, dashboard=page, ray=ray).run()
+        return Launcher(cfg, spec, net, quiet, start=start, dashboard=page, ray=ray).run()
     finally:
         if page is not None:
             page.close()
@@ -681,56 +684,25 @@ def _resume(
     cfg = config_mod.load(stored, sets, options, stored=True)
     check_resume_changes(run_dir, base, cfg)
     spec = preflight(cfg)
+    net = forkserver.ask(network.describe, cfg, spec)
     if ray is not None:
         check_ray(cfg, ray[1])
-    path, state, skipped = newest_usable(run_dir, cfg, spec)
+    path, state, skipped = forkserver.ask(network.newest_usable, run_dir, cfg, spec)
     if path is None:
         reasons = "; ".join(skipped) if skipped else "there is none"
         raise ConfigError(f"{run_dir / 'checkpoints'}: no usable checkpoint to resume from ({reasons})")
     launcher = Launcher(
         cfg,
         spec,
+        net,
         quiet,
         run_dir=run_dir,
         start=StartFrom(str(path)),
-        env_frames_start=int(state["env_frames"]),
-        sample_calls=sample_calls(state),
+        env_frames_start=state["env_frames"],
+        sample_calls=state["sample_calls"],
         lock=lock,
         dashboard=dashboard,
         ray=ray,
     )
     launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
     return launcher.run()
-
-
-def sample_calls(state: dict) -> tuple[int, ...]:
-    """Each replay's sample calls as a checkpoint's replay index holds them (elite lambda annealing goes on)."""
-    index = state.get("replay_index") or {}
-    return tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
-
-
-def newest_usable(run_dir: Path, cfg: Config, spec: envs.EnvSpec) -> tuple[Path | None, dict | None, list[str]]:
-    """The run's newest checkpoint that loads and fits ``cfg``, its state, and why each newer one was skipped
-    ((None, None, reasons) when none is usable). A write cut short by a crash is removed; a damaged file is set
-    aside as NAME.bad, kept for a look, so that it is never picked again."""
-    folder = run_dir / "checkpoints"
-    remove_partials(folder)
-    skipped = []
-    for path, state, err in checkpoint.newest_good(folder):
-        reason = str(err) if err is not None else None
-        if reason is None:
-            try:
-                usable_checkpoint(path, cfg, spec)
-            except ConfigError as bad:
-                reason = str(bad)
-        if reason is not None and err is not None and checkpoint.is_corrupt(err):
-            skipped.append(reason + f" (set aside as {path.name}.bad)")
-            path.rename(path.with_name(path.name + ".bad"))
-            if checkpoint.hash_path(path).exists():
-                checkpoint.hash_path(path).rename(path.with_name(path.name + ".bad" + checkpoint.HASH_SUFFIX))
-            continue
-        if reason is not None:
-            skipped.append(reason)
-            continue
-        return path, state, skipped
-    return None, None, skipped

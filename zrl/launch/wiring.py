@@ -31,13 +31,13 @@ from zrl.forkserver import (
     new_run_id,
     private_folder,
     role_context,
+    run_role,
     start_fork_server,
     start_reaper,
     stop_fork_server,
     taken,
 )
 from zrl.namespace import private_prefix, shm_prefix
-from zrl.roles import broker, evaluator, ingest, learner, worker
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart, make_ring_spec
 
 _open_wiring = None  # the Wiring open in this process: the one its fork server serves
@@ -169,28 +169,21 @@ class Wiring:
 
     # -- the role processes (made, not started) ------------------------------------------------------------
     def broker(self, stop: StopFlag) -> mp.Process:
-        return self.mp_ctx.Process(target=broker.run, name="zrl-broker", args=(self.cfg, self.roles, stop))
+        return self._role("broker", "zrl-broker", self.cfg, self.roles, stop)
 
     def learner(self, stop: StopFlag, run_dir: str, start: StartFrom | None = None) -> mp.Process:
-        return self.mp_ctx.Process(
-            target=learner.run, name="zrl-learner", args=(self.cfg, self.roles, run_dir, stop, start)
-        )
+        return self._role("learner", "zrl-learner", self.cfg, self.roles, run_dir, stop, start)
 
     def ingest(self, stop: StopFlag, run_name: str, slots: tuple[WorkerStart, ...] = ()) -> mp.Process:
         """The role that admits remote workers (workers.remote) on the gate, for the run called ``run_name``;
         ``slots``: each remote slot's place after a restart of the run's roles."""
-        return self.mp_ctx.Process(
-            target=ingest.run, name=ingest.NAME, args=(self.cfg, self.roles, stop, run_name, slots)
-        )
+        return self._role("ingest", "zrl-ingest", self.cfg, self.roles, stop, run_name, slots)
 
     def evaluator(self, stop: StopFlag, run_dir: str, final: protocol.EvalRequest | None = None) -> mp.Process:
         """The role that evaluates the learner's latest weights when asked (eval.interval_frames); with ``final``,
         the one that plays that request's checkpoint and exits (eval.final)."""
-        return self.mp_ctx.Process(
-            target=evaluator.run,
-            name=evaluator.NAME,
-            args=(self.cfg, self.roles, run_dir, stop, final.encode() if final is not None else None),
-        )
+        request = final.encode() if final is not None else None
+        return self._role("evaluator", "zrl-evaluator", self.cfg, self.roles, run_dir, stop, request)
 
     def connect_line(self, run_name: str) -> str:
         """The command a remote host runs to work for this run; "$ZRL_KEYS" stands for that host's key folder."""
@@ -203,9 +196,12 @@ class Wiring:
         )
 
     def worker(self, worker_id: int, stop: StopFlag, start: WorkerStart = WorkerStart()) -> mp.Process:
-        return self.mp_ctx.Process(
-            target=worker.run, name=f"zrl-worker-{worker_id}", args=(worker_id, self.cfg, self.roles, stop, start)
-        )
+        return self._role("worker", f"zrl-worker-{worker_id}", worker_id, self.cfg, self.roles, stop, start)
+
+    def _role(self, role: str, name: str, *args) -> mp.Process:
+        """The process of zrl/roles/<role>.py's run(*args), named (not imported) here: the fork server has the
+        roles imported, and the process that wires them (zrl-launch) need not import them, nor torch with them."""
+        return self.mp_ctx.Process(target=run_role, name=name, args=(f"zrl.roles.{role}:run", *args))
 
     def close(self) -> None:
         """Close the sockets and the context, unlink the rings, stop the fork server and remove the socket folder

@@ -20,10 +20,10 @@ from shm import pid_alive
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
 from zrl.config import Config
+from zrl.forkserver import die_with_parent, let_the_fork_server_go
 from zrl.namespace import role_title
 from zrl.transport import Endpoints
 
-_PR_SET_PDEATHSIG = 1
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
 
 
@@ -166,19 +166,12 @@ def start_role(title: str, launcher_pid: int) -> None:
     # launcher's death to its roles (the signal below, and should_stop's check of the parent).
     global _parent
     _parent = os.getppid()
-    _let_the_fork_server_go()
+    let_the_fork_server_go()
     die_with_parent(signal.SIGTERM)
     if os.getppid() != _parent or not pid_alive(launcher_pid):  # either died before prctl took effect
         os._exit(1)
     # kill -USR1 <pid> prints where every thread of a stuck role is, to the launcher's stderr.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-
-
-def die_with_parent(sig: int) -> None:
-    """Have the kernel send this process ``sig`` when its parent dies (Linux's PR_SET_PDEATHSIG; elsewhere
-    nothing). The caller checks os.getppid() afterwards: a parent that died before this call sent nothing."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
 
 def keep_freed_memory() -> bool:
@@ -203,19 +196,6 @@ _terminated = False
 def _on_sigterm(_signum, _frame) -> None:
     global _terminated
     _terminated = True
-
-
-def _let_the_fork_server_go() -> None:
-    """Close this process's copy of its fork server's lifeline. multiprocessing hands every fork a copy (so that
-    a fork could start processes of its own), and the fork server runs until the last copy closes: kept, the
-    roles would keep it alive, and it them, after their launcher died. Closed, the launcher's copy is the last."""
-    from multiprocessing import forkserver
-
-    server = getattr(forkserver, "_forkserver", None)
-    fd = getattr(server, "_forkserver_alive_fd", None)
-    if fd is not None:
-        os.close(fd)
-        server._forkserver_alive_fd = None
 
 
 def should_stop(stop_event) -> bool:

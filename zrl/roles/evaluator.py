@@ -34,7 +34,7 @@ import zmq
 
 from zrl import agents, checkpoint, protocol, scores, transport
 from zrl.config import Config, ConfigError, EnvConfig, to_dict
-from zrl.envs import atari_rom, make_vector_env
+from zrl.envs import atari_rom, make_vector_env, run_protocol
 from zrl.gather import ActingStack
 from zrl.models import load_flat
 from zrl.roles.common import Every, RunWiring, crash_report, should_stop, start_role, wait_for_weights
@@ -65,16 +65,6 @@ def protocol_env(train: EnvConfig, protocol_name: str) -> tuple[EnvConfig, int]:
             base, noop_max=0, sticky_action_prob=0.25, full_action_space=True, max_episode_frames=FRAMES_100_HOURS
         ), FRAMES_5_MIN
     raise ConfigError(f"--protocol: {protocol_name!r} is not one of {', '.join(PROTOCOLS)}")
-
-
-def run_protocol(cfg: Config) -> str:
-    """eval.protocol as the evaluator plays it: "auto" is saber for a value-based agent, deepmind for a policy;
-    "train_env" for an env that is not Atari (played as it trains)."""
-    if atari_rom(cfg.env.id) is None:
-        return "train_env"
-    if cfg.eval.protocol != "auto":
-        return cfg.eval.protocol
-    return "saber" if agents.get(cfg.algo).acts_greedily else "deepmind"
 
 
 def minimal_actions(rom: str) -> np.ndarray:
