@@ -186,7 +186,7 @@ def test_importing_the_config_loads_only_the_agents_leaves():
 
 
 def test_zrl_launch_imports_no_torch():
-    """zrl-launch's process never imports torch (about 3.6 CPU seconds and a few hundred MB in each launch): what
+    """zrl-launch's process never imports torch (seconds of CPU and hundreds of MB a launch; perf/README.md): what
     only torch can tell it asks a child of its fork server (zrl/launch/network.py), its roles run in children of
     it, and its TensorBoard events go through TensorBoard's own writer. Checked in a fresh interpreter, on every
     module the launch path imports."""
