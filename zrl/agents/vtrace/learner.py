@@ -238,9 +238,6 @@ class ActionLog:
         return self._buf[:, :steps].copy()
 
 
-INDEX_EVERY_S = 10.0  # how often the learner asks the broker for its replay index (for checkpoints)
-
-
 def index_tensors(index: protocol.ReplayIndex | None) -> dict[str, torch.Tensor] | None:
     """The replay index as tensors, which a weights_only checkpoint can hold."""
     if index is None:
@@ -267,7 +264,7 @@ class VtraceLearner:
     broker's latest replay index and (run.deterministic) the trained actions, both for checkpoints."""
 
     batch_types = (protocol.Batch, protocol.ReplayIndex)  # what the broker sends on the batches socket
-    asks_replay_index = True  # the loop asks the broker for its replay index every INDEX_EVERY_S
+    asks_replay_index = True  # the loop asks the broker for its replay index (roles/learner.py's INDEX_EVERY_S)
     replies = False  # nothing goes back to the broker
 
     def __init__(self, cfg: Config, wiring, rings: list, device: torch.device) -> None:
