@@ -17,6 +17,7 @@ from conftest import REPO, assert_loadable, command, csv_rows, reaped, refused, 
 from test_launch_refusals import BAD_INPUT
 
 from zrl import checkpoint, config
+from zrl.bench import facts
 from zrl.cli import launch_main
 
 pytestmark = pytest.mark.e2e
@@ -279,6 +280,10 @@ def test_resume_continues_the_same_run(tmp_path, no_leaks):
     assert min(frames[len(frames) // 2 :]) > 0 and max(frames) >= budget
     assert frames == sorted(frames)  # the env frame count never goes back across the restart
     assert sum(1 for line in (run_dir / "metrics.csv").read_text().splitlines() if line.startswith("wall_time")) == 1
+    starts = csv_rows(run_dir / "starts.csv")  # a row per start, each naming its machine and its frames so far
+    assert len(starts) == 2 and all(r["cpu"] == facts.cpu_description() and int(r["cores"]) >= 1 for r in starts)
+    assert int(starts[0]["env_frames"]) == 0 and int(starts[1]["env_frames"]) >= stopped["env_frames"], starts
+    assert f"machine: {facts.cpu_description()}" in (run_dir / "zrl.log").read_text()
     assert (run_dir / "checkpoints" / "best.pt").is_file()
     checkpoint.load(run_dir / "checkpoints" / "best.pt")
     # The TensorBoard curves run on across the restart in a second event file: no step repeats or goes back.

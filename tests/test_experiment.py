@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, command, refused, run_command
 
 from zrl import scores
+from zrl.bench import facts
 from zrl.config import ConfigError
 from zrl.experiment import report, stats, sweep
 
@@ -266,6 +267,29 @@ def test_report_reads_every_run_at_the_common_frame_budget(tmp_path):
 
 
 @pytest.mark.unit
+def test_report_names_each_runs_machine_and_says_when_minutes_compare_machines(tmp_path):
+    """starts.csv, a row per start of a run: a run resumed on another CPU names both; a game whose runs ran on
+    several CPUs, or do not say, gets a note that its minutes do not compare the arms alone."""
+    runs = [_fake_run(tmp_path / "a" / f"seed{seed}" / "run", "CartPole-v1", seed, [10.0] * 100) for seed in (1, 2, 3)]
+    header = "wall_time,env_frames,cpu,cores,ram_gib,zrl\n"
+    (runs[0] / "starts.csv").write_text(
+        header + "1.0,0,CPU A (AVX2),2,24.0,0.1.0\n2.0,50000,CPU A (AVX2),2,24.0,0.1.0\n"
+    )
+    (runs[1] / "starts.csv").write_text(
+        header + "1.0,0,CPU A (AVX2),2,24.0,0.1.0\n2.0,50000,CPU B (AVX-512),2,24.0,0.1.0\n"
+    )
+    built = report.build([str(r) for r in runs], reps=100)
+    assert [r["machines"] for r in built["runs"]] == [["CPU A (AVX2)"], ["CPU A (AVX2)", "CPU B (AVX-512)"], []]
+    text = report.markdown(built)
+    assert "CartPole-v1: its runs ran on 2 CPUs (CPU A (AVX2); CPU B (AVX-512))" in text
+    assert "CartPole-v1: 1 of 3 runs do not say which machine they ran on" in text
+    assert "| 100 | CPU A (AVX2) + CPU B (AVX-512) |" in text and text.count("| 100 | - |") == 1
+    (runs[1] / "starts.csv").write_text(header + "1.0,0,CPU A (AVX2),2,24.0,0.1.0\n")
+    text = report.markdown(report.build([str(r) for r in runs[:2]], reps=100))
+    assert "CPUs" not in text and "do not say" not in text
+
+
+@pytest.mark.unit
 def test_left_out_runs_are_listed_by_arm_unless_another_sweep_given_has_them_done(tmp_path):
     """Sweeps of one suite, each run with --only: a run done in one is not left out because another holds it
     pending (even where the suite's settings changed in between), a run done in two counts once, and the rest
@@ -377,6 +401,7 @@ def test_a_sweep_runs_every_run_and_the_report_aggregates_them(tmp_path, no_leak
     assert rep.returncode == 0, rep.stderr
     assert "| elite | 1 |" in rep.stdout and "| uniform | 1 |" in rep.stdout
     assert "Left out: broken/seed1 (failed)." in rep.stdout
+    assert rep.stdout.count(f"| {facts.cpu_description()} |") == 2 and "CPUs" not in rep.stdout  # starts.csv
     for suffix in (".md", ".json", "_curves.png", "_profile.png"):
         written = tmp_path / "rep" / f"tiny{suffix}"
         assert written.is_file() and written.stat().st_size > 500, written

@@ -68,6 +68,9 @@ METRIC_COLUMNS = (
 has taken since this launch began, summed over the workers) and the interval's time shares."""
 
 
+# starts.csv: one row each time a launcher starts the run (resumes included), so that its wall times name their machine
+START_COLUMNS = ("wall_time", "env_frames", "cpu", "cores", "ram_gib", "zrl")
+
 EVAL_COLUMNS = (
     "wall_time",
     "elapsed_s",

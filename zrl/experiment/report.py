@@ -12,7 +12,7 @@ the shortest run of that game reached, so every run is read at an equal budget. 
 human-normalised ((score - random) / (human - random), ``zrl.scores``); one game is reported raw, with each
 run's human-normalised score beside it where the game has reference scores.
 
-Outputs, for ``--out PREFIX``: PREFIX.md (the table, each run, what was left out, the method), PREFIX.json (every
+Outputs, for ``--out PREFIX``: PREFIX.md (the table, each run and the CPU it ran on, a note where a game's wall times span machines, what was left out, the method), PREFIX.json (every
 number), PREFIX_curves.png (return against env frames and against wall time, each arm's mean across runs with a
 95% bootstrap band, one row per game) and PREFIX_profile.png (performance profiles with bands); ``--svg`` adds
 SVG copies. The Markdown also goes to stdout.
@@ -32,6 +32,7 @@ from zrl import scores as reference_scores
 from zrl.bench.learning import WINDOW, read_curve, run_config
 from zrl.config import ConfigError
 from zrl.experiment import stats
+from zrl.metrics import read_csv
 
 GRID_POINTS = 80
 
@@ -45,6 +46,7 @@ class RunData:
     seed: int | None
     folder: str
     curve: dict
+    machines: tuple[str, ...] = ()  # the CPUs its starts ran on (starts.csv); none for a run from before it
 
 
 def _env_and_seed(folder: Path) -> tuple[str, int | None]:
@@ -152,7 +154,9 @@ def _left_out(not_done: dict[tuple, str]) -> list[str]:
 def _load(folder: Path, label: str, arm) -> RunData:
     env, seed = _env_and_seed(folder)
     rom = _rom(env)
-    return RunData(arm(rom), label, env, rom, seed, str(folder), read_curve(folder))
+    starts, _ = read_csv(folder / "starts.csv")
+    machines = tuple(dict.fromkeys(row["cpu"] for row in starts if row.get("cpu")))
+    return RunData(arm(rom), label, env, rom, seed, str(folder), read_curve(folder), machines)
 
 
 def _values_at(points: list[dict], key: str, xs) -> np.ndarray:
@@ -210,6 +214,7 @@ def build(paths: list[str], reps: int = 5000) -> dict:
                 "env_frames": r.curve["env_frames"],
                 "minutes": r.curve["minutes"],
                 "episodes": r.curve["episodes"],
+                "machines": list(r.machines),
             }
         )
     normalised = len(games) > 1
@@ -298,18 +303,40 @@ def markdown(report: dict) -> str:
         lines.append(f"| {row['env']} | {row['arm']} | {row['runs']} | {_ci(row['mean'])} | {at} |")
     lines += [
         "",
-        "| run | seed | score | human-normalised | env frames | minutes | episodes |",
-        "|---|---|---|---|---|---|---|",
+        *_machine_notes(report),
+        "| run | seed | score | human-normalised | env frames | minutes | episodes | machine |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in report["runs"]:
         hns = f"{r['hns']:.3f}" if r["hns"] is not None else "-"
         lines.append(
             f"| {r['label']} | {r['seed']} | {r['score']:.2f} | {hns} | {r['env_frames']:,} | {r['minutes']:.1f} | "
-            f"{r['episodes']} |"
+            f"{r['episodes']} | {' + '.join(r['machines']) or '-'} |"
         )
     if report["left_out"]:
         lines += ["", "Left out: " + "; ".join(report["left_out"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def _machine_notes(report: dict) -> list[str]:
+    """Where a game's wall times do not compare: its runs ran on different CPUs, or some do not say which
+    (starts.csv). Each note a paragraph, followed by a blank line."""
+    notes = []
+    for g in report["games"]:
+        runs = [r for r in report["runs"] if r["env"] == g]
+        cpus = list(dict.fromkeys(cpu for r in runs for cpu in r["machines"]))
+        unknown = sum(not r["machines"] for r in runs)
+        if len(cpus) > 1:
+            notes.append(
+                f"{g}: its runs ran on {len(cpus)} CPUs ({'; '.join(cpus)}), so its minutes, and the mean at the "
+                "shortest run's minutes, compare machines as well as arms."
+            )
+        if unknown:
+            notes.append(
+                f"{g}: {unknown} of {len(runs)} runs do not say which machine they ran on (no starts.csv): compare "
+                "their minutes only where they are known to share one."
+            )
+    return [line for note in notes for line in (note, "")]
 
 
 def _matplotlib():

@@ -1,6 +1,6 @@
 """A run folder, ``results/<env>_<unix_ts>/``: made new or found again (``--resume``), locked for one launcher
 at a time, checked for disk room, and while the launcher runs in it: ``config.toml`` (the resolved config),
-``zrl.log`` (the launcher's log), ``episodes.csv``, ``metrics.csv`` and (eval.interval_frames) ``eval.csv`` open for writing, with TensorBoard events
+``zrl.log`` (the launcher's log), ``starts.csv`` (a row per launcher start: its machine), ``episodes.csv``, ``metrics.csv`` and (eval.interval_frames) ``eval.csv`` open for writing, with TensorBoard events
 beside them (run.tensorboard), ``checkpoints/`` (written by the learner; best.pt and best.json kept here), and no
 partial checkpoint left at the end."""
 
@@ -14,12 +14,14 @@ import shutil
 import time
 from pathlib import Path
 
-from zrl import checkpoint
+from zrl import __version__, checkpoint
+from zrl.bench import facts
 from zrl.config import Config, ConfigError, dumps
 from zrl.metrics import (
     EPISODE_COLUMNS,
     EVAL_COLUMNS,
     METRIC_COLUMNS,
+    START_COLUMNS,
     AppendHandler,
     CsvLog,
     TensorBoardLog,
@@ -181,6 +183,18 @@ class RunFolder:
                 "run.tensorboard = false to silence this"
             )
         return None
+
+    def record_start(self, env_frames: int) -> str:
+        """A row of ``starts.csv`` for this start of the run, on this machine (a resumed run may move); the
+        machine in words, for zrl.log."""
+        cpu, cores, ram = facts.cpu_description(), facts.cores(), facts.ram_gib()
+        row = {"wall_time": f"{time.time():.3f}", "env_frames": env_frames, "cpu": cpu, "cores": cores}
+        starts = CsvLog(self.path / "starts.csv", START_COLUMNS, _tell_and_log)
+        try:
+            starts.write(row | {"ram_gib": ram, "zrl": __version__})
+        finally:
+            starts.close()
+        return f"{cpu}, {cores} usable cores, {ram:g} GiB"
 
     def write_metrics(self, row: dict) -> None:
         self.metrics.write(row)

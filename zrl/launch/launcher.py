@@ -157,6 +157,7 @@ class Launcher:
             )
             log.info(text)
             say(text)
+        log.info("machine: %s", self.folder.record_start(self.tally.env_frames))
         for name in segments + folders:
             log.info("removed %s left by a launcher that is no longer running", name)
         if segments or folders:
