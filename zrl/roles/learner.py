@@ -31,8 +31,9 @@ from zrl.roles.common import (
     start_role,
 )
 
-# How often the learner asks the broker for its replay index (for checkpoints): every INDEX_EVERY_S, and at learner
-# steps 1, 2, 4, 8, ..., so that a short run's final checkpoint holds its replay as of at least half its steps
+# How often the learner asks the broker for its replay index (for checkpoints): every INDEX_EVERY_S, and 1, 2, 4,
+# 8, ... steps after this launch's first, so that a short launch's final checkpoint holds its replay as of about
+# half its steps
 INDEX_EVERY_S = 10.0
 
 # An agent's step figures, by their LearnerStats names (declared there); those an agent does not report stay 0
@@ -114,20 +115,21 @@ class Learner:
             weights_pub.send(self.current, copy=False)
             transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
             every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
-            last_index_request, next_index_step = -math.inf, 1
+            last_index_request, first_step, next_index_steps = -math.inf, self.learner_step, 1
             self._report()
             heartbeat = Every(1.0)
             while not should_stop(self.stop_event):
                 if heartbeat.due():  # stats double as the heartbeat: send them even when idle
                     self._report()
+                stepped = self.learner_step - first_step
                 if part.asks_replay_index and (
-                    self.learner_step >= next_index_step or time.monotonic() - last_index_request >= INDEX_EVERY_S
+                    stepped >= next_index_steps or time.monotonic() - last_index_request >= INDEX_EVERY_S
                 ):
                     request = protocol.IndexRequest(learner_step=self.learner_step).encode()
                     transport.send_nowait(credits, request)
                     last_index_request = time.monotonic()
-                    while next_index_step <= self.learner_step:
-                        next_index_step *= 2
+                    while next_index_steps <= stepped:
+                        next_index_steps *= 2
                 data = next_batch(batches, poll_ms, weights_rep, self.current, self.decoded, timing)
                 if data is None:
                     continue

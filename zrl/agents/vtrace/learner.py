@@ -264,7 +264,7 @@ class VtraceLearner:
     broker's latest replay index and (run.deterministic) the trained actions, both for checkpoints."""
 
     batch_types = (protocol.Batch, protocol.ReplayIndex)  # what the broker sends on the batches socket
-    asks_replay_index = True  # the loop asks the broker for its replay index (roles/learner.py's INDEX_EVERY_S)
+    asks_replay_index = True  # the loop asks the broker for its replay index (roles/learner.py, INDEX_EVERY_S)
     replies = False  # nothing goes back to the broker
 
     def __init__(self, cfg: Config, wiring, rings: list, device: torch.device) -> None:
