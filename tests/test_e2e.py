@@ -23,7 +23,7 @@ from zrl.cli import launch_main
 pytestmark = pytest.mark.e2e
 
 SMOKE = REPO / "config" / "smoke.toml"
-RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "checkpoints"]
+RUN_FILES = ["config.toml", "episodes.csv", "metrics.csv", "zrl.log", "starts.csv", "checkpoints"]
 
 
 def _refused(*args) -> str:
@@ -328,12 +328,12 @@ def test_deterministic_resume_gives_the_weights_of_an_uninterrupted_run(tmp_path
     straight, stopped, interrupted = (tmp_path / name for name in ("straight", "stopped", "interrupted"))
     for cwd in (straight, stopped, interrupted):
         cwd.mkdir()
-    # the Ctrl-C lands about a second after step 5, which some machines' lockstep runs take well past 100 steps
+    # the Ctrl-C lands some time after step 5, which a fast machine's lockstep run may take past 100 steps
     code, _, err = _interrupt(interrupted, SMOKE, signal.SIGINT, min_steps=5, extra=DETERMINISTIC)
     assert code == 130, err[-3000:]
     cut = _final_state(interrupted)["learner_step"]
     steps = max(100, 2 * ((cut + 50) // 2))  # even: its half is a whole number of steps
-    assert 5 < cut < steps
+    assert cut > 5, cut
     done = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(steps), cwd=straight, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     first = run_command("zrl-launch", "--config", SMOKE, *DETERMINISTIC, *budget(steps // 2), cwd=stopped, timeout=240)
