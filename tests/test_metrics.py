@@ -1,13 +1,16 @@
 """CSV logs: a resumed run appends under the header its file already has; reading them as they grow or damaged;
-the time split and its bottleneck; the TensorBoard events beside them."""
+the time split and its bottleneck; the TensorBoard events beside them; starts.csv."""
 
 from __future__ import annotations
 
 import csv
 
 import pytest
-from conftest import tensorboard_scalars
+from conftest import REPO, tensorboard_scalars
 
+from zrl import config
+from zrl.launch.folder import RunFolder
+from zrl.machine import cpu_description
 from zrl.metrics import (
     SECTIONS,
     CsvFollower,
@@ -239,3 +242,24 @@ def test_tensorboard_events_the_disk_refuses_are_told_once_and_a_new_file_takes_
     assert "cannot be written" in told[0] and "written again, in a new events file" in told[1], told
     steps = [step for step, _ in tensorboard_scalars(tmp_path)["learner/learner_step"]]
     assert steps[0] == 1 and steps[-3:] == [12, 13, 14], steps
+
+
+def test_each_start_of_a_run_is_a_row_of_starts_csv_and_a_file_that_refuses_it_costs_a_warning(tmp_path, capsys):
+    """starts.csv: a row per launcher start naming its machine; a torn last line stays apart from the next row;
+    a starts.csv that cannot be written is said on stderr, and the launch goes on."""
+    folder = RunFolder(tmp_path, config.load(REPO / "config" / "smoke.toml"))
+    try:
+        said = folder.record_start(0)
+        starts = tmp_path / "starts.csv"
+        starts.write_bytes(starts.read_bytes() + b"1.0,12")  # a start cut short mid-write
+        folder.record_start(5000)
+        rows, notes = read_csv(starts)
+        assert [r["env_frames"] for r in rows] == ["0", "5000"] and len(notes) == 1, (rows, notes)
+        assert all(r["cpu"] == cpu_description() and int(r["cores"]) >= 1 for r in rows)
+        assert said.startswith(cpu_description())
+        starts.unlink()
+        starts.mkdir()
+        folder.record_start(6000)
+        assert "cannot record this start in" in capsys.readouterr().err
+    finally:
+        folder.close_log()

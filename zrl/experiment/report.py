@@ -12,8 +12,8 @@ the shortest run of that game reached, so every run is read at an equal budget. 
 human-normalised ((score - random) / (human - random), ``zrl.scores``); one game is reported raw, with each
 run's human-normalised score beside it where the game has reference scores.
 
-Outputs, for ``--out PREFIX``: PREFIX.md (the table, each run and the CPU it ran on, a note where a game's wall times span machines, what was left out, the method), PREFIX.json (every
-number), PREFIX_curves.png (return against env frames and against wall time, each arm's mean across runs with a
+Outputs, for ``--out PREFIX``: PREFIX.md (the table, each run and the CPU its launcher ran on, a note where a
+game's wall times span machines, what was left out, the method), PREFIX.json (every number), PREFIX_curves.png (return against env frames and against wall time, each arm's mean across runs with a
 95% bootstrap band, one row per game) and PREFIX_profile.png (performance profiles with bands); ``--svg`` adds
 SVG copies. The Markdown also goes to stdout.
 """
@@ -311,7 +311,7 @@ def markdown(report: dict) -> str:
         hns = f"{r['hns']:.3f}" if r["hns"] is not None else "-"
         lines.append(
             f"| {r['label']} | {r['seed']} | {r['score']:.2f} | {hns} | {r['env_frames']:,} | {r['minutes']:.1f} | "
-            f"{r['episodes']} | {' + '.join(r['machines']) or '-'} |"
+            f"{r['episodes']} | {' + '.join(r['machines']).replace('|', '/') or '-'} |"
         )
     if report["left_out"]:
         lines += ["", "Left out: " + "; ".join(report["left_out"]) + "."]
@@ -333,8 +333,8 @@ def _machine_notes(report: dict) -> list[str]:
             )
         if unknown:
             notes.append(
-                f"{g}: {unknown} of {len(runs)} runs do not say which machine they ran on (no starts.csv): compare "
-                "their minutes only where they are known to share one."
+                f"{g}: {unknown} of {len(runs)} runs do not say which machine they ran on (starts.csv records none): "
+                "compare their minutes only where they are known to share one."
             )
     return [line for note in notes for line in (note, "")]
 

@@ -1,11 +1,13 @@
 """A run folder, ``results/<env>_<unix_ts>/``: made new or found again (``--resume``), locked for one launcher
 at a time, checked for disk room, and while the launcher runs in it: ``config.toml`` (the resolved config),
-``zrl.log`` (the launcher's log), ``starts.csv`` (a row per launcher start: its machine), ``episodes.csv``, ``metrics.csv`` and (eval.interval_frames) ``eval.csv`` open for writing, with TensorBoard events
-beside them (run.tensorboard), ``checkpoints/`` (written by the learner; best.pt and best.json kept here), and no
-partial checkpoint left at the end."""
+``zrl.log`` (the launcher's log), ``starts.csv`` (a row per launcher start: its machine), ``episodes.csv``,
+``metrics.csv`` and (eval.interval_frames) ``eval.csv`` open for writing, with TensorBoard events beside them
+(run.tensorboard), ``checkpoints/`` (written by the learner; best.pt and best.json kept here), and no partial
+checkpoint left at the end."""
 
 from __future__ import annotations
 
+import csv
 import fcntl
 import json
 import logging
@@ -15,8 +17,8 @@ import time
 from pathlib import Path
 
 from zrl import __version__, checkpoint
-from zrl.bench import facts
-from zrl.config import Config, ConfigError, dumps
+from zrl.config import Config, ConfigError, dumps, usable_cores
+from zrl.machine import cpu_description, ram_gib
 from zrl.metrics import (
     EPISODE_COLUMNS,
     EVAL_COLUMNS,
@@ -185,16 +187,23 @@ class RunFolder:
         return None
 
     def record_start(self, env_frames: int) -> str:
-        """A row of ``starts.csv`` for this start of the run, on this machine (a resumed run may move); the
-        machine in words, for zrl.log."""
-        cpu, cores, ram = facts.cpu_description(), facts.cores(), facts.ram_gib()
-        row = {"wall_time": f"{time.time():.3f}", "env_frames": env_frames, "cpu": cpu, "cores": cores}
-        starts = CsvLog(self.path / "starts.csv", START_COLUMNS, _tell_and_log)
+        """A row of ``starts.csv`` for this start of the run, on the launcher's machine (a resumed run may move);
+        the machine in words, for zrl.log. A file that cannot take it costs the row and a warning, not the run."""
+        row = {"wall_time": f"{time.time():.3f}", "env_frames": env_frames, "cpu": cpu_description()}
+        row |= {"cores": usable_cores(), "ram_gib": ram_gib(), "zrl": __version__}
+        path = self.path / "starts.csv"
         try:
-            starts.write(row | {"ram_gib": ram, "zrl": __version__})
-        finally:
-            starts.close()
-        return f"{cpu}, {cores} usable cores, {ram:g} GiB"
+            torn = path.is_file() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+            with open(path, "a", newline="") as fh:
+                writer = csv.DictWriter(fh, START_COLUMNS)
+                if torn:
+                    fh.write("\n")  # a torn last line stays one line of its own
+                if fh.tell() == 0:
+                    writer.writeheader()
+                writer.writerow(row)
+        except OSError as err:
+            _tell_and_log(f"cannot record this start in {path}: {err}")
+        return f"{row['cpu']}, {row['cores']} usable cores, {row['ram_gib']:g} GiB"
 
     def write_metrics(self, row: dict) -> None:
         self.metrics.write(row)
