@@ -264,6 +264,16 @@ def test_report_reads_every_run_at_the_common_frame_budget(tmp_path):
     assert built["budgets"]["CartPole-v1"] == 100_000
     assert [r["score"] for r in built["runs"]] == [10.0, 10.0]
     assert not built["normalised"] and built["arms"] == ["a"]
+    # --frames: each run read at the budget given, which every run must have reached
+    built = report.build([str(long)], reps=200, frames=150_000)
+    assert built["budgets"]["CartPole-v1"] == 150_000 and built["runs"][0]["score"] == 255.0  # 50 and 50 episodes
+    assert built["minutes"]["CartPole-v1"] == pytest.approx(149 / 60, abs=1e-3)  # its 150th episode ended at 149 s
+    assert "given with --frames" in report.markdown(built)
+    with pytest.raises(ConfigError, match=r"--frames 150,000: 1 runs stopped short of it: .*seed1/run \(100,000\)"):
+        report.build([str(short), str(long)], reps=200, frames=150_000)
+    from zrl.cli import report_main
+
+    assert "stopped short" in refused(report_main, str(short), "--frames", "150000")
 
 
 @pytest.mark.unit

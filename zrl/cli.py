@@ -714,7 +714,14 @@ def sweep_main(sweep_file, out, resume_dir, only, retry) -> None:
 @click.option("--out", default=None, metavar="PREFIX", help="Write PREFIX.md, .json, _curves.png, _profile.png.")
 @click.option("--svg", is_flag=True, help="SVG copies of the pictures too.")
 @click.option("--reps", type=click.IntRange(100, 200_000), default=5000, help="Bootstrap replicates.")
-def report_main(paths, out, svg, reps) -> None:
+@click.option(
+    "--frames",
+    type=click.IntRange(1, None),
+    default=None,
+    help="Read every run at this many env frames (each must have reached it). Default: where each game's "
+    "shortest run stopped.",
+)
+def report_main(paths, out, svg, reps, frames) -> None:
     """Aggregate runs over seeds and games, rliable-style: zrl-report results/sweeps/NAME --out perf/results/NAME
 
     IQM and mean with stratified-bootstrap 95% CIs (human-normalised over several games), return against env
@@ -722,7 +729,7 @@ def report_main(paths, out, svg, reps) -> None:
     from zrl.experiment import report
 
     try:
-        built = report.build(list(paths), reps)
+        built = report.build(list(paths), reps, frames)
     except ConfigError as err:
         _usage_error("zrl-report", str(err))
     click.echo(report.markdown(built), nl=False)

@@ -8,7 +8,8 @@ zrl-sweep lay them out). A leading game name (``breakout-`` in ``breakout-elite`
 taken off, so that one arm on several games aggregates over them; games may have different numbers of runs.
 
 A run's score is its mean raw return over the last 100 episodes at its game's common frame budget: the frames
-the shortest run of that game reached, so every run is read at an equal budget. Over several games scores are
+the shortest run of that game reached, or ``--frames`` (which every run must have reached), so every run is read
+at an equal budget. Over several games scores are
 human-normalised ((score - random) / (human - random), ``zrl.scores``); one game is reported raw, with each
 run's human-normalised score beside it where the game has reference scores.
 
@@ -184,8 +185,14 @@ def _band(values: np.ndarray, reps: int, rng: np.random.Generator) -> tuple[np.n
     return values.mean(axis=0), low, high
 
 
-def build(paths: list[str], reps: int = 5000) -> dict:
-    """The report's numbers: per game and arm the score at the budget; per arm the aggregates with CIs."""
+def _minutes_to(run: RunData, frames: int) -> float:
+    """The minutes at which a run's first episode past ``frames`` env frames ended (its last, if none did)."""
+    return next((p["minutes"] for p in run.curve["points"] if p["env_frames"] >= frames), run.curve["minutes"])
+
+
+def build(paths: list[str], reps: int = 5000, frames: int | None = None) -> dict:
+    """The report's numbers: per game and arm the score at the budget (``frames``, which every run must have
+    reached; by default the frames of each game's shortest run); per arm the aggregates with CIs."""
     runs, left_out = collect(paths)
     games = sorted({r.env for r in runs})
     roms = {r.env: r.rom for r in runs}
@@ -195,8 +202,18 @@ def build(paths: list[str], reps: int = 5000) -> dict:
             f"runs of different games ({', '.join(games)}), and {', '.join(unnormalisable)} has no reference "
             "score to normalise by: report each game on its own"
         )
-    budgets = {g: min(r.curve["env_frames"] for r in runs if r.env == g) for g in games}
-    minutes = {g: min(r.curve["minutes"] for r in runs if r.env == g) for g in games}
+    if frames is None:
+        budgets = {g: min(r.curve["env_frames"] for r in runs if r.env == g) for g in games}
+        minutes = {g: min(r.curve["minutes"] for r in runs if r.env == g) for g in games}
+    else:
+        short = [f"{r.folder} ({r.curve['env_frames']:,})" for r in runs if r.curve["env_frames"] < frames]
+        if short:
+            raise ConfigError(
+                f"--frames {frames:,}: {len(short)} runs stopped short of it: {', '.join(short)}; give a budget "
+                "every run reached, or leave those runs out"
+            )
+        budgets = {g: frames for g in games}
+        minutes = {g: min(_minutes_to(r, frames) for r in runs if r.env == g) for g in games}
     arms = sorted({r.arm for r in runs})
     per_run = []
     for r in sorted(runs, key=lambda r: (r.env, r.arm, r.seed or 0)):
@@ -250,6 +267,7 @@ def build(paths: list[str], reps: int = 5000) -> dict:
         "arms": arms,
         "normalised": normalised,
         "budgets": budgets,
+        "frames_given": frames is not None,
         "minutes": minutes,
         "runs": per_run,
         "per_game": per_game,
@@ -274,11 +292,13 @@ def markdown(report: dict) -> str:
         f"Inputs: {', '.join(report['inputs'])}. Written {time.strftime('%Y-%m-%d %H:%M')}.",
         "",
         "Each run's score: its mean raw return over the last 100 episodes at its game's common budget of env "
-        "frames (the frames its shortest run reached). Aggregates are over runs"
+        "frames ("
+        + ("given with --frames" if report.get("frames_given") else "the frames its shortest run reached")
+        + "). Aggregates are over runs"
         + (" and games, on human-normalised scores" if report["normalised"] else "")
         + f"; brackets are 95% stratified-bootstrap percentile intervals ({report['bootstrap_reps']} replicates).",
         "",
-        "| game | budget (env frames) | shortest run (min) |",
+        "| game | budget (env frames) | shortest run to it (min) |",
         "|---|---|---|",
         *(f"| {g} | {report['budgets'][g]:,} | {report['minutes'][g]:.1f} |" for g in report["games"]),
         "",
@@ -293,9 +313,10 @@ def markdown(report: dict) -> str:
             lines.append(f"| {arm} | {runs} | {_ci(agg['iqm'], digits)} | {_ci(agg['mean'], digits)} |")
     lines += [
         "",
-        "Per game, the mean raw return at the frame budget, and at the wall time of the game's shortest run:",
+        "Per game, the mean raw return at the frame budget, and at the wall time in which the game's fastest run "
+        "reached it:",
         "",
-        "| game | arm | runs | at the frame budget | at the shortest run's minutes |",
+        "| game | arm | runs | at the frame budget | at the fastest run's minutes to it |",
         "|---|---|---|---|---|",
     ]
     for row in report["per_game"].values():
@@ -329,7 +350,7 @@ def _machine_notes(report: dict) -> list[str]:
         if len(cpus) > 1:
             notes.append(
                 f"{g}: its runs ran on {len(cpus)} CPUs ({'; '.join(cpus)}), so its minutes, and the mean at the "
-                "shortest run's minutes, compare machines as well as arms."
+                "fastest run's minutes, compare machines as well as arms."
             )
         if unknown:
             notes.append(
