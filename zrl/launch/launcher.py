@@ -397,13 +397,16 @@ class Launcher:
                     return EXIT_FAILED
                 if (code := self._restart_roles(name, what)) is not None:
                     return code
+            why = None
             if self.solved is not None:
-                self.stop_reason = f"evaluation score {self.solved.mean:.2f} reached eval.stop_at_score"
-                self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
-                return EXIT_OK
-            if self._budget_reached() or (cfg.run.max_seconds and now - start >= cfg.run.max_seconds):
-                self.stop_reason = "budget reached" if self._budget_reached() else "time limit reached"
-                self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))
+                why = f"evaluation score {self.solved.mean:.2f} reached eval.stop_at_score"
+            elif self._budget_reached():
+                why = "budget reached"
+            elif cfg.run.max_seconds and now - start >= cfg.run.max_seconds:
+                why = "time limit reached"
+            if why is not None:
+                self.stop_reason = why
+                self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))  # the counters as the run ends
                 return EXIT_OK
             if interval:
                 unix = time.time()
