@@ -609,6 +609,16 @@ def open_dashboard(where: tuple[str, int] | None) -> Dashboard | None:
     return Dashboard(*where)
 
 
+def _checked(cfg: Config, ray: tuple[str, str] | None) -> tuple[envs.EnvSpec, Network]:
+    """What every launch checks before it creates anything: the config and the machine (preflight), the network
+    (a fork server's child builds it: the launcher never imports torch) and, with --ray, what Ray needs."""
+    spec = preflight(cfg)
+    net = forkserver.ask(network.describe, cfg, spec)
+    if ray is not None:
+        check_ray(cfg, ray[1])
+    return spec, net
+
+
 def launch(
     cfg: Config,
     quiet: bool = False,
@@ -622,11 +632,8 @@ def launch(
     ``dashboard``: (host, port) of the live page, bound first."""
     page = open_dashboard(dashboard)
     try:
-        spec = preflight(cfg)
-        net = forkserver.ask(network.describe, cfg, spec)
+        spec, net = _checked(cfg, ray)
         cfg = resolve_model_kind(cfg, net.kind)
-        if ray is not None:
-            check_ray(cfg, ray[1])
         start = None
         if init_from is not None:
             held = forkserver.ask(network.start_checkpoint, Path(init_from), cfg, spec)
@@ -687,10 +694,7 @@ def _resume(
     base = config_mod.load(stored, stored=True)
     cfg = config_mod.load(stored, sets, options, stored=True)
     check_resume_changes(run_dir, base, cfg)
-    spec = preflight(cfg)
-    net = forkserver.ask(network.describe, cfg, spec)
-    if ray is not None:
-        check_ray(cfg, ray[1])
+    spec, net = _checked(cfg, ray)
     path, state, skipped = forkserver.ask(network.newest_usable, run_dir, cfg, spec)
     if path is None:
         reasons = "; ".join(skipped) if skipped else "there is none"
