@@ -9,14 +9,15 @@ taken off, so that one arm on several games aggregates over them; games may have
 
 A run's score is its mean raw return over the last 100 episodes at its game's common frame budget: the frames
 the shortest run of that game reached, or ``--frames`` (which every run must have reached), so every run is read
-at an equal budget. Over several games scores are
-human-normalised ((score - random) / (human - random), ``zrl.scores``); one game is reported raw, with each
-run's human-normalised score beside it where the game has reference scores.
+at an equal budget. Over several games scores are human-normalised ((score - random) / (human - random),
+``zrl.scores``); one game is reported raw, with each run's human-normalised score beside it where the game has
+reference scores.
 
 Outputs, for ``--out PREFIX``: PREFIX.md (the table, each run and the CPU its launcher ran on, a note where a
-game's wall times span machines, what was left out, the method), PREFIX.json (every number), PREFIX_curves.png (return against env frames and against wall time, each arm's mean across runs with a
-95% bootstrap band, one row per game) and PREFIX_profile.png (performance profiles with bands); ``--svg`` adds
-SVG copies. The Markdown also goes to stdout.
+game's wall times span machines, what was left out, the method), PREFIX.json (every number), PREFIX_curves.png
+(return against env frames and against wall time, each arm's mean across runs with a 95% bootstrap band, one row
+per game) and PREFIX_profile.png (performance profiles with bands); ``--svg`` adds SVG copies. The Markdown also
+goes to stdout.
 """
 
 from __future__ import annotations
