@@ -134,6 +134,8 @@ def main() -> None:
             print(f"round {r + 1} {name}: " + ", ".join(shown))
     import numpy as np
 
+    from zrl.machine import cpu_description
+
     summary: dict = {}
     for k in runs["after"][0]:
         if k.startswith("blanked"):
@@ -149,7 +151,7 @@ def main() -> None:
         "summary": summary,
         "rounds": runs,
         "machine": {
-            "cpu": _cpu_model(),
+            "cpu": cpu_description(),
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M"),
@@ -157,16 +159,6 @@ def main() -> None:
     }
     print(json.dumps(summary, indent=1))
     Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":
