@@ -78,6 +78,14 @@ def test_read_csv_skips_a_torn_last_line_and_malformed_lines_with_a_note(tmp_pat
     assert read_csv(tmp_path / "none.csv") == ([], [f"{tmp_path / 'none.csv'}: no such file"])
 
 
+def test_read_csv_skips_a_line_whose_field_the_csv_module_refuses(tmp_path):
+    path = tmp_path / "starts.csv"  # a hostile run folder: a field past the csv module's size limit
+    path.write_text(f"wall_time,cpu\n1,A\n2,{'x' * 200_000}\n3,B\n")
+    rows, notes = read_csv(path)
+    assert [r["cpu"] for r in rows] == ["A", "B"]
+    assert len(notes) == 1 and notes[0].startswith(f"{path}: skipped 1 malformed line (")
+
+
 def test_number_reads_cells_and_refuses_what_is_not_a_finite_number():
     row = {"a": "1.5", "b": "", "c": "nan", "d": "inf", "e": "x", "f": 0, "g": 0.0, "h": "0", "i": float("inf")}
     keys = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "missing")

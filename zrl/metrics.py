@@ -424,8 +424,9 @@ class LineFollower:
 
 class CsvFollower(LineFollower):
     """A run's CSV file read as it grows (``LineFollower``): ``poll()`` returns the rows completed since the last
-    call. A line whose fields do not match the header is skipped and counted in ``skipped``. After a reset (a
-    replaced file) the header is read again and ``poll`` returns every row."""
+    call. A line whose fields do not match the header, or that the csv module refuses (a field over its size
+    limit), is skipped and counted in ``skipped``. After a reset (a replaced file) the header is read again and
+    ``poll`` returns every row."""
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
@@ -437,7 +438,15 @@ class CsvFollower(LineFollower):
         if self.from_start:  # a new file, or one replaced: its first line is the header
             self.header, self.skipped = None, 0
         rows: list[dict[str, str]] = []
-        for fields in csv.reader(io.StringIO(lines.decode("utf-8", errors="replace"))):
+        reader = csv.reader(io.StringIO(lines.decode("utf-8", errors="replace")))
+        while True:
+            try:
+                fields = next(reader)
+            except StopIteration:
+                break
+            except csv.Error:  # a field past the csv module's limit: that line is malformed, the next is read
+                self.skipped += 1
+                continue
             if self.header is None:
                 self.header = fields
             elif len(fields) == len(self.header):
@@ -459,7 +468,11 @@ def read_csv(path: str | Path) -> tuple[list[dict[str, str]], list[str]]:
     if follower.pending.strip():
         notes.append(f"{path}: skipped a torn last line ({len(follower.pending)} bytes with no newline)")
     if follower.skipped:
-        notes.append(f"{path}: skipped {follower.skipped} malformed lines (fields not matching the header)")
+        n = follower.skipped
+        notes.append(
+            f"{path}: skipped {n} malformed line{'s' if n > 1 else ''} (fields not matching the header, or a field "
+            "too long to read)"
+        )
     return rows, notes
 
 
