@@ -269,11 +269,16 @@ def test_report_reads_every_run_at_the_common_frame_budget(tmp_path):
     assert built["budgets"]["CartPole-v1"] == 150_000 and built["runs"][0]["score"] == 255.0  # 50 and 50 episodes
     assert built["minutes"]["CartPole-v1"] == pytest.approx(149 / 60, abs=1e-3)  # its 150th episode ended at 149 s
     assert "given with --frames" in report.markdown(built)
-    with pytest.raises(ConfigError, match=r"--frames 150,000: 1 runs stopped short of it: .*seed1/run \(100,000\)"):
+    with pytest.raises(ConfigError, match=r"--frames 150,000: 1 run stopped short of it: .*seed1/run \(100,000\)"):
         report.build([str(short), str(long)], reps=200, frames=150_000)
     from zrl.cli import report_main
 
     assert "stopped short" in refused(report_main, str(short), "--frames", "150000")
+    # the minutes are those in which the fastest run reached the budget, not the shortest run's end
+    fast = _fake_run(tmp_path / "a" / "seed3" / "run", "CartPole-v1", 3, [10.0] * 100, frames_per_episode=2000)
+    built = report.build([str(short), str(fast)], reps=200)
+    assert built["budgets"]["CartPole-v1"] == 100_000  # both ran 100 s; the fast one was at 100,000 frames at 49 s
+    assert built["minutes"]["CartPole-v1"] == pytest.approx(49 / 60, abs=1e-3)
 
 
 @pytest.mark.unit

@@ -205,16 +205,15 @@ def build(paths: list[str], reps: int = 5000, frames: int | None = None) -> dict
         )
     if frames is None:
         budgets = {g: min(r.curve["env_frames"] for r in runs if r.env == g) for g in games}
-        minutes = {g: min(r.curve["minutes"] for r in runs if r.env == g) for g in games}
     else:
         short = [f"{r.folder} ({r.curve['env_frames']:,})" for r in runs if r.curve["env_frames"] < frames]
         if short:
             raise ConfigError(
-                f"--frames {frames:,}: {len(short)} runs stopped short of it: {', '.join(short)}; give a budget "
-                "every run reached, or leave those runs out"
+                f"--frames {frames:,}: {len(short)} run{'s' if len(short) > 1 else ''} stopped short of it: "
+                f"{', '.join(short)}; give a budget every run reached, or leave those runs out"
             )
         budgets = {g: frames for g in games}
-        minutes = {g: min(_minutes_to(r, frames) for r in runs if r.env == g) for g in games}
+    minutes = {g: min(_minutes_to(r, budgets[g]) for r in runs if r.env == g) for g in games}
     arms = sorted({r.arm for r in runs})
     per_run = []
     for r in sorted(runs, key=lambda r: (r.env, r.arm, r.seed or 0)):
