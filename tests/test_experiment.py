@@ -302,6 +302,12 @@ def test_report_names_each_runs_machine_and_says_when_minutes_compare_machines(t
     (runs[1] / "starts.csv").write_text(header + "1.0,0,CPU A (AVX2),2,24.0,0.1.0\n")
     text = report.markdown(report.build([str(r) for r in runs[:2]], reps=100))
     assert "CPUs" not in text and "do not say" not in text
+    # a run folder is untrusted: a name that would break the table, or run on for pages, is made one short cell
+    (runs[2] / "starts.csv").write_text(
+        header + f'1.0,0,"A\n| fake | <b>row</b>",2,24.0,0.1.0\n2.0,9,{"x" * 500},2,1,0\n'
+    )
+    machines = report.build([str(runs[2])], reps=100)["runs"][0]["machines"]
+    assert machines[0] == "A / fake / (b)row(/b)" and len(machines[1]) == 120
 
 
 @pytest.mark.unit

@@ -157,8 +157,16 @@ def _load(folder: Path, label: str, arm) -> RunData:
     env, seed = _env_and_seed(folder)
     rom = _rom(env)
     starts, _ = read_csv(folder / "starts.csv")
-    machines = tuple(dict.fromkeys(row["cpu"] for row in starts if row.get("cpu")))
+    machines = tuple(dict.fromkeys(_cell(row["cpu"]) for row in starts if row.get("cpu", "").strip()))
     return RunData(arm(rom), label, env, rom, seed, str(folder), read_curve(folder), machines)
+
+
+def _cell(text: str, limit: int = 120) -> str:
+    """A name read from a run folder (untrusted), made safe for one Markdown table cell: one line of printable
+    text, no pipe or angle bracket, at most ``limit`` characters."""
+    text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    text = text.replace("|", "/").replace("<", "(").replace(">", ")")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _values_at(points: list[dict], key: str, xs) -> np.ndarray:
@@ -332,7 +340,7 @@ def markdown(report: dict) -> str:
         hns = f"{r['hns']:.3f}" if r["hns"] is not None else "-"
         lines.append(
             f"| {r['label']} | {r['seed']} | {r['score']:.2f} | {hns} | {r['env_frames']:,} | {r['minutes']:.1f} | "
-            f"{r['episodes']} | {' + '.join(r['machines']).replace('|', '/') or '-'} |"
+            f"{r['episodes']} | {' + '.join(r['machines']) or '-'} |"
         )
     if report["left_out"]:
         lines += ["", "Left out: " + "; ".join(report["left_out"]) + "."]
