@@ -253,8 +253,9 @@ def test_tensorboard_events_the_disk_refuses_are_told_once_and_a_new_file_takes_
 
 
 def test_each_start_of_a_run_is_a_row_of_starts_csv_and_a_file_that_refuses_it_costs_a_warning(tmp_path, capsys):
-    """starts.csv: a row per launcher start naming its machine; a torn last line stays apart from the next row;
-    a starts.csv that cannot be written is said on stderr, and the launch goes on."""
+    """starts.csv: a row per launcher start naming its machine; a torn last line stays apart from the next row,
+    and rows go under the header the file has; a starts.csv that cannot be written is said on stderr, and the
+    launch goes on."""
     folder = RunFolder(tmp_path, config.load(REPO / "config" / "smoke.toml"))
     try:
         said = folder.record_start(0)
@@ -265,6 +266,9 @@ def test_each_start_of_a_run_is_a_row_of_starts_csv_and_a_file_that_refuses_it_c
         assert [r["env_frames"] for r in rows] == ["0", "5000"] and len(notes) == 1, (rows, notes)
         assert all(r["cpu"] == cpu_description() and int(r["cores"]) >= 1 for r in rows)
         assert said.startswith(cpu_description())
+        starts.write_text("cpu,env_frames,gpu\nX,1,H200\n")  # another version's columns: rows go under them
+        folder.record_start(7000)
+        assert read_csv(starts)[0][-1] == {"cpu": cpu_description(), "env_frames": "7000", "gpu": ""}
         starts.unlink()
         starts.mkdir()
         folder.record_start(6000)

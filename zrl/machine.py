@@ -34,5 +34,8 @@ def cpu_description() -> str:
 
 
 def ram_gib() -> float:
-    """The machine's memory in GiB."""
-    return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    """The machine's memory in GiB; 0.0 where the system does not say."""
+    try:
+        return round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError):
+        return 0.0

@@ -193,15 +193,22 @@ class RunFolder:
         row |= {"cores": usable_cores(), "ram_gib": ram_gib(), "zrl": __version__}
         path = self.path / "starts.csv"
         try:
-            torn = path.is_file() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+            header, torn = [], False
+            if path.is_file() and path.stat().st_size:
+                with open(path, "rb") as fh:
+                    first = fh.readline(4096)
+                    fh.seek(-1, os.SEEK_END)
+                    torn = fh.read(1) != b"\n"
+                if first.endswith(b"\n"):  # the rows go under the header the file has
+                    header = next(csv.reader([first.decode("utf-8", "replace")]), [])
             with open(path, "a", newline="") as fh:
-                writer = csv.DictWriter(fh, START_COLUMNS)
+                writer = csv.DictWriter(fh, header or START_COLUMNS, restval="", extrasaction="ignore")
                 if torn:
                     fh.write("\n")  # a torn last line stays one line of its own
-                if fh.tell() == 0:
+                if not header:
                     writer.writeheader()
                 writer.writerow(row)
-        except OSError as err:
+        except (OSError, csv.Error) as err:
             _tell_and_log(f"cannot record this start in {path}: {err}")
         return f"{row['cpu']}, {row['cores']} usable cores, {row['ram_gib']:g} GiB"
 
