@@ -332,3 +332,17 @@ def test_impact_trains_against_a_target_network_copied_every_target_update_steps
     no_target = {k: v for k, v in learner.state().items() if k != "target"}  # a V-trace checkpoint
     resumed.load(no_target, resume=False, optimizer=False)
     assert same(resumed.target.net, learner.model)
+
+
+@pytest.mark.unit
+def test_the_replay_index_is_asked_for_at_doubling_steps_and_every_few_seconds():
+    from zrl.roles.learner import IndexSchedule
+
+    due = IndexSchedule(every_s=10.0)
+    asked = [s for s in range(40) if due.due(s, now=1.0)]  # the clock stands still: the steps alone
+    assert asked == [0, 1, 2, 4, 8, 16, 32]
+    assert not due.due(63, now=10.9) and due.due(63, now=11.0)  # 10 s after the last request
+    assert not due.due(63, now=12.0) and due.due(64, now=12.0)
+    assert due.due(1000, now=12.0) and not due.due(1023, now=12.0) and due.due(1024, now=12.0)  # a jump of steps
+    resumed = IndexSchedule(every_s=10.0)  # a resumed launch counts its steps from its own first
+    assert [s for s in range(5) if resumed.due(s, now=0.0)] == [0, 1, 2, 4]

@@ -31,13 +31,29 @@ from zrl.roles.common import (
     start_role,
 )
 
-# How often the learner asks the broker for its replay index (for checkpoints): every INDEX_EVERY_S, and 1, 2, 4,
-# 8, ... steps after this launch's first, so that a short launch's final checkpoint holds its replay as of about
-# half its steps
+# How often the learner asks the broker for its replay index (for checkpoints), at most: IndexSchedule
 INDEX_EVERY_S = 10.0
 
 # An agent's step figures, by their LearnerStats names (declared there); those an agent does not report stay 0
 STEP_METRICS = tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)
+
+
+class IndexSchedule:
+    """When the learner asks the broker for its replay index: at the first chance, then every ``every_s`` seconds
+    and 1, 2, 4, 8, ... steps after this launch's first, so that a short launch's final checkpoint holds its replay
+    as of about half its steps."""
+
+    def __init__(self, every_s: float = INDEX_EVERY_S) -> None:
+        self.every_s, self.last, self.next_steps = every_s, -math.inf, 1
+
+    def due(self, stepped: int, now: float) -> bool:
+        """Whether to ask now, ``stepped`` steps into this launch (counted from its first), at monotonic ``now``."""
+        if stepped < self.next_steps and now - self.last < self.every_s:
+            return False
+        self.last = now
+        while self.next_steps <= stepped:
+            self.next_steps *= 2
+        return True
 
 
 def rng_state(device: torch.device) -> dict:
@@ -115,21 +131,14 @@ class Learner:
             weights_pub.send(self.current, copy=False)
             transport.send_nowait(credits, protocol.Credit(batches=cfg.broker.prefetch_batches).encode())
             every_s, last_save = cfg.run.checkpoint_every_minutes * 60.0, time.monotonic()
-            last_index_request, first_step, next_index_steps = -math.inf, self.learner_step, 1
+            index_due, first_step = IndexSchedule(), self.learner_step
             self._report()
             heartbeat = Every(1.0)
             while not should_stop(self.stop_event):
                 if heartbeat.due():  # stats double as the heartbeat: send them even when idle
                     self._report()
-                stepped = self.learner_step - first_step
-                if part.asks_replay_index and (
-                    stepped >= next_index_steps or time.monotonic() - last_index_request >= INDEX_EVERY_S
-                ):
-                    request = protocol.IndexRequest(learner_step=self.learner_step).encode()
-                    transport.send_nowait(credits, request)
-                    last_index_request = time.monotonic()
-                    while next_index_steps <= stepped:
-                        next_index_steps *= 2
+                if part.asks_replay_index and index_due.due(self.learner_step - first_step, time.monotonic()):
+                    transport.send_nowait(credits, protocol.IndexRequest(learner_step=self.learner_step).encode())
                 data = next_batch(batches, poll_ms, weights_rep, self.current, self.decoded, timing)
                 if data is None:
                     continue
