@@ -15,9 +15,9 @@ import pytest
 from conftest import REPO, command, refused, run_command
 
 from zrl import scores
-from zrl.bench import facts
 from zrl.config import ConfigError
 from zrl.experiment import report, stats, sweep
+from zrl.machine import cpu_description
 
 # ---- statistics -------------------------------------------------------------------------------------------------
 
@@ -422,7 +422,7 @@ def test_a_sweep_runs_every_run_and_the_report_aggregates_them(tmp_path, no_leak
     assert rep.returncode == 0, rep.stderr
     assert "| elite | 1 |" in rep.stdout and "| uniform | 1 |" in rep.stdout
     assert "Left out: broken/seed1 (failed)." in rep.stdout
-    assert rep.stdout.count(f"| {facts.cpu_description()} |") == 2 and "CPUs" not in rep.stdout  # starts.csv
+    assert rep.stdout.count(f"| {cpu_description()} |") == 2 and "CPUs" not in rep.stdout  # starts.csv
     for suffix in (".md", ".json", "_curves.png", "_profile.png"):
         written = tmp_path / "rep" / f"tiny{suffix}"
         assert written.is_file() and written.stat().st_size > 500, written
