@@ -31,7 +31,7 @@ from zrl.roles.common import (
     start_role,
 )
 
-# How often the learner asks the broker for its replay index (for checkpoints), at most: IndexSchedule
+# The longest the learner goes without asking the broker for its replay index (for checkpoints): IndexSchedule
 INDEX_EVERY_S = 10.0
 
 # An agent's step figures, by their LearnerStats names (declared there); those an agent does not report stay 0
