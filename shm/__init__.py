@@ -14,6 +14,7 @@ from .segment import (
     owned_segments,
     parse_segment_name,
     pid_alive,
+    pid_max,
     segment_name,
     sweep,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "owned_segments",
     "parse_segment_name",
     "pid_alive",
+    "pid_max",
     "segment_name",
     "sweep",
 ]

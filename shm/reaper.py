@@ -34,7 +34,7 @@ def remove(pid: int, prefix: str, run: str, folders: list[str]) -> tuple[list[st
             try:
                 os.unlink(os.path.join(SHM_DIR, name))
                 segments.append(name)
-            except FileNotFoundError:
+            except OSError:  # gone already, or something else squats on the name: leave it
                 pass
     for path in folders:
         if os.path.isdir(path):

@@ -18,6 +18,7 @@ import errno
 import mmap
 import os
 import re
+import stat
 from types import TracebackType
 from typing import NamedTuple
 
@@ -247,9 +248,19 @@ class Segment:
         return f"Segment({self._name!r}, nbytes={self._nbytes}, owner={self._owner}, {state})"
 
 
+def pid_max() -> int:
+    """The largest pid this kernel hands out (``/proc/sys/kernel/pid_max``; 2**22, Linux's ceiling, elsewhere)."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 1 << 22
+
+
 def pid_alive(pid: int) -> bool:
-    """Signal-0 probe; anything other than ESRCH counts as alive (conservative)."""
-    if pid == os.getpid():
+    """Signal-0 probe; anything other than ESRCH counts as alive (conservative), a pid no process can have
+    included: a name that carries one was not made by a launcher, so nothing may judge its owner dead."""
+    if pid == os.getpid() or not 0 < pid <= pid_max():
         return True
     try:
         os.kill(pid, 0)
@@ -287,21 +298,42 @@ def owned_segments(prefix: str, pid: int, shm_dir: str = SHM_DIR) -> list[str]:
     return [name for name, parsed in _named(prefix, shm_dir) if parsed.owner_pid == pid]
 
 
-def sweep(prefix: str, shm_dir: str = SHM_DIR) -> list[str]:
+def sweep(prefix: str, shm_dir: str = SHM_DIR, skipped: list[str] | None = None) -> list[str]:
     """Unlink ``{prefix}_*`` segments whose owner pid is no longer alive.
 
     Names that do not parse are ignored.  Liveness is ``os.kill(pid, 0)``:
     pid reuse can keep a stale segment alive a little longer, and owners in
-    another pid namespace sharing /dev/shm would look dead.  Returns the
-    removed names.
+    another pid namespace sharing /dev/shm would look dead.  An entry the
+    sweep cannot judge (not a regular file, another user's, a pid beyond
+    ``pid_max``, one it may not unlink) is left, and named with the reason in
+    ``skipped`` when given: any local user can put a file in /dev/shm, and no
+    such file may stop a launch.  Returns the removed names.
     """
-    removed = []
+    removed, highest, uid = [], pid_max(), os.geteuid()
+    notes = [] if skipped is None else skipped
     for name, parsed in _named(prefix, shm_dir):
+        path = os.path.join(shm_dir, name)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue  # raced with another sweeper
+        if not stat.S_ISREG(st.st_mode):
+            notes.append(f"{path}: not a regular file")
+            continue
+        if st.st_uid != uid:
+            notes.append(f"{path}: owned by uid {st.st_uid}, not this user")
+            continue
+        if not 0 < parsed.owner_pid <= highest:
+            notes.append(f"{path}: pid {parsed.owner_pid} is beyond this system's pid_max ({highest})")
+            continue
         if pid_alive(parsed.owner_pid):
             continue
         try:
-            os.unlink(os.path.join(shm_dir, name))
+            os.unlink(path)
         except FileNotFoundError:
             continue  # raced with another sweeper
+        except OSError as err:
+            notes.append(f"{path}: cannot unlink ({err.strerror})")
+            continue
         removed.append(name)
     return removed

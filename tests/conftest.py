@@ -370,6 +370,14 @@ def reaped(proc: subprocess.Popen):
             proc.communicate()
 
 
+def reaped_pid() -> int:
+    """The pid of a child that has exited and been reaped: no process has it (until the kernel reuses it, which it
+    does only after cycling through every other pid), and it is within pid_max, as a dead launcher's is."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait()
+    return child.pid
+
+
 def wait_until(predicate, timeout: float, what: str, proc: subprocess.Popen | None = None):
     """``predicate()``'s first true value within ``timeout`` seconds; an AssertionError naming ``what`` if none
     came, or if ``proc`` exited first (with its stderr's end)."""

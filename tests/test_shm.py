@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from conftest import reaped_pid
 
 from shm import (
     NotOwnerError,
@@ -22,6 +23,8 @@ from shm import (
     SegmentNotFoundError,
     owned_segments,
     parse_segment_name,
+    pid_alive,
+    pid_max,
     segment_name,
     sweep,
 )
@@ -279,10 +282,9 @@ def test_sweep_dead_owner(prefix: str) -> None:
 
 
 def test_sweep_logic_in_tmp_dir(tmp_path) -> None:
-    # pid 999999999 is above any pid_max, so it is never alive
-    dead = segment_name("zrltest", "r", 999999999, "a")
+    dead = segment_name("zrltest", "r", reaped_pid(), "a")
     mine = segment_name("zrltest", "r", os.getpid(), "b")
-    other_prefix = segment_name("zrltestx", "r", 999999999, "c")
+    other_prefix = segment_name("zrltestx", "r", reaped_pid(), "c")
     junk = ["zrltest_r_0_d", "zrltest_garbage", "zrltest_r_notapid_e"]
     for n in [dead, mine, other_prefix, *junk]:
         (tmp_path / n).write_bytes(b"")
@@ -291,6 +293,43 @@ def test_sweep_logic_in_tmp_dir(tmp_path) -> None:
     assert sorted(os.listdir(tmp_path)) == sorted([mine, other_prefix, *junk])
     with pytest.raises(ValueError):
         sweep("", shm_dir=str(tmp_path))
+
+
+def test_the_sweep_leaves_what_it_cannot_judge_and_says_why(tmp_path) -> None:
+    # any local user can make these in /dev/shm: a pid no process can have (os.kill overflows on 2**31), a
+    # directory, a symlink; none may stop a launch, and none is removed
+    dead = reaped_pid()
+    huge = segment_name("zrltest", "r", 2**31, "a")
+    beyond = segment_name("zrltest", "r", pid_max() + 1, "b")
+    folder = segment_name("zrltest", "r", dead, "c")
+    link = segment_name("zrltest", "r", dead, "d")
+    (tmp_path / huge).write_bytes(b"")
+    (tmp_path / beyond).write_bytes(b"")
+    (tmp_path / folder).mkdir()
+    (tmp_path / "elsewhere").write_bytes(b"kept")
+    (tmp_path / link).symlink_to(tmp_path / "elsewhere")
+    skipped: list[str] = []
+    assert sweep("zrltest", shm_dir=str(tmp_path), skipped=skipped) == []
+    assert sorted(os.listdir(tmp_path)) == sorted([huge, beyond, folder, link, "elsewhere"])
+    assert (tmp_path / "elsewhere").read_bytes() == b"kept"
+    why = {note.split(": ", 1)[0].rsplit("/", 1)[1]: note.split(": ", 1)[1] for note in skipped}
+    assert why == {
+        huge: f"pid {2**31} is beyond this system's pid_max ({pid_max()})",
+        beyond: f"pid {pid_max() + 1} is beyond this system's pid_max ({pid_max()})",
+        folder: "not a regular file",
+        link: "not a regular file",
+    }
+    assert pid_alive(2**31) and pid_alive(0)  # never judged dead, never an OverflowError
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's file needs root")
+def test_the_sweep_leaves_another_users_segment(tmp_path) -> None:
+    theirs = tmp_path / segment_name("zrltest", "r", reaped_pid(), "a")
+    theirs.write_bytes(b"")
+    os.chown(theirs, 65534, 65534)
+    skipped: list[str] = []
+    assert sweep("zrltest", shm_dir=str(tmp_path), skipped=skipped) == []
+    assert theirs.exists() and skipped == [f"{theirs}: owned by uid 65534, not this user"]
 
 
 # ------------------------------------------------------------------ ring

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 import zmq
-from conftest import REPO, zrl_processes, zrl_segments
+from conftest import REPO, reaped_pid, zrl_processes, zrl_segments
 
 from shm import segment_name
 from zrl import envs
@@ -161,7 +161,7 @@ def test_a_namespace_names_what_its_wiring_makes(monkeypatch):
 
 
 def test_a_namespace_sweeps_only_what_its_own_dead_launches_left(monkeypatch):
-    dead = 999_999_999  # above any pid_max: never alive
+    dead = reaped_pid()
     left = {}
     for ns in ("", "lane", "lane2"):  # "" is the default, as unset; "lane" is the start of "lane2"
         monkeypatch.setenv(NAMESPACE_VAR, ns)
@@ -174,10 +174,10 @@ def test_a_namespace_sweeps_only_what_its_own_dead_launches_left(monkeypatch):
         assert left["lane2"][0].name.startswith("zrl.lane2_") and left[""][0].name.startswith("zrl_")
         for ns in ("lane", "lane2"):  # lane first: its sweep must not take lane2's
             monkeypatch.setenv(NAMESPACE_VAR, ns)
-            assert sweep_stale() == ([left[ns][0].name], [str(left[ns][1])])
+            assert sweep_stale() == ([left[ns][0].name], [str(left[ns][1])], [])
         assert all(path.exists() for path in left[""])
         monkeypatch.setenv(NAMESPACE_VAR, "")
-        segments, folders = sweep_stale()
+        segments, folders, _ = sweep_stale()
         assert left[""][0].name in segments and str(left[""][1]) in folders
         assert not any(path.exists() for pair in left.values() for path in pair)
     finally:

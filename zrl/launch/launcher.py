@@ -130,7 +130,7 @@ class Launcher:
         finally:
             lock.release()
 
-    def _introduce(self, segments: list[str], folders: list[str]) -> None:
+    def _introduce(self, segments: list[str], folders: list[str], skipped: list[str]) -> None:
         """The run's first lines: notes, where it starts from, what the sweep removed, its folder."""
         run_dir, say = self.folder.path, self.console.say
         log.info("zrl %s run %s, pid %d, config %s", __version__, run_dir, os.getpid(), run_dir / "config.toml")
@@ -162,6 +162,10 @@ class Launcher:
             log.info("removed %s left by a launcher that is no longer running", name)
         if segments or folders:
             say(f"removed {len(segments)} stale shared-memory segments and {len(folders)} socket folders")
+        for note in skipped:
+            log.warning("left %s", note)
+        if skipped:
+            say(f"left {len(skipped)} stray entries the stale sweep cannot judge (named in zrl.log)")
         say(f"run folder {run_dir}")
 
     def _serve_dashboard(self) -> None:

@@ -14,6 +14,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from pathlib import Path
@@ -60,23 +61,32 @@ def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring
             ) from None
 
 
-def sweep_stale() -> tuple[list[str], list[str]]:
-    """Remove this namespace's segments and private socket folders whose launcher is dead."""
-    segments = shm.sweep(shm_prefix())
-    folders, prefix = [], private_prefix()
+def sweep_stale() -> tuple[list[str], list[str], list[str]]:
+    """Remove this namespace's segments and private socket folders whose launcher is dead: the removed segments,
+    the removed folders, and what was left because it could not be judged (a note each: see ``shm.sweep``)."""
+    skipped: list[str] = []
+    segments = shm.sweep(shm_prefix(), skipped=skipped)
+    folders, prefix, uid, highest = [], private_prefix(), os.geteuid(), shm.pid_max()
     tmp = Path(tempfile.gettempdir())
     for path in tmp.glob(f"{prefix}*"):
         pid = path.name[len(prefix) :].split("-", 1)[0]
-        if not pid.isdigit() or not path.is_dir():
-            continue
         try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+            st = path.lstat()
+        except FileNotFoundError:
+            continue
+        if not pid.isdigit() or not stat.S_ISDIR(st.st_mode):
+            continue
+        if st.st_uid != uid:
+            skipped.append(f"{path}: owned by uid {st.st_uid}, not this user")
+        elif not 0 < int(pid) <= highest:
+            skipped.append(f"{path}: pid {pid} is beyond this system's pid_max ({highest})")
+        elif not shm.pid_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-            folders.append(str(path))
-        except PermissionError:
-            pass
-    return segments, folders
+            if path.exists():
+                skipped.append(f"{path}: cannot remove it all")
+            else:
+                folders.append(str(path))
+    return segments, folders, skipped
 
 
 class Wiring:
