@@ -313,7 +313,7 @@ def refused(main, *args, one_line: bool = True) -> str:
     Returns the stderr."""
     from click.testing import CliRunner
 
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     environ, children = _environ(), {c.pid for c in psutil.Process().children()}
     done = CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False)
     assert done.exit_code == 2, (done.stdout, done.stderr)

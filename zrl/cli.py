@@ -1,10 +1,11 @@
 """The commands: argument parsing and exit codes only.
 
-Exit codes: 0 a finished run, 1 a run that failed, 2 a usage or config mistake, 130 Ctrl-C, 143 SIGTERM.
+Exit codes: 0 a finished run, 1 a run that failed, 2 a usage or config mistake, 129 SIGHUP, 130 Ctrl-C, 143 SIGTERM.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -164,9 +165,24 @@ def launch_main(
         forkserver.abandon()  # a launch that never opened its wiring (a Wiring that did stops it itself)
     # The run is over and cleaned up. A late Ctrl-C must not kill the interpreter as it exits (Python puts the
     # default handlers back while it shuts down, and would die of the signal rather than exit with ``code``).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    _let_go_of_a_closed_terminal()
     sys.exit(code)
+
+
+def _let_go_of_a_closed_terminal() -> None:
+    """Point stdout and stderr at /dev/null where the terminal went away under the run (a hang-up): Python would
+    otherwise fail to flush them as it exits, and exit with 120 instead of the run's code."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stream.fileno())
+            os.close(null)
+            with contextlib.suppress(OSError):
+                stream.flush()
 
 
 def _page_address(dashboard: bool, port: int | None, host: str | None) -> tuple[str, int] | None:
@@ -217,7 +233,8 @@ def dashboard_main(run, port, host) -> None:
     import threading
 
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
     page.serve(run)
     click.echo(f"dashboard: {page.url} (Ctrl-C to stop)")
     try:
@@ -799,7 +816,7 @@ def worker_main(connect, keys, envs_per_worker, run) -> None:
 
     It takes the run's config from the learner's host, plays its env here and sends the frames to the run's
     ingest over TCP (zstd-compressed, CurveZMQ-encrypted). It waits and joins again, with backoff, while the
-    learner is not up or restarts. Ctrl-C or SIGTERM leaves the run in order. Exit 0 when stopped, 2 when the
+    learner is not up or restarts. Ctrl-C, SIGTERM or SIGHUP leaves the run in order. Exit 0 when stopped, 2 when the
     run refuses it (another run, a misfit) or its options are wrong."""
     from zrl.roles import remote
 
@@ -807,7 +824,7 @@ def worker_main(connect, keys, envs_per_worker, run) -> None:
     if not connect.startswith("tcp://") or not host or not port.isdigit() or not 0 < int(port) < 65536:
         _usage_error("zrl-worker", f"--connect {connect!r}: give tcp://HOST:PORT, as the run's connect.txt has it")
     signals: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
     try:
         code = remote.serve(

@@ -134,8 +134,8 @@ def ask(fn: Callable[..., Any], *args: Any) -> Any:
 
 def _answer(reply, fn: Callable[..., Any], args: tuple) -> None:
     """``ask``'s child: runs ``fn`` once and sends what came of it (a ConfigError's message and key, since its
-    pickle keeps the message only). It dies with its fork server (SIGKILL: it ignores SIGINT and SIGTERM, as
-    the server does), which exits with its launcher."""
+    pickle keeps the message only). It dies with its fork server (SIGKILL: it ignores the stop signals, as the
+    server does), which exits with its launcher."""
     from zrl.checkpoint import CheckpointError
 
     parent = os.getppid()
@@ -184,8 +184,8 @@ def fork_server_folder(folder: str | None) -> str | None:
 
 
 def start_fork_server() -> None:
-    """Start this process's fork server now, with SIGINT and SIGTERM ignored, which it and its roles keep until
-    start_role sets their own: a Ctrl-C or a SIGTERM to the process group is the launcher's to handle, and a fork
+    """Start this process's fork server now, with SIGINT, SIGTERM and SIGHUP ignored, which it and its roles keep
+    until start_role sets their own: a Ctrl-C, a SIGTERM or a hang-up to the process group is the launcher's to handle, and a fork
     server killed by one would look to multiprocessing as if every role had died. It finds the zrl this process
     runs first on its path (a checkout run through bin/, beside an installed zrl, must not fork roles of the
     other). Returns once the fork server is spawned; its imports go on, and the first role's start waits for them
@@ -196,7 +196,7 @@ def start_fork_server() -> None:
     root = str(Path(__file__).resolve().parents[1])  # the folder that holds zrl/ and shm/
     path_before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([root, path_before] if path_before else [root])
-    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         forkserver.ensure_running()
     finally:

@@ -331,7 +331,7 @@ def _selected(sweep: Sweep, only: list[str] | None) -> list[Run]:
 
 
 class _Stop:
-    """SIGINT/SIGTERM: how many times the sweep was asked to stop."""
+    """SIGINT/SIGTERM/SIGHUP: how many times the sweep was asked to stop."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -350,7 +350,7 @@ def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report
         f"index: {out / INDEX}"
     )
     stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     active: dict[str, tuple[Run, subprocess.Popen, Any]] = {}
     forwarded = 0
     last_report = time.monotonic()
@@ -436,7 +436,7 @@ def _finish(run_: Run, code: int, out: Path, progress) -> None:
     if code == 0:
         run_.status = "done"
         progress(f"zrl-sweep: {run_.key}: done in {minutes:.1f} min ({run_.folder})")
-    elif code in (130, 143, -signal.SIGINT, -signal.SIGTERM):
+    elif code in (129, 130, 143, -signal.SIGHUP, -signal.SIGINT, -signal.SIGTERM):
         run_.status = "stopped"
         progress(f"zrl-sweep: {run_.key}: stopped after {minutes:.1f} min; --resume continues it")
     else:

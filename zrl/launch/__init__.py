@@ -22,7 +22,7 @@ from zrl.launch.checks import FIXED_WHEN_DETERMINISTIC, preflight, resolve_model
 from zrl.launch.folder import LOCK_NAME, RunLock, check_room, find_run, make_run_dir
 from zrl.launch.launcher import Launcher, launch, resume
 from zrl.launch.network import Network, check_weights_fit
-from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
+from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from zrl.launch.wiring import Wiring, create_rings, sweep_stale
 from zrl.namespace import NAMESPACE_VAR, namespace, private_prefix, role_title, shm_prefix
 from zrl.roles.common import make_ring_spec, ring_slots
@@ -30,6 +30,7 @@ from zrl.roles.common import make_ring_spec, ring_slots
 __all__ = [
     "EXIT_FAILED",
     "EXIT_OK",
+    "EXIT_SIGHUP",
     "EXIT_SIGINT",
     "EXIT_SIGTERM",
     "EXIT_USAGE",

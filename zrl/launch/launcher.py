@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import math
 import os
-import signal
 import time
 from collections import deque
 from pathlib import Path
@@ -35,10 +34,12 @@ from zrl.launch.supervise import (
     EVALUATOR,
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_SIGHUP,
     EXIT_SIGINT,
     EXIT_SIGTERM,
     EXIT_USAGE,
     Supervisor,
+    exit_code,
 )
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
@@ -241,7 +242,7 @@ class Launcher:
                 self.stop_reason
                 if code == EXIT_OK
                 else "interrupted"
-                if code in (EXIT_SIGINT, EXIT_SIGTERM)
+                if code in (EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM)
                 else "error"
             )
             log.info("stopping (%s)", reason)
@@ -251,7 +252,7 @@ class Launcher:
             if code == EXIT_OK and cfg.eval.interval_frames and cfg.eval.final:
                 code = self._final_evaluation()
         except KeyboardInterrupt:
-            code = EXIT_SIGINT if signal.SIGINT in sup.signals else EXIT_SIGTERM
+            code = exit_code(sup.signals[0]) if sup.signals else EXIT_SIGINT
             log.warning("second signal: stopping at once")
         finally:
             sup.ignore_signals()  # cleanup below must not be cut short by more signals

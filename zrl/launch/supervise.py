@@ -1,8 +1,9 @@
 """Supervision of the role processes: start them (Ctrl-C left to the launcher), know which process is which role,
 watch their heartbeats (any stats message counts), replace a dead or hung worker within its restart budget,
 allow a restart of the run's roles when a broker, learner or ingest is lost (run.restart_policy, within its
-crash-loop limit; the launcher does the restart), say what died and why, turn SIGINT/SIGTERM into a stop request (a second one into an immediate stop), and stop
-them in order: the stop flag, a grace period for the learner's final checkpoint, then SIGKILL."""
+crash-loop limit; the launcher does the restart), say what died and why, turn SIGINT/SIGTERM/SIGHUP into a stop
+request (a second one into an immediate stop), and stop them in order: the stop flag, a grace period for the
+learner's final checkpoint, then SIGKILL."""
 
 from __future__ import annotations
 
@@ -20,13 +21,21 @@ from zrl.config import Config
 from zrl.launch.console import Console
 from zrl.roles.common import WorkerStart
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 130, 143
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 129, 130, 143
+# The signals that ask for an orderly stop: Ctrl-C, kill or a batch scheduler's SIGTERM, and SIGHUP, which a dropped
+# ssh session or a closed terminal sends to the whole process group
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 60.0  # how long an orderly stop waits for the learner's final checkpoint
 RESTART_STOP_GRACE_S = 5.0  # how long the other roles have to stop for a restart, once the learner has stopped
 EVALUATOR = "zrl-evaluator"  # the role's name (zrl/roles/evaluator.py's NAME; roles are not imported here)
 STARTUP_GRACE_S = 60.0  # the least time a role has for its first report (imports, env creation, first weights)
 
 log = logging.getLogger("zrl")
+
+
+def exit_code(signum: int) -> int:
+    """The exit status of a run a stop signal ended, as a shell reports a process that signal killed: 128 + signum."""
+    return {signal.SIGHUP: EXIT_SIGHUP, signal.SIGINT: EXIT_SIGINT}.get(signum, EXIT_SIGTERM)
 
 
 def stop_in_order(procs: dict[str, mp.Process], grace: float, drain: Callable[[int], None] | None = None) -> list[str]:
@@ -120,8 +129,8 @@ class Supervisor:
             raise KeyboardInterrupt
 
     def catch_signals(self) -> None:
-        """SIGINT and SIGTERM from now on ask for an orderly stop (a second one: at once)."""
-        self._old_handlers = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        """SIGINT, SIGTERM and SIGHUP from now on ask for an orderly stop (a second one: at once)."""
+        self._old_handlers = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
 
     def ignore_signals(self) -> None:
         """For the clean-up: no more signals may cut it short."""
@@ -134,14 +143,12 @@ class Supervisor:
 
     def signal_code(self) -> int | None:
         """The exit code a caught signal asks for (the first one's), None while none came."""
-        if not self.signals:
-            return None
-        return EXIT_SIGINT if self.signals[0] == signal.SIGINT else EXIT_SIGTERM
+        return exit_code(self.signals[0]) if self.signals else None
 
     # -- starting and hearing from roles -----------------------------------------------------------------------
     def start(self, name: str, proc: mp.Process, now: float) -> None:
         self.procs[name] = proc
-        # Children start with SIGINT and SIGTERM ignored (as their fork server does: zrl/launch/wiring.py), so a
+        # Children start with the stop signals ignored (as their fork server does: zrl/launch/wiring.py), so a
         # Ctrl-C before they set their own is the launcher's alone.
         proc.start()
         self.last_seen[name] = now

@@ -158,8 +158,10 @@ def start_role(title: str, launcher_pid: int) -> None:
         setproctitle.setproctitle(role_title(title))
     except ImportError:  # pragma: no cover - setproctitle is a requirement; ps shows python then
         pass
-    # The terminal sends SIGINT to the whole process group; only the launcher decides what it means.
+    # The terminal sends SIGINT, and SIGHUP when it closes, to the whole process group; only the launcher decides
+    # what they mean (an orderly stop, in which it stops the roles).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     # SIGTERM (from a process-group kill, or the parent-death signal) stops the role in order.
     signal.signal(signal.SIGTERM, _on_sigterm)
     # The parent is the launcher's fork server, which exits when the launcher does: the chain that carries a
