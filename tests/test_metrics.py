@@ -253,7 +253,7 @@ def test_tensorboard_events_the_disk_refuses_are_told_once_and_a_new_file_takes_
 
 
 def test_each_start_of_a_run_is_a_row_of_starts_csv_and_a_file_that_refuses_it_costs_a_warning(tmp_path, capsys):
-    """starts.csv: a row per launcher start naming its machine; a torn last line stays apart from the next row,
+    """starts.csv: a row per launcher start naming its machine; a torn last line is cut off, with a note,
     and rows go under the header the file has; a starts.csv that cannot be written is said on stderr, and the
     launch goes on."""
     folder = RunFolder(tmp_path, config.load(REPO / "config" / "smoke.toml"))
@@ -263,7 +263,8 @@ def test_each_start_of_a_run_is_a_row_of_starts_csv_and_a_file_that_refuses_it_c
         starts.write_bytes(starts.read_bytes() + b"1.0,12")  # a start cut short mid-write
         folder.record_start(5000)
         rows, notes = read_csv(starts)
-        assert [r["env_frames"] for r in rows] == ["0", "5000"] and len(notes) == 1, (rows, notes)
+        assert [r["env_frames"] for r in rows] == ["0", "5000"] and not notes, (rows, notes)
+        assert "starts.csv: dropped a torn last line (6 bytes with no newline: '1.0,12')" in capsys.readouterr().err
         assert all(r["cpu"] == cpu_description() and int(r["cores"]) >= 1 for r in rows)
         assert said.startswith(cpu_description())
         starts.write_text("cpu,env_frames,gpu\nX,1,H200\n")  # another version's columns: rows go under them

@@ -166,12 +166,40 @@ class AppendFile:
             self._fd = None
 
 
+TORN_SEARCH = 1 << 20  # how far back from a file's end a torn line's start is looked for: a row is far shorter
+
+
+def drop_torn_tail(path: Path) -> str | None:
+    """Cut a torn last line (the start of a row with no newline: a kill or a full disk mid-write) off the file at
+    ``path``, so that the next row starts a line of its own; a note of what was cut, None when the file ends whole.
+    A file with no newline at all in its last TORN_SEARCH bytes is left as it is (not a zrl CSV file)."""
+    with open(path, "rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return None
+        start = max(0, size - TORN_SEARCH)
+        fh.seek(start)
+        tail = fh.read()
+        if tail.endswith(b"\n"):
+            return None
+        cut = tail.rfind(b"\n") + 1
+        if cut == 0 and start > 0:
+            return None
+        fh.truncate(start + cut)
+    torn = tail[cut:].decode("utf-8", "replace")
+    shown = repr(torn[:60]) + ("..." if len(torn) > 60 else "")
+    return f"{path}: dropped a torn last line ({len(tail) - cut} bytes with no newline: {shown})"
+
+
 class CsvLog:
     """One CSV file with a fixed header; each row is written at once, through an AppendFile (a full disk delays
-    rows rather than losing them or stopping the run)."""
+    rows rather than losing them or stopping the run). A resumed run's file that ends in a torn line has it cut
+    off first, with a note (``tell``)."""
 
     def __init__(self, path: str | Path, columns: tuple[str, ...], tell: Callable[[str], None] = tell_stderr) -> None:
         self.path = Path(path)
+        if self.path.is_file() and (note := drop_torn_tail(self.path)):
+            tell(note)
         new = not self.path.exists() or self.path.stat().st_size == 0
         if not new:  # a resumed run keeps the header its file has, so that rows stay aligned under it
             with open(self.path, newline="") as fh:

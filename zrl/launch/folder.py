@@ -27,6 +27,7 @@ from zrl.metrics import (
     AppendHandler,
     CsvLog,
     TensorBoardLog,
+    drop_torn_tail,
     episode_steps,
     number,
     read_csv,
@@ -193,18 +194,16 @@ class RunFolder:
         row |= {"cores": usable_cores(), "ram_gib": ram_gib(), "zrl": __version__}
         path = self.path / "starts.csv"
         try:
-            header, torn = [], False
+            header = []
+            if path.is_file() and (note := drop_torn_tail(path)):
+                _tell_and_log(note)
             if path.is_file() and path.stat().st_size:
                 with open(path, "rb") as fh:
                     first = fh.readline(4096)
-                    fh.seek(-1, os.SEEK_END)
-                    torn = fh.read(1) != b"\n"
                 if first.endswith(b"\n"):  # the rows go under the header the file has
                     header = next(csv.reader([first.decode("utf-8", "replace")]), [])
             with open(path, "a", newline="") as fh:
                 writer = csv.DictWriter(fh, header or START_COLUMNS, restval="", extrasaction="ignore")
-                if torn:
-                    fh.write("\n")  # a torn last line stays one line of its own
                 if not header:
                     writer.writeheader()
                 writer.writerow(row)
@@ -239,7 +238,10 @@ class RunFolder:
         except OSError as err:  # pruned meanwhile, or the disk is full
             log.warning("could not update %s: %s", folder / checkpoint.BEST, err)
             return False
-        checkpoint.write_atomic(folder / "best.json", (json.dumps(record, indent=2) + "\n").encode())
+        try:
+            checkpoint.write_atomic(folder / "best.json", (json.dumps(record, indent=2) + "\n").encode())
+        except OSError as err:  # best.pt stands; a resume then judges the next best against none
+            _tell_and_log(f"could not write {folder / 'best.json'}: {err}; best.pt is updated, its record is not")
         return True
 
     def close_files(self) -> None:

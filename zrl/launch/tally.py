@@ -4,8 +4,8 @@ summary. A resumed run continues its counters from its folder's files."""
 
 from __future__ import annotations
 
-import csv
 import json
+import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -15,6 +15,12 @@ import msgspec
 import numpy as np
 
 from zrl import protocol
+from zrl.metrics import number, read_csv
+
+
+def _first(*values: float | None) -> float:
+    """The first of ``values`` that is not None."""
+    return next(v for v in values if v is not None)
 
 
 def _mean(values) -> float:
@@ -221,7 +227,7 @@ class Tally:
         """best.json's record for the checkpoint just written, when the mean raw score over the full last 100
         episodes beats best.pt's; None otherwise. The caller sets ``best_return`` once best.pt is written."""
         mean = self.mean_return()
-        if len(self.returns) < self.returns.maxlen or not mean > self.best_return:
+        if len(self.returns) < self.returns.maxlen or not mean > self.best_return or not math.isfinite(mean):
             return None
         return {
             "mean_return_100": mean,
@@ -234,25 +240,25 @@ class Tally:
 
     def seed(self, run_dir: Path) -> None:
         """Continue the counters of a resumed run from its files: episodes, the last 100 returns, best.pt's score."""
-        path = run_dir / "episodes.csv"
-        if path.is_file():
-            with open(path, newline="") as fh:
-                rows = [r for r in csv.DictReader(fh) if r.get("episode", "").isdigit()]
-            self.episodes = max((int(r["episode"]) for r in rows), default=0)
-            self.returns.extend(float(r["raw_return"]) for r in rows[-100:])
-            for scores, column in ((self.scores_5min, "score_5min"), (self.scores_30min, "score_30min")):
-                scores.extend(float(r.get(column) or r["raw_return"]) for r in rows[-100:])  # older runs: uncapped
+        # read_csv leaves out a torn last line (a kill or a full disk mid-write) and any malformed line
+        rows = [r for r in read_csv(run_dir / "episodes.csv")[0] if r.get("episode", "").isdigit()]
+        rows = [r for r in rows if number(r, "raw_return") is not None]
+        self.episodes = max((int(r["episode"]) for r in rows), default=0)
+        self.returns.extend(number(r, "raw_return") for r in rows[-100:])
+        for scores, column in ((self.scores_5min, "score_5min"), (self.scores_30min, "score_30min")):
+            # older runs have no capped scores: their uncapped return stands in
+            scores.extend(_first(number(r, column), number(r, "raw_return")) for r in rows[-100:])
         # frames the workers made after the checkpoint's last batch were counted too: never count backwards
         for name in ("metrics.csv", "episodes.csv"):
-            if (run_dir / name).is_file():
-                with open(run_dir / name, newline="") as fh:
-                    frames = [int(r["env_frames"]) for r in csv.DictReader(fh) if r.get("env_frames", "").isdigit()]
-                self.frames_start = max([self.frames_start, *frames[-1:]])
+            frames = [r["env_frames"] for r in read_csv(run_dir / name)[0] if r.get("env_frames", "").isdigit()]
+            self.frames_start = max([self.frames_start, *map(int, frames[-1:])])
         best = run_dir / "checkpoints" / "best.json"
         try:
-            self.best_return = float(json.loads(best.read_text())["mean_return_100"])
+            best_return = float(json.loads(best.read_text())["mean_return_100"])
         except (OSError, ValueError, KeyError, TypeError):
-            pass
+            return
+        if math.isfinite(best_return):  # an infinite best would freeze best.pt for the rest of the run
+            self.best_return = best_return
 
     def summary(self, code: int) -> str:
         """The closing line: the exit code and the run's counts."""
