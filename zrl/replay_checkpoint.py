@@ -22,17 +22,27 @@ that no kept snapshot needs are removed. The broker writes in a thread of its ow
 of the state taken between two batches; the frames are read from the rings as the thread gets to them, with their
 stamps checked, so a frame overwritten meanwhile is saved as missing and its units are dropped as stale after a
 restore, never used torn.
+
+A run folder may come from elsewhere, so a snapshot is read as data: the manifest's names must be ones the writer
+makes (no path, no ``..``) and be regular files, never symlinks; a name that is not is a ManifestError (the launcher
+refuses to start with it). Every file is decompressed with a bound, so a small file cannot fill the memory; one past
+its bound, or damaged, is a SnapshotMismatch (the replays refill).
 """
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import math
 import os
+import re
+import stat
 import threading
 import time
+import zipfile
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import numpy as np
 import zstandard
@@ -44,6 +54,20 @@ from zrl.replay.snapshot import SnapshotMismatch
 CHUNK_SLOTS = 1024  # ring slots per frame file
 KEEP = 2  # snapshots kept (the newest and the one before it, should the newest prove unreadable)
 FORMAT = 1
+# A manifest names a few files per ring; the state holds the replays' index (no frames) and stored features, and a
+# state past this bound is refused as damaged rather than decompressed.
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_STATE_BYTES = 4 << 30
+MAX_HEAD = 1 << 53  # frame numbers a ring's head may reach (int64 with room to go on)
+MANIFEST_NAME = re.compile(r"replay-(\d{15})\.json")
+STATE_NAME = re.compile(r"state-\d{15}\.npz\.zst")
+CHUNK_NAME = re.compile(r"ring(\d{1,9})-([0-9a-f]{8})-(\d{9})-(\d{12})\.zst")
+STREAM = re.compile(r"[0-9a-f]{8}")
+
+
+class ManifestError(ValueError):
+    """A manifest that the writer did not write: a key of the wrong type, or a name that is not one of its files
+    (a path, a symlink, a device). Not damage to be refilled over: the folder is not what it should be."""
 
 
 def replay_folder(run_dir: str | Path) -> Path:
@@ -75,7 +99,7 @@ class ReplayWriter:
         self.last_s = 0.0  # how long the last snapshot took
         self.bytes = 0  # the kept snapshots' size on disk
         found = newest(self.folder)  # names go on after the newest, even should the clock step back
-        self._stamp = int(found[0].stem.split("-")[1]) if found else 0
+        self._stamp = int(MANIFEST_NAME.fullmatch(found[0].name)[1]) if found else 0
         for partial in [*self.folder.glob(".*.tmp-*"), *self.folder.glob("frames/.*.tmp-*")]:
             partial.unlink(missing_ok=True)  # a write a killed broker cut short
 
@@ -153,32 +177,35 @@ class ReplayWriter:
 
     def _prune(self) -> int:
         """Remove snapshots past the KEEP newest and the files none of those needs; the kept ones' bytes."""
-        manifests = sorted(self.folder.glob("replay-*.json"))
+        manifests = sorted(p for p in self.folder.glob("replay-*.json") if MANIFEST_NAME.fullmatch(p.name))
         kept, needed = manifests[-KEEP:], set()
         for path in manifests[:-KEEP]:
             path.unlink(missing_ok=True)
         for path in kept:
             try:
-                manifest = json.loads(path.read_text())
+                manifest = read_manifest(path)
                 needed.add(manifest["state"])
                 needed.update(f"frames/{c}" for ring in manifest["rings"] for c in ring["chunks"])
             except (OSError, ValueError, KeyError, TypeError):  # a damaged manifest: nothing of it is kept
                 path.unlink(missing_ok=True)
-        size = sum(p.stat().st_size for p in kept if p.exists())
+        size = sum(p.lstat().st_size for p in kept if p.exists())
         for path in [*self.folder.glob("state-*.npz.zst"), *self.folder.glob("frames/*.zst")]:
             name = path.relative_to(self.folder).as_posix()
             if name not in needed:
                 path.unlink(missing_ok=True)
             else:
-                size += path.stat().st_size
+                size += path.lstat().st_size
         return size
 
 
 def newest(folder: str | Path) -> tuple[Path, dict] | None:
-    """The newest snapshot whose manifest reads (and its manifest), or None."""
+    """The newest snapshot whose manifest reads (and its manifest, not yet checked: ``check_manifest``), or None.
+    Files whose names the writer does not make are passed over."""
     for path in sorted(Path(folder).glob("replay-*.json"), reverse=True):
+        if not MANIFEST_NAME.fullmatch(path.name):
+            continue
         try:
-            manifest = json.loads(path.read_text())
+            manifest = read_manifest(path)
         except (OSError, ValueError):
             continue
         if isinstance(manifest, dict) and manifest.get("format") == FORMAT:
@@ -186,46 +213,163 @@ def newest(folder: str | Path) -> tuple[Path, dict] | None:
     return None
 
 
-def load_state(manifest_path: str | Path) -> dict[str, np.ndarray]:
-    """The state arrays of the snapshot ``manifest_path`` names; SnapshotMismatch when it cannot be read."""
-    path = Path(manifest_path)
+def read_manifest(path: str | Path) -> object:
+    """A manifest's JSON: OSError or ValueError if it cannot be read, ManifestError if it is not a regular file."""
+    with _open_regular(Path(path), Path(path)) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > MAX_MANIFEST_BYTES:
+            raise ValueError(f"{size} bytes, over {MAX_MANIFEST_BYTES}")
+        text = fh.read(size + 1)  # one that grows meanwhile is cut short, and does not decode
     try:
-        manifest = json.loads(path.read_text())
-        data = zstandard.ZstdDecompressor().decompress((path.parent / manifest["state"]).read_bytes())
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep") from None
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _typed(path: Path, manifest: dict, key: str, kind: type, what: str, where: str = "") -> Any:
+    value = manifest.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise ManifestError(f"{path}: {where}{key!r} should be {what}, not {_shown(value)}")
+    return value
+
+
+def check_manifest(path: str | Path, manifest: object) -> None:
+    """Raise ManifestError unless ``manifest`` (read from ``path``) is shaped as the writer writes one: its names
+    the writer's own, each a regular file in the snapshot's folder (or missing: damage, said when it is read)."""
+    path = Path(path)
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{path}: not a JSON object")
+    _typed(path, manifest, "ring_spec", str, "a ring layout")
+    stream = _typed(path, manifest, "stream", str, "8 hex digits")
+    if not STREAM.fullmatch(stream):
+        raise ManifestError(f"{path}: 'stream' should be 8 hex digits, not {_shown(stream)}")
+    state = _typed(path, manifest, "state", str, "a file name")
+    if not STATE_NAME.fullmatch(state):
+        raise ManifestError(f"{path}: 'state' names {_shown(state)}, not a state-<ms>.npz.zst of this folder")
+    _regular(path, path.parent / state)
+    for i, ring in enumerate(_typed(path, manifest, "rings", list, "a list")):
+        if not isinstance(ring, dict):
+            raise ManifestError(f"{path}: rings[{i}] should be an object, not {_shown(ring)}")
+        head = _typed(path, ring, "head", int, "a frame number", f"rings[{i}] ")
+        first = _typed(path, ring, "first", int, "a frame number", f"rings[{i}] ")
+        if not 0 <= first <= head < MAX_HEAD:
+            raise ManifestError(f"{path}: rings[{i}] has first {first} and head {head}, not 0 <= first <= head")
+        for name in _typed(path, ring, "chunks", list, "a list of file names", f"rings[{i}] "):
+            match = CHUNK_NAME.fullmatch(name) if isinstance(name, str) else None
+            if match is None or int(match[1]) != i or match[2] != stream:
+                raise ManifestError(
+                    f"{path}: rings[{i}] names {_shown(name)}, not a frames/ring{i}-{stream}-<k>-<end>.zst"
+                )
+            k, end = int(match[3]), int(match[4])
+            if not k * CHUNK_SLOTS < end <= min((k + 1) * CHUNK_SLOTS, head):
+                raise ManifestError(f"{path}: {name} holds no frames of chunk {k} below the head {head}")
+            _regular(path, path.parent / "frames" / name)
+
+
+def _regular(manifest: Path, path: Path) -> None:
+    """ManifestError if ``path`` (or the frames folder it is in) is there but is not a plain file (folder)."""
+    for at, want, kind in ((path.parent, stat.S_ISDIR, "folder"), (path, stat.S_ISREG, "file")):
+        try:
+            mode = os.lstat(at).st_mode
+        except OSError:  # missing: damage, said when it is read
+            return
+        if not want(mode):
+            what = "a symlink" if stat.S_ISLNK(mode) else f"not a plain {kind}"
+            raise ManifestError(f"{manifest}: it names {at}, {what}")
+
+
+def _open_regular(path: Path, manifest: Path) -> BinaryIO:
+    """``path`` opened for reading, never through a symlink, and only if it is a regular file (a FIFO or a device
+    would block or never end)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise ManifestError(f"{manifest}: it names {path}, a symlink") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ManifestError(f"{manifest}: it names {path}, not a plain file")
+    return os.fdopen(fd, "rb")
+
+
+def _inflate(path: Path, manifest: Path, bound: int) -> bytes:
+    """``path``'s zstd content, at most ``bound + 1`` bytes of it (one more than a file may hold: the caller
+    refuses it), however much the file would decompress to."""
+    with _open_regular(path, manifest) as fh:
+        return zstandard.ZstdDecompressor().stream_reader(fh).read(bound + 1)
+
+
+def _checked_manifest(path: Path, unreadable: str) -> dict:
+    """The manifest at ``path``, checked (``check_manifest``); SnapshotMismatch saying ``unreadable`` when it
+    cannot be read at all."""
+    try:
+        manifest = read_manifest(path)
+    except ManifestError:
+        raise
+    except (OSError, ValueError) as err:
+        raise SnapshotMismatch(f"{path}: {unreadable} ({err})") from None
+    check_manifest(path, manifest)
+    return manifest
+
+
+def load_state(manifest_path: str | Path, limit: int = MAX_STATE_BYTES) -> dict[str, np.ndarray]:
+    """The state arrays of the snapshot ``manifest_path`` names; ManifestError when its manifest is not one the
+    writer wrote, SnapshotMismatch when the state cannot be read or holds over ``limit`` bytes."""
+    path = Path(manifest_path)
+    manifest = _checked_manifest(path, "the replay state cannot be read")
+    try:
+        data = _inflate(path.parent / manifest["state"], path, limit)
+        if len(data) > limit:
+            raise ValueError(f"it holds over {limit} bytes")
+        # np.savez stores its arrays as they are: a deflated member could inflate past the bound
+        with zipfile.ZipFile(io.BytesIO(data)) as npz:
+            if any(info.compress_type != zipfile.ZIP_STORED for info in npz.infolist()):
+                raise ValueError("it holds compressed arrays, which np.savez never writes")
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             return {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, KeyError, TypeError, zstandard.ZstdError) as err:
+    except ManifestError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile, zstandard.ZstdError) as err:
         raise SnapshotMismatch(f"{path}: the replay state cannot be read ({err})") from None
 
 
 def restore_frames(manifest_path: str | Path, rings: list[Ring], spec: RingSpec) -> int:
     """Put a snapshot's frames back into new rings (before any worker writes), one file at a time, and their heads
-    where they were; how many frames came back. SnapshotMismatch when the ring layout differs (envs per worker,
-    ring slots or the frame changed) or a file cannot be read (the rings then hold part of it, and no replay may
-    be started from it); rings beyond the snapshot's stay empty."""
+    where they were; how many frames came back. ManifestError when the manifest is not one the writer wrote (checked
+    before any frame is put back); SnapshotMismatch when the ring layout differs (envs per worker, ring slots or the
+    frame changed) or a file cannot be read (the rings then hold part of it, and no replay may be started from it);
+    rings beyond the snapshot's stay empty."""
     path = Path(manifest_path)
-    try:
-        manifest = json.loads(path.read_text())
-        layout, saved_rings = manifest["ring_spec"], manifest["rings"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise SnapshotMismatch(f"{path}: cannot be read ({err})") from None
+    manifest = _checked_manifest(path, "cannot be read")
+    layout, saved_rings = manifest["ring_spec"], manifest["rings"]
     if layout != spec.encode():
         raise SnapshotMismatch(f"{path}: saved with ring layout {layout!r}, this run's is {spec.encode()!r}")
-    unzip, restored = zstandard.ZstdDecompressor(), 0
+    restored = 0
     row_bytes = [
         int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in spec.fields.values()
     ]
     for saved, ring in zip(saved_rings, rings):
         for name in saved["chunks"]:
-            first, end = (int(x) for x in Path(name).stem.split("-")[-2:])
-            first *= CHUNK_SLOTS
+            match = CHUNK_NAME.fullmatch(name)
+            first, end = int(match[3]) * CHUNK_SLOTS, int(match[4])
             n = end - first
+            want = n * (1 + sum(row_bytes))
+            chunk = path.parent / "frames" / name
             try:
-                data = unzip.decompress((path.parent / "frames" / name).read_bytes())
+                data = _inflate(chunk, path, want)
             except (OSError, zstandard.ZstdError) as err:
-                raise SnapshotMismatch(f"{path.parent / 'frames' / name}: cannot be read ({err})") from None
-            if n <= 0 or len(data) != n * (1 + sum(row_bytes)):
-                raise SnapshotMismatch(f"{name}: {len(data)} bytes, not {n} frames of this ring's layout")
+                raise SnapshotMismatch(f"{chunk}: cannot be read ({err})") from None
+            if len(data) != want:  # cut short, or more than its frames (a bomb): read no further
+                more = "+" if len(data) > want else ""
+                raise SnapshotMismatch(
+                    f"{chunk}: cannot be read ({len(data)}{more} bytes, not the {want} of {n} frames in this layout)"
+                )
             ok = np.frombuffer(data, np.uint8, n).astype(bool)
             rows, at = {}, n
             for (field, (shape, dtype)), size in zip(spec.fields.items(), row_bytes):

@@ -45,7 +45,7 @@ from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
 from zrl.metrics import EVAL_COLUMNS
 from zrl.replay.snapshot import SnapshotMismatch
-from zrl.replay_checkpoint import new_stream, newest, replay_folder, restore_frames
+from zrl.replay_checkpoint import ManifestError, check_manifest, new_stream, newest, replay_folder, restore_frames
 from zrl.roles.common import StartFrom, WorkerStart
 
 if TYPE_CHECKING:
@@ -215,7 +215,12 @@ class Launcher:
                 code = EXIT_USAGE
                 return code
             if cfg.run.checkpoint_replay:
-                self._replays_from_disk(start=True)
+                try:
+                    self._replays_from_disk(start=True)
+                except ConfigError as err:  # a replay checkpoint's manifest the broker did not write
+                    self.console.error(str(err))
+                    code = EXIT_USAGE
+                    return code
             log.info(
                 "%d rings of %d slots, %.1f MB each",
                 len(wiring.rings),
@@ -335,7 +340,9 @@ class Launcher:
         newest one there whose frames the rings hold. At the launch's ``start`` (new rings) a resumed run's newest
         one has its frames put back into them first; one that does not fit (another ring layout) or cannot be read
         is said, and the replays refill. At a restart of the roles the rings go on: the newest one is used if
-        these rings wrote it (its stream) or took its frames at the start."""
+        these rings wrote it (its stream) or took its frames at the start. A manifest the broker did not write (a
+        name outside the folder, a symlink, a key of the wrong type) is a ConfigError at the start, and at a
+        restart the replays refill."""
         folder, roles = replay_folder(self.folder.path), self.wiring.roles
         if start:
             self.replay_stream, self.rings_hold = new_stream(), ""
@@ -344,6 +351,11 @@ class Launcher:
             path, _ = found
             try:
                 restored = restore_frames(path, self.wiring.rings, self.wiring.ring_spec)
+            except ManifestError as err:
+                raise ConfigError(
+                    f"{err} (not a replay checkpoint zrl wrote); --set run.checkpoint_replay=false starts without "
+                    "the saved replay"
+                ) from None
             except SnapshotMismatch as err:
                 text = f"the replays refill: {err}"
             else:
@@ -351,10 +363,14 @@ class Launcher:
                 text = f"the replays start from {path.name} ({restored:,} frames put back into the rings)"
         elif found is not None:
             path, manifest = found
-            if manifest.get("stream") == self.replay_stream or str(path) == self.rings_hold:
-                state = str(path)
-            else:
+            if manifest.get("stream") != self.replay_stream and str(path) != self.rings_hold:
                 text = f"the replays refill: the frames of {path.name} are not in this launch's rings"
+            else:
+                try:
+                    check_manifest(path, manifest)
+                    state = str(path)
+                except ManifestError as err:
+                    text = f"the replays refill: {err}"
         if text:
             log.info(text)
             self.console.say(text)
