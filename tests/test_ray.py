@@ -1,6 +1,7 @@
 """zrl-launch --ray on a real local Ray cluster: ray.cluster_utils.Cluster, a head and a second node, each with a
 raylet of its own on this machine. The run's remote workers become Ray actors on both nodes, a SIGKILLed actor is
-restarted by Ray and joins again, the run stops in order on Ctrl-C, and nothing of it stays in Ray or in /dev/shm."""
+restarted by Ray and joins again, the run stops in order on SIGTERM (a batch scheduler's stop: ray.init sets a SIGTERM
+handler of its own, and the launcher's must be the one that runs), and nothing of it stays in Ray or in /dev/shm."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 import ray
 from conftest import REPO, metrics_rows, refused, run_command, start_command, wait_until
 from ray.cluster_utils import Cluster
+
+from zrl import checkpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -58,17 +61,21 @@ def test_ray_places_remote_workers_on_both_nodes_restarts_a_killed_one_and_leave
             )
             wait_until(lambda: _log(tmp_path).count("joined as zrl-worker-") >= 3, 120, "the rejoin", launch)
             rejoined = int(metrics_rows(tmp_path)[-1]["remote_frames"])
-            # the run goes on past the rejoin (more remote frames), then stops in order on Ctrl-C
+            # the run goes on past the rejoin (more remote frames), then stops in order on SIGTERM
             wait_until(lambda: int(metrics_rows(tmp_path)[-1]["remote_frames"]) > rejoined, 120, "frames after", launch)
-            launch.send_signal(signal.SIGINT)
+            launch.send_signal(signal.SIGTERM)
             out, err = launch.communicate(timeout=120)
         finally:
             if launch.poll() is None:
                 launch.send_signal(signal.SIGINT)
                 launch.communicate(timeout=120)
-        assert launch.returncode == 130, err[-3000:]
         log = _log(tmp_path)
+        assert launch.returncode == 143, err[-3000:] + log[-3000:]
         assert "placing 2 remote workers as Ray actors on 2 of the cluster's 2 nodes" in log
+        assert "stopping (interrupted)" in log, log[-3000:]
+        (run_dir,) = (tmp_path / "results").iterdir()
+        final = checkpoint.load(checkpoint.latest(run_dir / "checkpoints"))
+        assert final["learner_step"] > 0 and f"ckpt_{final['learner_step']:09d}" in log, log[-3000:]
         assert int(metrics_rows(tmp_path)[-1]["worker_restarts"]) >= 1
         ray.init(address=cluster.address, log_to_driver=False)
         try:

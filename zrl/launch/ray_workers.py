@@ -9,9 +9,14 @@ on the launcher's node goes over TCP loopback like the others.
 
 The actors are named zrl-ray-<i> (in Ray, and in the run's log with their node and pid); the ingest gives each the
 first free remote slot when it joins (zrl-worker-<n> in the log, by the same pid). An actor that dies is restarted by
-Ray (``max_restarts`` = workers.max_restarts); the launcher sees its call end,
-counts and logs the restart as it does a local worker's, and starts the loop again in the new actor. At the end the
-actors are asked to stop, then killed, and the driver leaves the cluster; nothing of the run stays in Ray.
+Ray; the launcher sees its call end, counts and logs the restart as it does a local worker's (workers.max_restarts
+within workers.restart_window_s, the one rule: Ray's own count is unbounded, and zrl kills an actor past it), and
+starts the loop again in the new actor. At the end the actors are asked to stop, then killed, and the driver leaves
+the cluster; nothing of the run stays in Ray.
+
+The launcher's stop signals stay the launcher's: ``ray.init`` sets a SIGTERM handler of its own (``sys.exit``), which
+would turn a scheduler's SIGTERM into an exception wherever the launcher happens to be, not an orderly stop with a
+final checkpoint; ``join`` puts the launcher's handlers back.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from collections import deque
 
@@ -58,6 +65,22 @@ def check(cfg: Config, keys: str) -> None:
             "NAME) at the same path on every node; give it with --ray-keys DIR"
         )
     require_ray()
+
+
+@contextlib.contextmanager
+def own_signals():
+    """Every signal handler the program set (the launcher's stop signals among them) is its own again after the block,
+    whatever Ray set inside. Each is set anew even where it looks unchanged: Ray's C++ core may have replaced one
+    under Python's record of it. Signals left at their default are Ray's to take."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread has handlers to set
+        yield
+        return
+    saved = {s: h for s in signal.valid_signals() if (h := signal.getsignal(s)) not in (None, signal.SIG_DFL)}
+    try:
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
 
 
 class _Worker:
@@ -120,9 +143,10 @@ class RayWorkers:
                     "`ray start --head` (and `ray start --address HEAD:6379` on each other node)"
                 ) from None
         try:
-            ray.init(
-                address=self.address, namespace=f"zrl-{self.run_name}", log_to_driver=False, configure_logging=False
-            )
+            with own_signals():
+                ray.init(
+                    address=self.address, namespace=f"zrl-{self.run_name}", log_to_driver=False, configure_logging=False
+                )
         except (ConnectionError, ValueError, RuntimeError) as err:
             raise ConfigError(
                 f"--ray {self.address}: no Ray cluster to join there ({err}); start one with `ray start --head` "
@@ -160,7 +184,8 @@ class RayWorkers:
             node = order[i % len(order)]
             actor = actor_class.options(
                 name=f"zrl-ray-{i}",
-                max_restarts=cfg.workers.max_restarts,
+                # unbounded, so that zrl's window (``_failed``) is the one rule; 0 stays 0 (no restart to undo)
+                max_restarts=-1 if cfg.workers.max_restarts else 0,
                 max_concurrency=2,
                 num_cpus=1,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True),
@@ -233,14 +258,17 @@ class RayWorkers:
 
     def _failed(self, i: int, name: str, how: str, err: Exception, now: float) -> None:
         """Slot ``i``'s loop ended by its actor's death or an exception: once more after a moment (Ray restarts a
-        dead actor first), unless it failed more than workers.max_restarts times within workers.restart_window_s."""
+        dead actor first), unless it failed more than workers.max_restarts times within workers.restart_window_s, the
+        rule and the count a local worker's restarts have (Ray's own is unbounded); then the actor is killed for
+        good."""
         cfg = self.cfg
         times = self.failures.setdefault(i, deque())
         times.append(now)
-        while times and now - times[0] > cfg.workers.restart_window_s:
+        while now - times[0] > cfg.workers.restart_window_s:
             times.popleft()
+        recent = len(times)
         first_line = (str(err).strip().splitlines() or [""])[-1][:300]
-        if len(times) > cfg.workers.max_restarts:
+        if recent > cfg.workers.max_restarts:
             text = (
                 f"{name}'s Ray actor {how} more than workers.max_restarts = {cfg.workers.max_restarts} times within "
                 f"workers.restart_window_s = {cfg.workers.restart_window_s:g} s; the run goes on without it"
@@ -254,7 +282,7 @@ class RayWorkers:
         self.restarts += 1
         text = (
             f"{name}'s Ray actor {how}; {'Ray restarts it' if how == 'died' else 'its loop starts again'} "
-            f"(restart {len(times)} of {cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)"
+            f"(restart {recent} of {cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)"
         )
         log.warning("%s: %s", text, first_line)
         self.say(text)
