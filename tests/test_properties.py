@@ -1054,3 +1054,42 @@ BEYOND_A_FLOAT = st.integers(10**309, 10**400) | st.integers(-(10**400), -(10**3
 def test_reference_replays_with_numbers_beyond_a_float_are_translated_or_refused(entries):
     """The same lists with integers (and numeric strings) too large for a float, which JSON allows."""
     translate(json.dumps(entries))
+
+
+# Floats a worker may send: ordinary ones, ones just inside and beyond the broker's ranges, and the non-finite
+EXPERIENCE_FLOATS = st.floats(width=32, allow_nan=True, allow_infinity=True) | st.sampled_from(
+    [0.0, 1.0, 1e4, 1e4 + 1, 1e6, 1.5e6, 1e9, 2e9, 1e30, -1e30, np.inf, np.nan]
+)
+
+
+@bounded
+@SETTINGS
+@given(data=st.data())
+def test_the_brokers_range_checks_take_exactly_the_experience_within_range(data):
+    """Any rewards, logits, values and discounts: the V-trace broker's misfit never raises, and refuses a unit
+    exactly when a number is not finite, beyond its broker.max_abs_* key, or a discount outside [0, 1]."""
+    from zrl.agents.vtrace.broker import misfit
+    from zrl.config import BrokerConfig
+
+    m, t, a = 2, 3, 2
+    cfg = config.load(None, ["workers.count=1", "workers.envs_per_worker=2", "learner.unroll_length=3"])
+    arrays = {
+        name: data.draw(hnp.arrays(np.float32, shape, elements=EXPERIENCE_FLOATS), label=name)
+        for name, shape in (
+            ("rewards", (m, t)),
+            ("behaviour_logits", (m, t, a)),
+            ("behaviour_values", (m, t)),
+            ("discounts", (m, t)),
+        )
+    }
+    msg = protocol.Unroll(
+        worker_id=0, seq=0, policy_version=0, first_frame=0, num_envs=m, length=t, env_frames=0,
+        actions=np.zeros((m, t), np.int32), features=np.zeros((0, 0, 0), np.float32), **arrays,
+    )  # fmt: skip
+    limits = {"rewards": BrokerConfig.max_abs_reward, "behaviour_logits": BrokerConfig.max_abs_logit}
+    limits["behaviour_values"] = BrokerConfig.max_abs_value
+    within = all(np.isfinite(arrays[k]).all() and np.abs(arrays[k]).max() <= v for k, v in limits.items())
+    d = arrays["discounts"]
+    within = within and bool(np.isfinite(d).all() and d.min() >= 0 and d.max() <= 1)
+    event("taken" if within else "refused")
+    assert (misfit(msg, cfg, a) is None) == within

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import zmq
 import zmq.auth
-import zstandard
-from conftest import REPO, transitions_message, unroll_message, worker_stats_message
+from conftest import REPO, transitions_message, worker_stats_message
+from remote_client import Client, M, T, deflate, remote_data, slots
 
 from zrl import envs, protocol, transport
 from zrl.config import TransportConfig, load
@@ -28,7 +28,6 @@ from zrl.launch.wiring import Wiring
 pytestmark = pytest.mark.integration
 
 CARTPOLE = REPO / "config" / "cartpole.toml"
-M, T = 2, 5  # envs per worker, unroll length
 
 
 class Harness:
@@ -82,29 +81,6 @@ class Harness:
         self.ctx.term()
 
 
-class Client:
-    def __init__(self, sock: zmq.Socket) -> None:
-        self.sock = sock
-
-    def send(self, msg, timeout_ms: int = 3000) -> bool:
-        """Whether the message left: a DEALER whose handshake failed (no key, a key not authorized) may hold no
-        connection at the moment, and a send then waits for one, so it waits ``timeout_ms`` at most."""
-        return transport.send(self.sock, msg if isinstance(msg, bytes) else msg.encode(), timeout_ms)
-
-    def answer(self, timeout_ms: int = 3000):
-        if not self.sock.poll(timeout_ms, zmq.POLLIN):
-            return None
-        return protocol.decode(self.sock.recv())
-
-    def ask(self, msg, timeout_ms: int = 3000):
-        if not self.send(msg):
-            return None  # nothing went out: nothing is answered
-        return self.answer(timeout_ms)
-
-    def join(self, run: str = "run_a", envs_per_worker: int = M):
-        return self.ask(protocol.Join(run=run, host="b", pid=1, envs_per_worker=envs_per_worker, zrl_version="0"))
-
-
 @contextlib.contextmanager
 def ingest_running(*sets: str, remote: int = 1):
     cfg = load(
@@ -136,33 +112,6 @@ def ingest_running(*sets: str, remote: int = 1):
             harness.close()
         wiring.close()
         transport.configure(TransportConfig())  # this process's later sockets are plain again
-
-
-def slots(first: int, count: int) -> dict[str, np.ndarray]:
-    """``count`` ring slots of recognisable content: frame n holds n + env / 10 everywhere, episode step n."""
-    n = np.arange(first, first + count)
-    frame = (n[:, None, None] + np.arange(M)[None, :, None] / 10 + np.zeros(4)).astype(np.float32)
-    return {"frame": frame, "episode_step": np.repeat(n[:, None], M, axis=1).astype(np.int32)}
-
-
-def deflate(fields: dict[str, np.ndarray]) -> np.ndarray:
-    stream = zstandard.ZstdCompressor(level=1).compressobj()
-    data = b"".join([stream.compress(np.ascontiguousarray(fields[k])) for k in ("frame", "episode_step")])
-    return np.frombuffer(data + stream.flush(), np.uint8)
-
-
-def remote_data(seq: int, first: int, count: int, unroll_first: int, worker_id: int = 1, frames=None, message=None):
-    """What a remote worker sends: ``count`` slots from its frame ``first`` and an unroll from ``unroll_first``."""
-    if message is None:
-        message = unroll_message(num_envs=M, length=T, num_actions=2, worker_id=worker_id, first_frame=unroll_first)
-        message = message.encode()
-    return protocol.RemoteData(
-        seq=seq,
-        first_frame=first,
-        count=count,
-        frames=deflate(slots(first, count)) if frames is None else frames,
-        message=np.frombuffer(message, np.uint8),
-    )
 
 
 def test_a_remote_workers_frames_land_in_its_slot_and_its_unrolls_reach_the_broker_in_its_name(no_leaks):

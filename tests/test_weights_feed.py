@@ -113,3 +113,20 @@ def test_broadcasts_come_through_without_asking_and_older_ones_are_skipped(learn
     finally:
         feed.close()
         ctx.term()
+
+
+def test_a_broadcast_of_weights_that_are_not_finite_is_skipped(learner):
+    """A learner gone wrong, or a forged PUB: a worker never acts on NaN weights, it waits for good ones."""
+    ctx, feed = _feed(learner, ask_after_s=20)
+    try:
+        bad = protocol.encode_weights(2, 2, np.full(3, np.nan, np.float32))
+        deadline = time.monotonic() + 10
+        got = None
+        while got is None and time.monotonic() < deadline:  # until the subscription has reached the PUB
+            learner.pub.send(bad)
+            learner.pub.send(learner.weights(3))
+            got = feed.newer(1, 50)
+        assert got is not None and got.version == 3 and np.all(got.flat == 3)
+    finally:
+        feed.close()
+        ctx.term()

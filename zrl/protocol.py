@@ -497,6 +497,9 @@ class LearnerStats(_Message, tag="learner_stats"):
         ),
     ]
     checkpoint_path: Text  # "" when no checkpoint was written
+    nonfinite_steps: Annotated[
+        int, Stat("learner steps skipped: their loss or gradient norm was not finite (learner.max_nonfinite_steps)")
+    ] = 0
 
 
 class WeightsRequest(_Message, tag="weights_request"):

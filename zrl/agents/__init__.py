@@ -19,6 +19,7 @@ the run's config (one field of ``Config`` per section).
 from __future__ import annotations
 
 import importlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -51,6 +52,18 @@ class Trained(NamedTuple):
     frames: int
     metrics: dict[str, float]
     reply: bytes | None = None
+
+    @property
+    def applied(self) -> bool:
+        """Whether the step changed the weights: a step whose loss or gradient norm is not finite is skipped
+        (``finite_update``), and its reply is None."""
+        return finite_update(self.metrics.get("total_loss", 0.0), self.metrics.get("grad_norm", 0.0))
+
+
+def finite_update(loss: float, grad_norm: float) -> bool:
+    """Whether an optimiser step may be applied: a non-finite loss or gradient (a poisoned batch, a diverged
+    model) would put NaN or inf into the weights, and from there into every worker's acting."""
+    return math.isfinite(loss) and math.isfinite(grad_norm)
 
 
 @dataclass(frozen=True)

@@ -442,6 +442,13 @@ class LearnerConfig:
     ] = False
     grad_norm_clip: Annotated[float, Meta(ge=0, description="Global gradient norm clip; 0 disables it.")] = 40.0
     publish_every: Annotated[int, Meta(gt=0, description="Learner steps between weight broadcasts.")] = 1
+    max_nonfinite_steps: Annotated[
+        int,
+        Meta(
+            ge=0,
+            description="A learner step whose loss or gradient norm is not finite (a poisoned batch, a diverged model) is skipped, the weights left as they were; it is counted in metrics.csv's nonfinite_steps and said at the 1st and every 100th. This many skipped in a row restore the model and optimiser from the run's latest checkpoint (counters go on), publish those weights and say so. 0: never restore.",
+        ),
+    ] = 10
     replay_ratio: Annotated[
         float,
         Meta(
@@ -473,6 +480,27 @@ class BrokerConfig:
             description="cpu, cuda, cuda:N, or auto (cuda when available): where the broker recomputes features (elite and attentive replay). Frames are read on the CPU and sent there; the distances are computed on the CPU."
         ),
     ] = "auto"
+    max_abs_reward: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="The largest reward magnitude a worker's experience may carry (as the env gives it to the agent, after env.clip_rewards; Ape-X: an n-step return may reach apex.n_step x this). The broker refuses an unroll or transitions with a larger one, or a non-finite one, counts it in decode_errors and says why in zrl.log: a damaged or forged message (a remote worker any local user can run) must not reach the loss. Raise it for a game whose single-step rewards are larger.",
+        ),
+    ] = 1e6
+    max_abs_value: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="The largest magnitude of a behaviour-time value estimate or feature (V-trace) or a priority (Ape-X) a worker may send; beyond it, as for broker.max_abs_reward.",
+        ),
+    ] = 1e9
+    max_abs_logit: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="The largest magnitude of a behaviour-time policy logit a worker may send; beyond it, as for broker.max_abs_reward. Discounts must lie in [0, 1], always.",
+        ),
+    ] = 1e4
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ from typing import NamedTuple
 import numpy as np
 
 from zrl import protocol
+from zrl.bounds import out_of_range, within_unit
+from zrl.config import BrokerConfig
 from zrl.replay.snapshot import SnapshotMismatch, prefixed, rng_state, same_shape, scalar, section, set_rng_state
 from zrl.replay.sumtree import SumTree, annealed_beta, importance_weights
 
@@ -182,6 +184,8 @@ class ApexReplay:
         beta_start: float,
         beta_anneal_steps: int,
         seed: int,
+        max_abs_reward: float = BrokerConfig.max_abs_reward,
+        max_abs_value: float = BrokerConfig.max_abs_value,
     ) -> None:
         if beta_anneal_steps < 1:
             raise ValueError(
@@ -189,6 +193,8 @@ class ApexReplay:
             )
         self.replay = PrioritizedReplay(capacity)
         self.n_step = n_step
+        # what a worker's transitions may carry (the broker's keys): an n-step return sums n rewards
+        self.max_return, self.max_priority = n_step * max_abs_reward, max_abs_value
         self.batch_size, self.learn_start = batch_size, learn_start
         self.workers, self.envs_per_worker, self.num_actions = workers, envs_per_worker, num_actions
         self.beta_start, self.beta_anneal_steps = beta_start, beta_anneal_steps
@@ -225,11 +231,13 @@ class ApexReplay:
         ahead = msg.next_frame - msg.frame
         if msg.frame.min() < 0 or ahead.min() < 0 or ahead.max() > self.n_step:
             return f"a negative frame number, or s_(t+n) not within {self.n_step} frames after s_t"
-        if not all(np.isfinite(a).all() for a in (msg.nstep_return, msg.bootstrap_discount, msg.priority)):
-            return "non-finite returns, discounts or priorities"
-        if msg.bootstrap_discount.min() < 0 or msg.bootstrap_discount.max() > 1:
-            return "a bootstrap discount outside [0, 1]"
-        return None
+        if msg.priority.min() < -1:  # -1: unknown, the replay gives it its largest
+            return "a negative priority other than -1 (unknown)"
+        return (
+            out_of_range("n-step returns", msg.nstep_return, self.max_return, f"{self.n_step} x broker.max_abs_reward")
+            or out_of_range("priorities", msg.priority, self.max_priority, "broker.max_abs_value")
+            or within_unit("bootstrap discounts", msg.bootstrap_discount)
+        )
 
     def insert(self, msg: protocol.Transitions) -> str | None:
         """Store a worker's transitions with their initial priorities; the reason if refused."""

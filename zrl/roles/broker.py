@@ -61,6 +61,7 @@ class BrokerLoop:
         self.saver = ReplayWriter(wiring.replay_dir, rings, wiring.replay_stream) if wiring.replay_dir else None
         self.last_save_step = 0  # the learner step of the last replay checkpoint asked for
         self.told = ""  # the saver's last failure, once said
+        self.refusals, self.next_told = 0, 1  # workers' messages refused, and the count at which the next is said
 
     def _notice(self, text: str) -> None:
         transport.send_nowait(self.stats, protocol.Notice(role="zrl-broker", pid=os.getpid(), text=text).encode())
@@ -184,13 +185,26 @@ class BrokerLoop:
                 break
             if (msg := decoded(data, part.message_type)) is None:
                 continue
-            if frames_past_ring(msg.worker_id, msg.env_frames, self.rings, frames_per_slot) or part.insert(msg):
+            past = frames_past_ring(msg.worker_id, msg.env_frames, self.rings, frames_per_slot)
+            if why := ("frames its ring never held" if past else part.insert(msg)):
                 decoded.refuse()
+                self._refused(msg.worker_id, why)
                 continue
             self.gaps.see(msg.worker_id, msg.seq)
             self.received += part.units(msg)
             self.worker_frames[msg.worker_id] = max(self.worker_frames.get(msg.worker_id, 0), msg.env_frames)
         self.insert_time_s += time.perf_counter() - t0
+
+    def _refused(self, worker_id: int, why: str) -> None:
+        """Say why a worker's message was refused: the 1st, 10th, 100th... refusal of the run, so that a flood of
+        them (a forged stream) cannot flood the log. Each is counted in decode_errors."""
+        self.refusals += 1
+        if self.refusals >= self.next_told:
+            self.next_told *= 10
+            self._notice(
+                f"refused a message from worker {worker_id}: {why} ({self.refusals} refused so far; the next said "
+                f"is the {self.next_told}th)"
+            )
 
     def _latest_weights(self, weights: zmq.Socket | None) -> None:
         while weights is not None and weights.poll(0, zmq.POLLIN):

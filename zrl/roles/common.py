@@ -18,7 +18,7 @@ import zmq
 
 from shm import pid_alive
 from shm.ring import Ring, RingSpec
-from zrl import protocol, transport
+from zrl import bounds, protocol, transport
 from zrl.config import Config
 from zrl.forkserver import die_with_parent, let_the_fork_server_go
 from zrl.namespace import role_title
@@ -292,6 +292,15 @@ class Decoder:
         self.errors += 1
 
 
+def finite_weights(data) -> tuple[int, int, np.ndarray]:
+    """``protocol.decode_weights``, and a ProtocolError for weights that are not all finite: a worker acting on
+    them would fill the replays with NaN, and the ingest would pass them on to every remote worker."""
+    version, step, flat = protocol.decode_weights(data)
+    if not bounds.finite(flat):
+        raise protocol.ProtocolError(f"weights version {version} hold non-finite numbers")
+    return version, step, flat
+
+
 def frames_past_ring(worker_id: int, env_frames: int, rings: list[Ring], frames_per_slot: int) -> bool:
     """Whether a worker's message claims more env frames than its ring has slots for in this launch (a forged
     or damaged count, which would otherwise end the run's budget or pacing). A worker writes each env step's
@@ -396,7 +405,7 @@ class WeightsFeed:
         deadline = time.monotonic() + wait_ms / 1000
         while self.sub.poll(max(0, int((deadline - time.monotonic()) * 1000)), zmq.POLLIN):
             try:
-                version, step, flat = protocol.decode_weights(self.sub.recv())
+                version, step, flat = finite_weights(self.sub.recv())
             except protocol.ProtocolError:
                 continue
             if version > than:  # a broadcast queued before the worker's first request may be older
@@ -457,7 +466,7 @@ def wait_for_weights(
             reply = transport.recv(req, 2000)
             if reply is not None:
                 try:
-                    version, step, flat = protocol.decode_weights(reply)
+                    version, step, flat = finite_weights(reply)
                 except protocol.ProtocolError:  # not weights (a remote worker's refusal): ask again, or stop
                     continue
                 return Weights(version, flat, step)

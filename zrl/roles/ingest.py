@@ -32,6 +32,7 @@ from zrl.roles.common import (
     WorkerStart,
     crash_report,
     env_spec_text,
+    finite_weights,
     should_stop,
     silence_limit,
     start_role,
@@ -196,7 +197,7 @@ class Ingest:
                 if data is None:
                     break
                 try:
-                    version, _, _ = protocol.decode_weights(data)
+                    version, _, _ = finite_weights(data)
                 except protocol.ProtocolError:
                     self.decoded.refuse()
                     continue

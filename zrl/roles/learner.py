@@ -98,6 +98,7 @@ class Learner:
         self.timing = {"step": 0.0, "gather": 0.0, "wait": 0.0, "publish": 0.0}
         self.metrics: dict[str, float] = {}  # the last step's figures
         self.last_ckpt, self.saved_step = "", -1
+        self.nonfinite_steps = self.nonfinite_run = 0  # learner steps skipped, in all and in a row
         if start is not None:  # the launcher has verified the file and its fit
             self._start_from(start)
         self.current = self._weights()
@@ -161,6 +162,11 @@ class Learner:
                 t2 = time.perf_counter()
                 timing["gather"] += t2 - t1
                 trained = part.step(gathered, self.learner_step + 1, self.policy_version)
+                if not trained.applied:
+                    if self._skipped(trained.metrics):
+                        weights_pub.send(self.current, copy=False)
+                    continue
+                self.nonfinite_run = 0
                 if trained.reply is not None:
                     transport.send_nowait(replies, trained.reply)
                 self.learner_step += 1
@@ -192,6 +198,35 @@ class Learner:
             for ring in self.rings:
                 ring.close()
 
+    def _skipped(self, metrics: dict[str, float]) -> bool:
+        """Count a step skipped for a non-finite loss or gradient norm, say it at the 1st and every 100th, and
+        after learner.max_nonfinite_steps in a row restore the model and optimiser from the latest checkpoint;
+        whether they were restored (new weights to publish)."""
+        self.nonfinite_steps += 1
+        self.nonfinite_run += 1
+        if self.nonfinite_steps % 100 == 1:
+            self._notice(
+                f"skipped learner step {self.learner_step + 1}: loss {metrics.get('total_loss', 0.0):g}, gradient "
+                f"norm {metrics.get('grad_norm', 0.0):g} ({self.nonfinite_steps} skipped so far; the weights stay)"
+            )
+        limit = self.cfg.learner.max_nonfinite_steps
+        if not limit or self.nonfinite_run < limit:
+            return False
+        self.nonfinite_run = 0
+        latest = checkpoint.latest(self.ckpt_dir)
+        if latest is None:
+            self._notice(f"{limit} learner steps in a row were not finite, and there is no checkpoint to go back to")
+            return False
+        # its weights and optimiser moments; the schedule, the counters and the replays go on from here
+        self.part.load(checkpoint.load(latest), resume=False, optimizer=True)
+        self.policy_version += 1
+        self.current = self._weights()
+        self._notice(f"restored the model and optimiser from {latest.name} after {limit} non-finite steps in a row")
+        return True
+
+    def _notice(self, text: str) -> None:
+        transport.send_nowait(self.stats, protocol.Notice(role="zrl-learner", pid=os.getpid(), text=text).encode())
+
     def _report(self) -> None:
         step = {name: float(self.metrics.get(name, 0.0)) for name in STEP_METRICS}
         message = protocol.LearnerStats(
@@ -210,6 +245,7 @@ class Learner:
             publish_time_s=self.timing["publish"],
             decode_errors=self.decoded.errors,
             checkpoint_path=self.last_ckpt,
+            nonfinite_steps=self.nonfinite_steps,
             **step,
         )
         transport.send_nowait(self.stats, message.encode())

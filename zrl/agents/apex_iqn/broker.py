@@ -39,6 +39,8 @@ class ApexBroker:
             apex.importance_beta,
             apex_anneal_steps(cfg, wiring.frames_per_step),
             cfg.run.seed,
+            max_abs_reward=cfg.broker.max_abs_reward,
+            max_abs_value=cfg.broker.max_abs_value,
         )
         self.reach_back = cfg.env.frame_stack - 1  # a transition's stack reads this many frames before its own
         self.pace_from = apex.learn_start  # env steps of this launch before the learner's share counts

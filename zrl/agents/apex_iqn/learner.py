@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from zrl import protocol
-from zrl.agents import Trained
+from zrl.agents import Trained, finite_update
 from zrl.algos.apex import transition_losses
 from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, Config, apex_anneal_steps
@@ -50,7 +50,10 @@ def apex_sgd_step(
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(online.parameters(), grad_norm_clip or math.inf))
-    optimizer.step()
+    if finite_update(float(loss.detach()), grad_norm):
+        optimizer.step()
+    else:  # the weights stay; the learner skips the step (Trained.applied)
+        optimizer.zero_grad(set_to_none=True)
     priorities = losses.detach().float().clamp_min(0).pow(apex.priority_exponent).cpu().numpy()
     return ApexStep(float(loss.detach()), grad_norm, priorities)
 
@@ -165,6 +168,9 @@ class ApexLearner:
             self.apex,
             self.cfg.learner.grad_norm_clip,
         )
+        if not finite_update(step.loss, step.grad_norm):  # skipped: no new priorities, no schedule step
+            metrics = {"total_loss": step.loss, "grad_norm": step.grad_norm}
+            return Trained(samples=0, frames=0, metrics=metrics)
         self.scheduler.step()
         reply = protocol.PriorityUpdate(
             batch_id=batch.batch_id,

@@ -19,6 +19,7 @@ import torch
 
 from shm.ring import Ring
 from zrl import protocol
+from zrl.bounds import out_of_range, within_unit
 from zrl.config import (
     Config,
     fill_target,
@@ -73,9 +74,15 @@ def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
         return f"features of {msg.features.shape[2]}, not model.feature_size {cfg.model.feature_size}"
     if msg.first_frame < 0 or msg.policy_version < 0:
         return "a negative frame number or policy version"
-    if not all(np.isfinite(a).all() for a in (msg.rewards, msg.behaviour_logits, msg.behaviour_values)):
-        return "non-finite rewards, logits or values"
-    return None
+    bcfg = cfg.broker
+    return (
+        out_of_range("rewards", msg.rewards, bcfg.max_abs_reward, "broker.max_abs_reward")
+        or out_of_range("behaviour logits", msg.behaviour_logits, bcfg.max_abs_logit, "broker.max_abs_logit")
+        or out_of_range("behaviour values", msg.behaviour_values, bcfg.max_abs_value, "broker.max_abs_value")
+        or within_unit("discounts", msg.discounts)
+        or (msg.features.size and out_of_range("features", msg.features, bcfg.max_abs_value, "broker.max_abs_value"))
+        or None
+    )
 
 
 def make_batch(

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from zrl import protocol
-from zrl.agents import Trained
+from zrl.agents import Trained, finite_update
 from zrl.algos.losses import vtrace_loss
 from zrl.config import Config, LearnerConfig, VtraceConfig, entropy_cost, lr_decay_steps
 from zrl.gather import Gatherer, Unrolls
@@ -59,12 +59,15 @@ def choose_unroll_conv(model, cfg: Config) -> dict:
 
 def apply(total: torch.Tensor, model, optimizer, scheduler, grad_norm_clip: float) -> float:
     """Backward, clip the global gradient norm (0: no clip), step the optimiser and the schedule; the norm
-    before clipping."""
+    before clipping. A loss or norm that is not finite steps neither (``finite_update``): the weights stay."""
     optimizer.zero_grad(set_to_none=True)
     total.backward()
     grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), grad_norm_clip or math.inf))
-    optimizer.step()
-    scheduler.step()
+    if finite_update(float(total.detach()), grad_norm):
+        optimizer.step()
+        scheduler.step()
+    else:
+        optimizer.zero_grad(set_to_none=True)
     return grad_norm
 
 
