@@ -6,9 +6,16 @@ The ranges of experience (rewards, values, logits) are the broker's keys (config
 
 from __future__ import annotations
 
+import math
 import unicodedata
 
 import numpy as np
+
+from zrl import protocol
+
+# The largest episode return or score magnitude taken from a worker: far past any game's (Atari's largest human
+# scores are below 1e8), near enough that a mean of 100 of them stays finite; an infinite one would hold best.pt
+MAX_ABS_RETURN = 1e12
 
 
 def out_of_range(name: str, values: np.ndarray, limit: float, key: str) -> str | None:
@@ -54,3 +61,20 @@ def printable(text: str, limit: int = 200, newlines: bool = False) -> str:
     if len(text) > limit:
         out.append(f"... ({len(text) - limit} more characters)")
     return "".join(out)
+
+
+def episode_misfit(msg: protocol.Episode, envs_per_worker: int) -> str | None:
+    """Why an Episode cannot be one this run's workers finished, or None: a return or score that is not finite
+    or passes MAX_ABS_RETURN, lengths that are negative or more env steps than frames, an env index outside the
+    worker's, a wall time that is not finite."""
+    for name in ("raw_return", "score_5min", "score_30min"):
+        value = getattr(msg, name)
+        if not (math.isfinite(value) and abs(value) <= MAX_ABS_RETURN):
+            return f"an episode's {name} of {value:.3g} (finite, at most {MAX_ABS_RETURN:.0e} either way, is taken)"
+    if not 0 <= msg.length_env_steps <= msg.length_frames:
+        return f"an episode of {msg.length_env_steps} env steps in {msg.length_frames} frames"
+    if not 0 <= msg.env_index < envs_per_worker:
+        return f"an episode of env {msg.env_index}, not one of a worker's {envs_per_worker}"
+    if not math.isfinite(msg.wall_time):
+        return "an episode with a wall time that is not finite"
+    return None

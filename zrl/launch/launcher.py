@@ -11,12 +11,13 @@ import dataclasses
 import logging
 import math
 import os
+import re
 import time
 from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zrl import __version__, agents, envs, forkserver, protocol, transport
+from zrl import __version__, agents, bounds, envs, forkserver, protocol, transport
 from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
 from zrl.launch import network
 from zrl.launch.checks import (
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("zrl")
 
 REMOTE_GENERATIONS = 1000  # a remote slot's joins per generation of the ingest, at most, before seeds repeat
+CHECKPOINT_NAME = re.compile(r"ckpt_\d{9}\.pt")  # checkpoint.PATTERN's names: the learner's periodic checkpoints
 FINAL_EXIT_S = 15.0  # how long the final evaluator has to exit after its result (its stats socket lingers 5 s)
 FRAMES_SEEN = 20_000  # the launcher's (time, frames) history kept for eval.csv: 2.8 hours of it
 FRAMES_SEEN_EVERY_S = 0.5
@@ -570,10 +572,12 @@ class Launcher:
         try:
             msg = protocol.decode(data)
             current = self.supervisor.heard(msg, time.monotonic())
+            if why := self._misfit(msg):
+                raise protocol.ProtocolError(why)
         except protocol.ProtocolError as err:
             t.stats_errors += 1
             if t.stats_errors <= 10:  # counted in metrics.csv; logged only at first
-                log.warning("dropped a malformed stats message: %s", err)
+                log.warning("dropped a malformed stats message: %s", bounds.printable(str(err)))
             return
         if not current:  # late news from a worker that has been replaced
             return
@@ -595,6 +599,19 @@ class Launcher:
             self.last_checkpoint = msg.checkpoint_path
             if self.cfg.run.best_by == "train":  # "eval": the evaluator keeps best.pt
                 self._maybe_best(Path(msg.checkpoint_path))
+
+    def _misfit(self, msg) -> str | None:
+        """Why a stats message from a role cannot be right, or None: an episode out of range (an infinite return
+        would hold best.pt for the rest of the run), a checkpoint that is not one of this run's (best.pt is copied
+        from it)."""
+        if isinstance(msg, protocol.Episode):
+            return bounds.episode_misfit(msg, self.cfg.workers.envs_per_worker)
+        if isinstance(msg, protocol.LearnerStats) and msg.checkpoint_path:
+            path = Path(msg.checkpoint_path)
+            own = self.folder.checkpoints.resolve()
+            if not (CHECKPOINT_NAME.fullmatch(path.name) and path.parent.resolve() == own and not path.is_symlink()):
+                return f"a checkpoint outside this run's {own}: {bounds.printable(msg.checkpoint_path)}"
+        return None
 
     def _maybe_best(self, path: Path) -> None:
         """Keep best.pt: the checkpoint written when the 100-episode mean raw score was at its best."""

@@ -17,11 +17,13 @@ from collections import deque
 from collections.abc import Callable
 
 from zrl import protocol
+from zrl.bounds import printable
 from zrl.config import Config
 from zrl.launch.console import Console
 from zrl.roles.common import WorkerStart
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 129, 130, 143
+TRACEBACK_CHARS = 20_000  # of a role's last traceback, as logged and shown
 # The signals that ask for an orderly stop: Ctrl-C, kill or a batch scheduler's SIGTERM, and SIGHUP, which a dropped
 # ssh session or a closed terminal sends to the whole process group
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -179,12 +181,13 @@ class Supervisor:
         if not current and msg.pid not in self.retired:
             raise protocol.ProtocolError(f"{type(msg).__name__}: pid {msg.pid} is not {role} of this run")
         if isinstance(msg, protocol.RoleError):
-            self.tracebacks[msg.role] = msg.traceback
-            log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, msg.traceback.rstrip())
+            self.tracebacks[msg.role] = text = printable(msg.traceback, TRACEBACK_CHARS, newlines=True)
+            log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, text.rstrip())
         elif isinstance(msg, protocol.Notice):
-            log.info("%s: %s", msg.role, msg.text)
+            text = printable(msg.text)  # a remote worker's name or reason may be in it: nothing raw reaches a screen
+            log.info("%s: %s", msg.role, text)
             self.console.line("")
-            self.console.say(msg.text)
+            self.console.say(text)
         elif current:
             self.last_seen[role] = now
             self.reported.add(role)

@@ -23,7 +23,7 @@ import zmq
 import zstandard
 
 from shm.ring import Ring
-from zrl import __version__, agents, protocol, transport
+from zrl import __version__, agents, bounds, protocol, transport
 from zrl.config import Config, dumps
 from zrl.roles.common import (
     Decoder,
@@ -39,6 +39,7 @@ from zrl.roles.common import (
 )
 
 NAME = "zrl-ingest"
+HOST_CHARS = 100  # of a remote worker's host name or version, as logged
 STATS_EVERY_S = 1.0
 REVOKED = "was shut out: its key is no longer in authorized/"
 HANDLE_AT_MOST = 256
@@ -261,12 +262,14 @@ class Ingest:
                 )
                 self._reply(rid, protocol.Ack(live_workers=self.local + self._live()))
             elif isinstance(msg, protocol.Episode):
+                if why := bounds.episode_misfit(msg, self.cfg.workers.envs_per_worker):
+                    raise Refusal(why)
                 frames = self._delivered(session, msg.env_frames)
                 self._report(
                     msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid(), env_frames=frames)
                 )
             elif isinstance(msg, protocol.Leave):
-                self._end(session, f"left ({msg.reason})" if msg.reason else "left")
+                self._end(session, f"left ({bounds.printable(msg.reason)})" if msg.reason else "left")
             else:
                 raise Refusal(f"a {type(msg).__name__} has no business on the gate")
         except Refusal as refusal:
@@ -307,7 +310,8 @@ class Ingest:
             return
         slot = self.free.pop(0)
         name = self.keys.name_of(key) if self.keys is not None else None
-        who = f"{name + ' on ' if name else ''}{msg.host or '?'} (pid {msg.pid})"
+        host = bounds.printable(msg.host, HOST_CHARS) or "?"  # the peer's own words: never printed raw
+        who = f"{name + ' on ' if name else ''}{host} (pid {msg.pid})"
         session = Session(rid, key, who, slot, self.local + slot, self.rings[slot].head, time.monotonic())
         self.sessions[rid] = session
         self.generation[slot] += 1
@@ -325,7 +329,8 @@ class Ingest:
                 config=self.config_text,
             ),
         )
-        version = "" if msg.zrl_version == __version__ else f", zrl {msg.zrl_version} (this host: {__version__})"
+        theirs = bounds.printable(msg.zrl_version, HOST_CHARS)
+        version = "" if msg.zrl_version == __version__ else f", zrl {theirs} (this host: {__version__})"
         self._notice(f"remote worker {who} joined as zrl-worker-{session.worker_id}{version}")
 
     def _data(self, session: Session, msg: protocol.RemoteData) -> None:

@@ -1,0 +1,64 @@
+"""Issue 38, item 2: what a remote peer sends is checked like the unit fields, and nothing it names reaches the
+console or zrl.log raw. A hand-made remote worker on a real ingest (tests/test_remote.py's harness)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from remote_client import M
+from test_remote import ingest_running
+
+from zrl import protocol
+
+pytestmark = pytest.mark.integration
+
+FORGED_HOST = "evil\x1b[2J\r\nFAKE 2026-11-30 12:00:00 INFO run stopped\u202e"
+
+
+def _episode(**fields) -> protocol.Episode:
+    values = dict(worker_id=1, pid=1, env_index=0, raw_return=21.0, length_frames=400, length_env_steps=100,
+                  env_frames=0, wall_time=1.5, score_5min=21.0, score_30min=21.0)  # fmt: skip
+    return protocol.Episode(**{**values, **fields})
+
+
+def _raw(text: str) -> bool:
+    return any(ch in text for ch in "\x1b\r\n\u202e")
+
+
+def test_a_peers_host_name_and_leave_reason_reach_the_log_escaped(no_leaks):
+    with ingest_running() as h:
+        client = h.client()
+        joined = client.ask(protocol.Join(run="run_a", host=FORGED_HOST, pid=1, envs_per_worker=M, zrl_version="\x07"))
+        assert isinstance(joined, protocol.Welcome), joined
+        client.send(protocol.Leave(reason="bye\r\n2026-11-30 ERROR forged\x1b[31m"))
+        h.ingest_stats(lambda s: s.remote_joins == 1 and s.remote_workers == 0)
+        notices = [s.text for s in h.stats if isinstance(s, protocol.Notice)]
+        assert len(notices) == 2 and not any(_raw(text) for text in notices), notices
+        assert "evil\\x1b[2J\\x0d\\x0aFAKE 2026-11-30" in notices[0] and "zrl \\x07" in notices[0]
+        assert "left (bye\\x0d\\x0a2026-11-30 ERROR forged\\x1b[31m)" in notices[1]
+
+
+EPISODES_OUT_OF_RANGE = {
+    "raw_return of inf": {"raw_return": math.inf},
+    "score_30min of nan": {"score_30min": math.nan},
+    "raw_return of -1e+13": {"raw_return": -1e13},
+    "500 env steps in 400 frames": {"length_env_steps": 500},
+    f"env {M}, not one of a worker's {M}": {"env_index": M},
+    "wall time that is not finite": {"wall_time": math.inf},
+}
+
+
+def test_an_episode_out_of_range_from_a_peer_is_refused_and_not_passed_on(no_leaks):
+    with ingest_running() as h:
+        client = h.client()
+        for why, fields in EPISODES_OUT_OF_RANGE.items():
+            assert isinstance(client.join(), protocol.Welcome), why  # a refusal ends the session, as for frames
+            refused = client.ask(_episode(**fields))
+            assert isinstance(refused, protocol.Refused) and why in refused.reason, refused
+        assert isinstance(client.join(), protocol.Welcome)
+        client.send(_episode())  # a sane one goes through
+        h.ingest_stats(lambda s: s.remote_refused == len(EPISODES_OUT_OF_RANGE))
+        h.ingest_stats(lambda s: any(isinstance(m, protocol.Episode) for m in h.stats), timeout=5)
+        episodes = [m for m in h.stats if isinstance(m, protocol.Episode)]
+        assert [e.raw_return for e in episodes] == [21.0], episodes
