@@ -1,10 +1,12 @@
 """The dashboard's server and view on a run folder written by the real CSV writers: what it serves agrees with the
 files, it serves nothing outside the folder, it changes nothing, it needs a token off loopback, a page that goes
-away costs it nothing, and the commands' bad input is one line and exit code 2. The real run in a real browser is
+away costs it nothing, a flood of idle or slow connections takes no more than its cap and its deadline, and the
+commands' bad input is one line and exit code 2. The real run in a real browser is
 tests/test_dashboard_browser.py."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -332,3 +334,109 @@ def test_zrl_launch_dashboard_options_are_checked_before_anything_starts(tmp_pat
     err = refused(launch_main, "--config", REPO / "config" / "smoke.toml", *args)
     assert expected in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "results").exists()
+
+
+# -- a flood of connections: the cap, the deadline for a whole request, the token on the request line ------------
+
+
+def _server_side(port: int) -> int:
+    """This process's established connections accepted on ``port`` (the dashboard runs in it)."""
+    return sum(c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED for c in _connections(port))
+
+
+def test_an_idle_flood_holds_at_most_the_cap_and_a_page_still_answers(run_dir):
+    from zrl.dashboard.server import IDLE_GRACE_S, MAX_CONNECTIONS
+
+    dashboard = Dashboard("0.0.0.0", 0)
+    dashboard.serve(run_dir)
+    threads = len(threading.enumerate())
+    idle = []
+    try:
+        for _ in range(200):
+            idle.append(socket.create_connection(("127.0.0.1", dashboard.port), timeout=10))
+            time.sleep(0.005)  # paced, so that a short backlog drops none (a dropped one is tried again in 1 s)
+        # Meanwhile the server takes (or closes) every one of them; then the idle ones have waited past their grace,
+        # and a page takes the place of one.
+        until = time.monotonic() + IDLE_GRACE_S + 0.5
+        while time.monotonic() < until:
+            assert _server_side(dashboard.port) <= MAX_CONNECTIONS
+            time.sleep(0.1)
+        assert len(threading.enumerate()) <= threads + MAX_CONNECTIONS  # those hung up have ended by now
+        started = time.monotonic()
+        status, body = _get(dashboard.port, f"/api/state?token={dashboard.token}")
+        assert status == 200 and json.loads(body)["latest"]["env_frames"] == 80_000
+        assert time.monotonic() - started < 3
+        assert _server_side(dashboard.port) <= MAX_CONNECTIONS
+    finally:
+        for sock in idle:
+            sock.close()
+        dashboard.close()
+
+
+def _held_for(sock: socket.socket, every_s: float, limit_s: float) -> float | None:
+    """Seconds until the server ended ``sock`` while it sent a byte every ``every_s``; None if it held ``limit_s``."""
+    sock.settimeout(every_s)
+    started = time.monotonic()
+    while time.monotonic() - started < limit_s:
+        try:
+            sock.recv(4096)  # b"" (closed), or an answer: the request is over either way
+            return time.monotonic() - started
+        except TimeoutError:
+            pass
+        except OSError:
+            return time.monotonic() - started
+        try:
+            sock.sendall(b"x")
+        except OSError:
+            return time.monotonic() - started
+    return None
+
+
+def test_a_slowloris_is_cut_at_the_request_deadline_and_a_stream_is_not(page, monkeypatch):
+    from zrl.dashboard import server
+
+    monkeypatch.setattr(server, "REQUEST_DEADLINE_S", 2.0)  # the rule at a shorter deadline: a shorter test
+    stream = socket.create_connection(("127.0.0.1", page.port))
+    stream.sendall(f"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1:{page.port}\r\n\r\n".encode())
+    _until_data(stream)
+    slow = socket.create_connection(("127.0.0.1", page.port))
+    try:
+        slow.sendall(b"GET / HTTP/1.1\r\nX-Slow: ")  # then a byte every half second: each read is quick
+        held = _held_for(slow, every_s=0.5, limit_s=2.0 + 3)
+        assert held is not None, "a request that never ends was not cut within its deadline and 3 s"
+        stream.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            while stream.recv(65536):  # what it sent before
+                pass
+        _until_data(stream)  # and an update now: the stream, open past the deadline, goes on
+    finally:
+        slow.close()
+        stream.close()
+
+
+def test_a_wrong_token_on_the_request_line_is_refused_before_any_header(run_dir):
+    dashboard = Dashboard("0.0.0.0", 0)
+    dashboard.serve(run_dir)
+    try:
+        for method in ("GET", "HEAD"):
+            client = socket.create_connection(("127.0.0.1", dashboard.port), timeout=3)
+            client.sendall(f"{method} /api/state?token=wrong HTTP/1.1\r\n".encode())  # and no header, ever
+            answer = b""
+            while chunk := client.recv(4096):
+                answer += chunk
+            client.close()
+            assert answer.startswith(b"HTTP/1.0 403 "), answer
+            assert (b"needs its token" in answer) == (method == "GET")
+        # The token in a header still works, its headers sent slowly but within the deadline.
+        client = socket.create_connection(("127.0.0.1", dashboard.port), timeout=5)
+        client.sendall(b"GET /api/state HTTP/1.1\r\n")
+        for piece in (b"Host: 127.0.0.1\r\n", f"Authorization: Bearer {dashboard.token}\r\n".encode(), b"\r\n"):
+            time.sleep(0.3)
+            client.sendall(piece)
+        answer = b""
+        while chunk := client.recv(65536):
+            answer += chunk
+        client.close()
+        assert answer.startswith(b"HTTP/1.0 200 ") and b'"env_frames": 80000' in answer
+    finally:
+        dashboard.close()

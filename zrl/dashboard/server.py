@@ -7,6 +7,10 @@ Security: bound to a loopback address, it answers only requests whose Host heade
 page elsewhere cannot reach it through DNS rebinding); bound to any other address it needs a token, made here and
 printed once, without which every request gets 403. There is no endpoint that changes anything: any method but
 GET and HEAD gets 405.
+
+It runs in the launcher's own process, so that no client may take what the run needs (its files, its threads): at
+most MAX_CONNECTIONS connections are served at once, each must have sent its whole request within
+REQUEST_DEADLINE_S however slowly its bytes come, and a wrong ``?token=`` is refused on the request line alone.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ PAGE = Path(__file__).with_name("page.html")
 PUSH_INTERVAL_S = 1.0  # the page's updates over /api/stream
 MAX_STREAMS = 16  # open /api/stream connections at once; more get 503
 SOCKET_TIMEOUT_S = 10.0  # a client that sends or takes nothing for this long is dropped
+MAX_CONNECTIONS = 64  # connections served at once, streams among them; past it a new one is closed, with no thread
+REQUEST_DEADLINE_S = 10.0  # from a connection's accept to its request's last header, however slowly the bytes come
+IDLE_GRACE_S = 1.0  # when all are taken, one that has sent no request for this long gives its place to a new one
 SERVED_SUFFIXES = {".csv", ".log", ".toml", ".json", ".png", ".svg", ".txt", ".md"}
 _TYPES = {
     ".csv": "text/csv; charset=utf-8",
@@ -44,6 +51,7 @@ _TYPES = {
     ".txt": "text/plain; charset=utf-8",
     ".md": "text/plain; charset=utf-8",
 }
+FORBIDDEN = "forbidden: this dashboard needs its token (?token=...), printed when it started"
 CSP = "Content-Security-Policy"
 _LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 _SECURITY_HEADERS = {
@@ -74,10 +82,19 @@ def is_loopback(host: str) -> bool:
 
 class _Server(ThreadingHTTPServer):
     """The threading server, keeping each open connection so that close() can end it: every handler's thread is
-    joined by server_close() (block_on_close), once its socket has been shut down under it."""
+    joined by server_close() (block_on_close), once its socket has been shut down under it.
+
+    A flood of connections that send nothing, or a byte now and then, must cost the launcher no more than
+    MAX_CONNECTIONS files and threads (and those it hung up, for the moment their threads take to end). Past the
+    cap a new connection is closed at once, unless the oldest of those still waiting for their request has waited
+    IDLE_GRACE_S: that one is hung up instead, so that an idle flood cannot keep a real page out. Each turn of
+    serve_forever hangs up those whose request is not read by REQUEST_DEADLINE_S. A connection carries one request
+    (HTTP/1.0): once it is read, the answer is bounded by the per-write SOCKET_TIMEOUT_S, and a stream by
+    MAX_STREAMS."""
 
     daemon_threads = False
     block_on_close = True
+    request_queue_size = MAX_CONNECTIONS  # the listen backlog: a burst waits there, not in SYN retries of a second
     view: RunView | None = None
     token: str | None = None
     closing: threading.Event
@@ -86,16 +103,52 @@ class _Server(ThreadingHTTPServer):
     def server_activate(self) -> None:
         super().server_activate()
         self.open_lock = threading.Lock()
-        self.open: set[socket.socket] = set()
+        # each open connection: when it was accepted (time.monotonic()), None once its request has been read
+        self.open: dict[socket.socket, float | None] = {}
 
     def process_request(self, request, client_address) -> None:
-        with self.open_lock:
-            self.open.add(request)
+        if not self._admit(request):
+            self.shutdown_request(request)  # closed at once: no thread, no answer
+            return
         super().process_request(request, client_address)
+
+    def _admit(self, request) -> bool:
+        """Take ``request`` into ``open`` if there is room, or if the oldest waiting connection gives up its place."""
+        now = time.monotonic()
+        with self.open_lock:
+            if len(self.open) >= MAX_CONNECTIONS:
+                waiting = [(since, conn) for conn, since in self.open.items() if since is not None]
+                since, oldest = min(waiting, key=lambda item: item[0], default=(now, None))
+                if oldest is None or now - since < IDLE_GRACE_S:
+                    return False
+                self._hang_up(oldest)
+            self.open[request] = now
+        return True
+
+    def _hang_up(self, request) -> None:
+        """End ``request`` under its handler (open_lock held): its read ends, its thread closes it and returns."""
+        del self.open[request]
+        try:
+            request.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def service_actions(self) -> None:
+        """Each turn of serve_forever: hang up every connection whose request is not read by the deadline."""
+        late = time.monotonic() - REQUEST_DEADLINE_S
+        with self.open_lock:
+            for request in [conn for conn, since in self.open.items() if since is not None and since < late]:
+                self._hang_up(request)
+
+    def request_read(self, request) -> None:
+        """``request`` has sent its whole request: the deadline is met, and it keeps its place while answered."""
+        with self.open_lock:
+            if request in self.open:
+                self.open[request] = None
 
     def shutdown_request(self, request) -> None:
         with self.open_lock:
-            self.open.discard(request)
+            self.open.pop(request, None)
         super().shutdown_request(request)
 
     def end_connections(self) -> None:
@@ -207,6 +260,28 @@ class _Handler(BaseHTTPRequestHandler):
     def _refuse(self, code: int, why: str) -> None:
         self._send(code, (why + "\n").encode())
 
+    def parse_request(self) -> bool:
+        """The request line, then the headers (the base class's), but a wrong ``?token=`` on the line is refused
+        before a header is read; a request read whole is told to the server, which then stops its deadline."""
+        if self._wrong_token_on_line():
+            self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+            self.command, self.request_version = self.requestline.split()[0], "HTTP/1.0"
+            self.close_connection = True
+            self._refuse(403, FORBIDDEN)
+            return False
+        if not super().parse_request():
+            return False
+        self.server.request_read(self.request)
+        return True
+
+    def _wrong_token_on_line(self) -> bool:
+        token = self.server.token
+        words = str(self.raw_requestline, "iso-8859-1").split()
+        if token is None or len(words) < 2:
+            return False
+        given = parse_qs(urlsplit(words[1]).query).get("token")
+        return given is not None and not hmac.compare_digest(given[0].encode(), token.encode())
+
     def _allowed(self, query: dict) -> bool:
         """The token, where one is needed; otherwise a loopback Host header (or none)."""
         token = self.server.token
@@ -226,7 +301,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         query = parse_qs(parts.query)
         if not self._allowed(query):
-            self._refuse(403, "forbidden: this dashboard needs its token (?token=...), printed when it started")
+            self._refuse(403, FORBIDDEN)
             return
         path = parts.path
         try:
