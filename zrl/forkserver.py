@@ -161,8 +161,10 @@ def _answer(reply, fn: Callable[..., Any], args: tuple) -> None:
 
 
 def new_run_id() -> str:
-    """A pipeline's id in its segment and folder names: the time, and random bits for two in one second."""
-    return f"{int(time.time())}{os.urandom(2).hex()}"
+    """A pipeline's id in its segment and folder names: the time, and 64 random bits, so that no other local user
+    can guess a name before it is made and take it first (every name is created exclusively, and a taken one would
+    stop the launch)."""
+    return f"{int(time.time())}{os.urandom(8).hex()}"
 
 
 def private_folder(run_id: str) -> str:

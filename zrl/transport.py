@@ -71,10 +71,12 @@ def make_curve_keys(folder: str) -> None:
     root.mkdir(mode=0o700, parents=True)
     try:
         for name in ("server", "client"):
-            _, secret = zmq.auth.create_certificates(str(root), name)
+            public, secret = zmq.auth.create_certificates(str(root), name)
+            os.chmod(public, 0o644)  # whatever the umask: load_curve_keys refuses files others may write
             os.chmod(secret, 0o600)
         (root / "authorized").mkdir(mode=0o700)
         (root / "authorized" / "client.key").write_bytes((root / "client.key").read_bytes())
+        os.chmod(root / "authorized" / "client.key", 0o644)
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
@@ -101,10 +103,12 @@ def make_client_keys(folder: str, name: str) -> Path:
     (root / "clients").mkdir(mode=0o700, exist_ok=True)
     target.mkdir(mode=0o700)
     try:
-        _, secret = zmq.auth.create_certificates(str(target), "client")
+        public, secret = zmq.auth.create_certificates(str(target), "client")
         os.chmod(secret, 0o600)
         (target / "server.key").write_bytes((root / "server.key").read_bytes())
         authorized.write_bytes((target / "client.key").read_bytes())
+        for path in (public, target / "server.key", authorized):
+            os.chmod(path, 0o644)  # whatever the umask: the loaders refuse files others may write
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         authorized.unlink(missing_ok=True)
@@ -132,14 +136,12 @@ def load_curve_keys(folder: str) -> CurveKeys:
     root = _key_folder(folder, key, f"zrl-keys {Path(folder).expanduser()}")
     keys = _load_certificates(root, CURVE_FILES, key)
     authorized = root / "authorized"
+    _entry(authorized, key)  # others who could write here could admit themselves
     clients = sorted(authorized.glob("*.key")) if authorized.is_dir() else []
     if not clients:
         raise ConfigError(f"{key}: {authorized} holds no client public key (*.key); a server would admit no one")
-    if authorized.stat().st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise ConfigError(
-            f"{key}: {authorized} can be written by other users, who could admit themselves; chmod 700 {authorized}"
-        )
     for path in clients:
+        _entry(path, key)
         try:
             public, _ = zmq.auth.load_certificate(str(path))
         except (OSError, ValueError) as err:
@@ -151,14 +153,39 @@ def load_curve_keys(folder: str) -> CurveKeys:
 
 
 def _key_folder(folder: str, key: str, how: str) -> Path:
-    """``folder`` as a Path, once this libzmq has CURVE and the folder exists; ConfigError under ``key`` saying
-    ``how`` to make one otherwise."""
+    """``folder`` as a Path, once this libzmq has CURVE and the folder exists, is this user's and no one else may
+    write to it; ConfigError under ``key`` saying ``how`` to make one otherwise."""
     if not zmq.has("curve"):
         raise ConfigError(f"{key}: this libzmq was built without CURVE; install pyzmq's wheel, which has it")
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise ConfigError(f"{key}: {root} is not a folder; make one with {how}")
+    _check_private(root, root.stat(), key)
     return root
+
+
+def _check_private(path: Path, st: os.stat_result, key: str, secret: bool = False) -> None:
+    """A key folder or file only this user controls: owned by this user, and no one else may write to it (a secret
+    key: nor read it). Another user's file, or one others can change, would let them choose who is admitted, or
+    read the run's secret; mode bits alone do not say whose it is."""
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"{key}: {path} belongs to uid {st.st_uid}, not to this user; use a key folder of your own")
+    if secret and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(f"{key}: {path} can be read by other users; chmod 600 {path}")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"{key}: {path} can be written by other users, who could change it; chmod go-w {path}")
+
+
+def _entry(path: Path, key: str, secret: bool = False) -> None:
+    """An entry of a key folder: not a symlink (which could point at anyone's file), and private
+    (``_check_private``); a missing one is left to the caller's error."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise ConfigError(f"{key}: {path} is a symbolic link; a key folder holds its own files (copy it in place)")
+    _check_private(path, st, key, secret)
 
 
 def _load_certificates(root: Path, names: tuple[str, ...], key: str) -> dict[str, bytes]:
@@ -168,8 +195,7 @@ def _load_certificates(root: Path, names: tuple[str, ...], key: str) -> dict[str
     for name in names:
         path = root / name
         secret_file = name.endswith("_secret")
-        if secret_file and path.is_file() and path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise ConfigError(f"{key}: {path} can be read by other users; chmod 600 {path}")
+        _entry(path, key, secret_file)
         try:
             public, secret = zmq.auth.load_certificate(str(path))
         except (OSError, ValueError) as err:
@@ -212,8 +238,9 @@ class AuthorizedKeys:
             names = {}
             for path in sorted(self.folder.glob("*.key")):
                 try:
+                    _entry(path, "transport.curve_keys")  # a link or another user's key admits no one
                     public, _ = zmq.auth.load_certificate(str(path))
-                except (OSError, ValueError):
+                except (OSError, ValueError, ConfigError):
                     continue
                 if public:
                     names[public.decode("ascii")] = path.stem
