@@ -23,6 +23,18 @@ def _usage_error(prog: str, message: str) -> None:
     sys.exit(EXIT_USAGE)
 
 
+def _trust_option(read: str, more: str = ""):
+    """--trust-env-module: the one way an env.id read from data (``read``) may import its module."""
+    return click.option(
+        "--trust-env-module",
+        "trusted",
+        multiple=True,
+        metavar="MODULE",
+        help=f"Let the env.id of {read} import MODULE (an id MODULE:ENV registers ENV on import), which runs its "
+        f"code; without it such an id is refused. Repeatable.{more}",
+    )
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--config",
@@ -106,6 +118,7 @@ def _usage_error(prog: str, message: str) -> None:
     help="With --ray, when the run has CurveZMQ keys: the client key folder (zrl-keys --client NAME) the actors use, "
     "at the same path on every node.",
 )
+@_trust_option("a resumed run's config.toml", " An id you give with --config or --set needs no flag.")
 @click.version_option(__version__, prog_name="zrl")
 def launch_main(
     config_path,
@@ -122,6 +135,7 @@ def launch_main(
     dashboard_host,
     ray_address,
     ray_keys,
+    trusted,
 ) -> None:
     """Train an agent: zrl-launch --config config/pong.toml --workers 8 --envs-per-worker 4"""
     from zrl import config as config_mod
@@ -149,7 +163,9 @@ def launch_main(
             forkserver.begin()  # its preload runs beside the checks that follow (zrl/forkserver.py)
             from zrl.launch import resume
 
-            code = resume(resume_ref, probe_cfg, sets, options, quiet=quiet, dashboard=page, ray=ray)
+            code = resume(
+                resume_ref, probe_cfg, sets, options, quiet=quiet, dashboard=page, ray=ray, trusted=tuple(trusted)
+            )
         else:
             cfg = config_mod.load(config_path, sets, options)
             forkserver.begin()
@@ -605,7 +621,10 @@ def _learning(
 )
 @click.option("--render", is_flag=True, help="Show the first episode in a window (needs a display).")
 @click.option("--quiet", is_flag=True, help="Only the table.")
-def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, compare_runs, video, render, quiet) -> None:
+@_trust_option("the checkpoint's stored config")
+def eval_main(
+    checkpoint_or_run, episodes, protocol, seed, workers, greedy, compare_runs, video, render, quiet, trusted
+) -> None:
     """Score a checkpoint (or a run folder's best.pt) under a standard Atari protocol:
     zrl-eval results/ALE-Pong-v5_1795270480 --episodes 100 --protocol saber --workers 2"""
     from zrl import evaluate
@@ -636,6 +655,7 @@ def eval_main(checkpoint_or_run, episodes, protocol, seed, workers, greedy, comp
             progress=(lambda _: None) if quiet else click.echo,
             video=video,
             render=render,
+            trusted=tuple(trusted),
         )
     except ConfigError as err:
         _usage_error("zrl-eval", str(err))
@@ -706,7 +726,8 @@ def keys_main(folder, client) -> None:
     is_flag=True,
     help="With --resume: start the failed runs again (of those --only selects), each in a new run folder.",
 )
-def sweep_main(sweep_file, out, resume_dir, only, retry) -> None:
+@_trust_option("a stopped run's config.toml, resumed by --resume,")
+def sweep_main(sweep_file, out, resume_dir, only, retry, trusted) -> None:
     """Run configs x seeds, each zrl-launch in its own run folder: zrl-sweep config/suites/elite_vs_uniform.toml
 
     OUT/index.json says where each run stands (pending, running, done, failed, stopped). Ctrl-C stops the
@@ -720,7 +741,9 @@ def sweep_main(sweep_file, out, resume_dir, only, retry) -> None:
     if out and resume_dir:
         _usage_error("zrl-sweep", "--out names a new sweep's folder; --resume DIR continues in DIR")
     try:
-        code = sweep.start(sweep_file, out, resume_dir, list(only), lambda text: click.echo(text, err=True), retry)
+        code = sweep.start(
+            sweep_file, out, resume_dir, list(only), lambda text: click.echo(text, err=True), retry, tuple(trusted)
+        )
     except ConfigError as err:
         _usage_error("zrl-sweep", str(err))
     sys.exit(code)
@@ -811,7 +834,8 @@ def plot_main(runs, out, svg, metrics) -> None:
     help="Envs this worker steps; the run's workers.envs_per_worker, which it checks (default: the run's).",
 )
 @click.option("--run", "run", default="", metavar="NAME", help="Join only the run of this name (its folder's).")
-def worker_main(connect, keys, envs_per_worker, run) -> None:
+@_trust_option("the config the run sends")
+def worker_main(connect, keys, envs_per_worker, run, trusted) -> None:
     """Work for a run on another host: zrl-worker --connect tcp://HOST:PORT --keys DIR
 
     It takes the run's config from the learner's host, plays its env here and sends the frames to the run's
@@ -834,6 +858,7 @@ def worker_main(connect, keys, envs_per_worker, run) -> None:
             run,
             say=lambda text: click.echo(f"zrl-worker: {text}", err=True),
             stopping=lambda: bool(signals),
+            trusted=tuple(trusted),
         )
     except ConfigError as err:
         _usage_error("zrl-worker", str(err))

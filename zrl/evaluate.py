@@ -7,10 +7,12 @@ policy trained on a game's minimal action set acts in the full set through that 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import json
 import multiprocessing as mp
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import numpy as np
 
 from zrl import checkpoint, scores
 from zrl.config import Config, ConfigError, from_dict
+from zrl.envs.trust import check_env_import
 from zrl.roles.evaluator import (
     BOOTSTRAP_RESAMPLES,
     FRAMES_5_MIN,
@@ -61,6 +64,7 @@ class Job:
     episodes: tuple[int, ...]
     video: str | None = None  # record episode 0 here
     render: bool = False  # show episode 0 in a window
+    trusted: tuple[str, ...] = ()  # the env modules --trust-env-module named
 
 
 VIDEO_SCALE = 4  # the agent's 84x84 view, 336x336 on screen
@@ -76,13 +80,26 @@ def check_video_path(path: str) -> None:
 
 def check_display() -> None:
     """--render needs a display; say clearly when there is none."""
-    import os
-
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         raise ConfigError(
             "--render: this machine has no display (DISPLAY and WAYLAND_DISPLAY are unset); "
             "record the first episode with --video out.mp4 instead"
         )
+
+
+@contextlib.contextmanager
+def _cwd_off_path():
+    """Processes started meanwhile (spawn runs python -c) put no working folder first on sys.path before they take
+    this process's path: a run folder as the working folder must not shadow a module they import."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PYTHONSAFEPATH"]
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def _view(frame: np.ndarray) -> np.ndarray:
@@ -124,13 +141,21 @@ class _Window:
         self.root.destroy()
 
 
+def stored_config(state: dict[str, Any], ckpt: Path, trusted: tuple[str, ...]) -> Config:
+    """A checkpoint's stored config, which is data: its env.id may import a module only one of ``trusted``, and
+    none from the checkpoint's run folder."""
+    cfg = from_dict(state["config"], str(ckpt))
+    check_env_import(cfg.env.id, str(ckpt), trusted, [run_folder(ckpt), ckpt.parent, cfg.run.results_dir])
+    return cfg
+
+
 def _play(job: Job) -> list[dict[str, Any]]:
     """Play this worker's episodes; one result dict per episode."""
     import torch
 
     torch.set_num_threads(1)
     state = checkpoint.load(job.ckpt)
-    cfg = from_dict(state["config"], job.ckpt)
+    cfg = stored_config(state, Path(job.ckpt), job.trusted)  # again: the file may have changed since the check
     player = Player(cfg, job.protocol, job.greedy)
     player.model.load_state_dict(state["model"])
     results = []
@@ -165,8 +190,10 @@ def evaluate(
     progress=print,
     video: str | None = None,
     render: bool = False,
+    trusted: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Play, summarise, write eval/<protocol>_<timestamp>.json and .csv; returns the report."""
+    """Play, summarise, write eval/<protocol>_<timestamp>.json and .csv; returns the report. ``trusted``: env
+    modules the checkpoint's env.id may import (--trust-env-module)."""
     from zrl.envs import atari_rom
 
     if episodes < 1:
@@ -182,7 +209,7 @@ def evaluate(
         state = checkpoint.load(ckpt)
     except checkpoint.CheckpointError as err:
         raise ConfigError(str(err)) from None
-    cfg: Config = from_dict(state["config"], str(ckpt))
+    cfg = stored_config(state, ckpt, trusted)
     protocol_env(cfg.env, protocol)  # a bad protocol name fails here, before any process starts
     rom = atari_rom(cfg.env.id)
     workers = min(workers, episodes)
@@ -195,6 +222,7 @@ def evaluate(
             tuple(range(k, episodes, workers)),
             video if k == 0 else None,
             render and k == 0,
+            tuple(trusted),
         )
         for k in range(workers)
     ]
@@ -206,7 +234,7 @@ def evaluate(
     if workers == 1:
         played = _play(jobs[0])
     else:
-        with mp.get_context("spawn").Pool(workers) as pool:
+        with _cwd_off_path(), mp.get_context("spawn").Pool(workers) as pool:
             played = [r for part in pool.map(_play, jobs) for r in part]
     played.sort(key=lambda r: r["episode"])
     score = np.array([r["score"] for r in played], np.float64)

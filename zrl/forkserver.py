@@ -190,24 +190,27 @@ def start_fork_server() -> None:
     until start_role sets their own: a Ctrl-C, a SIGTERM or a hang-up to the process group is the launcher's to handle, and a fork
     server killed by one would look to multiprocessing as if every role had died. It finds the zrl this process
     runs first on its path (a checkout run through bin/, beside an installed zrl, must not fork roles of the
-    other). Returns once the fork server is spawned; its imports go on, and the first role's start waits for them
-    with signals handled as usual."""
+    other), and not the working folder, which ``python -c`` would put first on its path for its preload: a launch
+    from inside a run folder must not import that folder's files in place of torch or zrl. Returns once the fork
+    server is spawned; its imports go on, and the first role's start waits for them with signals handled as usual."""
     from multiprocessing import forkserver
 
     role_context()  # the preload list is the forkserver module's, set before the server starts
     root = str(Path(__file__).resolve().parents[1])  # the folder that holds zrl/ and shm/
-    path_before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([root, path_before] if path_before else [root])
+    before = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, before["PYTHONPATH"]]))
+    os.environ["PYTHONSAFEPATH"] = "1"  # no working folder on the server's sys.path
     handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         forkserver.ensure_running()
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        if path_before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = path_before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def stop_fork_server() -> None:

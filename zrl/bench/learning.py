@@ -108,8 +108,14 @@ def marks(points: list[dict], run_minutes: float) -> dict[str, float | None]:
 
 
 def launcher() -> list[str]:
-    """zrl-launch, run with this interpreter (and so this zrl), without its arguments."""
-    return [sys.executable, "-c", "from zrl.cli import launch_main; launch_main()"]
+    """zrl-launch, run with this interpreter (and so this zrl), without its arguments. -P: not from the working
+    folder, which python -c puts first on sys.path (and the roles then take): a sweep's may be a results folder."""
+    root = str(Path(__file__).resolve().parents[2])  # the folder that holds this zrl
+    return [
+        sys.executable,
+        "-Pc",
+        f"import sys; sys.path.insert(0, {root!r}); from zrl.cli import launch_main; launch_main()",
+    ]
 
 
 def launch_command(

@@ -298,9 +298,11 @@ def _die_with(sweep_pid: int):
     return prepare
 
 
-def _command(run: Run, seed_dir: Path) -> list[str]:
+def _command(run: Run, seed_dir: Path, trusted: tuple[str, ...] = ()) -> list[str]:
+    """A run's zrl-launch command: a stopped run resumed (its config.toml is data: its env module is imported only
+    if ``trusted``, from zrl-sweep's own --trust-env-module, names it), any other started from its run file."""
     if run.status == "stopped" and run.folder and checkpoint.periodic(Path(run.folder) / "checkpoints"):
-        return [*launcher(), "--resume", run.folder]
+        return [*launcher(), "--resume", run.folder, *(f"--trust-env-module={name}" for name in trusted)]
     return launch_command(run.config, run.sets, None, None, run.seed, None, None, seed_dir)
 
 
@@ -340,9 +342,16 @@ class _Stop:
         self.count += 1
 
 
-def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report_every_s: float = 60.0) -> int:
+def run(
+    sweep: Sweep,
+    out: Path,
+    progress,
+    only: list[str] | None = None,
+    report_every_s: float = 60.0,
+    trusted: tuple[str, ...] = (),
+) -> int:
     """Run the sweep's pending and stopped runs in ``out``, ``sweep.parallel`` at a time. Returns 0 when every
-    selected run is done, 1 when one failed, 130 when stopped."""
+    selected run is done, 1 when one failed, 130 when stopped. ``trusted``: env modules a resumed run may import."""
     selected = _selected(sweep, only)
     todo = [r for r in selected if r.status in ("pending", "stopped")]
     progress(
@@ -358,7 +367,7 @@ def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report
         while todo or active:
             while todo and len(active) < sweep.parallel and not stop.count:
                 run_ = todo.pop(0)
-                active[run_.key] = _start(run_, sweep, out, progress)
+                active[run_.key] = _start(run_, sweep, out, progress, trusted)
                 write_index(out, sweep)
             if stop.count > forwarded:
                 forwarded = stop.count
@@ -397,10 +406,10 @@ def run(sweep: Sweep, out: Path, progress, only: list[str] | None = None, report
     return 1 if failed else 0
 
 
-def _start(run_: Run, sweep: Sweep, out: Path, progress) -> tuple[Run, subprocess.Popen, Any]:
+def _start(run_: Run, sweep: Sweep, out: Path, progress, trusted=()) -> tuple[Run, subprocess.Popen, Any]:
     seed_dir = out / run_.label / f"seed{run_.seed}"
     seed_dir.mkdir(parents=True, exist_ok=True)
-    cmd = _command(run_, seed_dir)
+    cmd = _command(run_, seed_dir, trusted)
     resumed = "--resume" in cmd
     log = open(seed_dir / LOG, "a")
     log.write(f"$ zrl-launch {' '.join(cmd[3:])}\n")
@@ -457,11 +466,17 @@ def _retry(sweep: Sweep, only: list[str] | None, progress) -> None:
 
 
 def start(
-    sweep_path: str | None, out: str | None, resume: str | None, only: list[str], progress, retry: bool = False
+    sweep_path: str | None,
+    out: str | None,
+    resume: str | None,
+    only: list[str],
+    progress,
+    retry: bool = False,
+    trusted: tuple[str, ...] = (),
 ) -> int:
     """zrl-sweep's work: a new sweep from ``sweep_path`` in ``out`` (default results/sweeps/<name>_<stamp>), or
     the sweep in folder ``resume`` continued (``retry``: its failed runs too). Paths in the index are absolute, so
-    it resumes from anywhere."""
+    it resumes from anywhere. ``trusted``: zrl-sweep's --trust-env-module, passed to each resumed zrl-launch."""
     if resume:
         folder = Path(resume).resolve()
         read_index(folder)  # a clear error for a folder that is not a sweep
@@ -470,7 +485,7 @@ def start(
             _restore(folder, sweep)
             if retry:
                 _retry(sweep, only, progress)
-            return run(sweep, folder, progress, only)
+            return run(sweep, folder, progress, only, trusted=trusted)
     if sweep_path is None:
         raise ConfigError("give a sweep file (zrl-sweep SWEEP.toml) or --resume SWEEP_FOLDER")
     sweep = load(sweep_path)  # every mistake before anything is made

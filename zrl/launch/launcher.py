@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from zrl import __version__, agents, bounds, envs, forkserver, protocol, transport
 from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
+from zrl.envs.trust import check_env_import, env_module
 from zrl.launch import network
 from zrl.launch.checks import (
     check_resume_changes,
@@ -670,6 +671,7 @@ def launch(
     ``dashboard``: (host, port) of the live page, bound first."""
     page = open_dashboard(dashboard)
     try:
+        check_env_import(cfg.env.id, None, data_dirs=[cfg.run.results_dir])  # the user's id, unless its module is data
         spec, net = _checked(cfg, ray)
         cfg = resolve_model_kind(cfg, net.kind)
         start = None
@@ -701,15 +703,18 @@ def resume(
     quiet: bool = False,
     dashboard: tuple[str, int] | None = None,
     ray: tuple[str, str] | None = None,
+    trusted: tuple[str, ...] = (),
 ) -> int:
     """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change.
-    The folder is locked first: a second launcher into it is refused, naming the one that holds it."""
+    The folder is locked first: a second launcher into it is refused, naming the one that holds it. ``trusted``:
+    the env modules --trust-env-module named; the user's own config or --set naming the run's env.id trusts it too."""
     page = open_dashboard(dashboard)
     try:
         run_dir = find_run(ref, probe_cfg)
         lock = RunLock(run_dir)
         try:
-            return _resume(run_dir, sets, options, quiet, lock, page, ray)
+            trusted = (*trusted, env_module(probe_cfg.env.id))  # "" (no module) trusts nothing
+            return _resume(run_dir, sets, options, quiet, lock, page, ray, trusted)
         finally:
             lock.release()
     finally:
@@ -725,6 +730,7 @@ def _resume(
     lock: RunLock,
     dashboard: Dashboard | None,
     ray: tuple[str, str] | None = None,
+    trusted: tuple[str, ...] = (),
 ) -> int:
     from zrl import config as config_mod
 
@@ -732,6 +738,7 @@ def _resume(
     base = config_mod.load(stored, stored=True)
     cfg = config_mod.load(stored, sets, options, stored=True)
     check_resume_changes(run_dir, base, cfg)
+    check_env_import(cfg.env.id, str(stored), [t for t in trusted if t], [cfg.run.results_dir, run_dir])
     spec, net = _checked(cfg, ray)
     path, state, skipped = forkserver.ask(network.newest_usable, run_dir, cfg, spec)
     if path is None:

@@ -31,6 +31,7 @@ import time
 from collections import deque
 
 from zrl.config import Config, ConfigError
+from zrl.envs.trust import env_module
 
 log = logging.getLogger("zrl")
 
@@ -94,7 +95,7 @@ class _Worker:
 
         return ray.get_runtime_context().get_node_id(), socket.gethostname(), os.getpid()
 
-    def run(self, connect: str, keys: str, envs: int, run: str) -> int:
+    def run(self, connect: str, keys: str, envs: int, run: str, trusted: tuple[str, ...] = ()) -> int:
         from zrl.roles import remote
 
         self.stopped = False
@@ -105,6 +106,7 @@ class _Worker:
             run,
             say=lambda text: print(f"zrl-worker: {text}", flush=True),
             stopping=lambda: self.stopped,
+            trusted=trusted,
         )
 
     def stop(self) -> None:
@@ -203,8 +205,9 @@ class RayWorkers:
         self.say(text)
 
     def _run(self, i: int) -> None:
+        trusted = (env_module(self.cfg.env.id),)  # the launcher's own run: its env module passed the launch's check
         self.calls[i] = self.actors[i].run.remote(
-            self.connect, self.keys, self.cfg.workers.envs_per_worker, self.run_name
+            self.connect, self.keys, self.cfg.workers.envs_per_worker, self.run_name, trusted
         )
 
     def check(self) -> None:

@@ -144,6 +144,18 @@ def deflate_slots(ring: Ring, first: int, head: int, zip: zstandard.ZstdCompress
     return np.frombuffer(b"".join(parts), np.uint8)
 
 
+def welcome_config(welcome: protocol.Welcome, trusted: tuple[str, ...] = ()):
+    """The run's config as its Welcome carries it: data from the host the worker connected to, so its env.id may
+    import a module only one of ``trusted`` (ConfigError otherwise, before anything is imported)."""
+    from zrl.config import from_dict
+    from zrl.envs.trust import check_env_import
+
+    source = f"the config of run {welcome.run}"
+    cfg = from_dict(tomllib.loads(welcome.config), source)
+    check_env_import(cfg.env.id, source, trusted)
+    return cfg
+
+
 def _wiring(connect: str, welcome: protocol.Welcome, cfg) -> RunWiring:
     """The worker's view of the run: the gate for weights requests, the ingest's PUB for broadcasts, and its ring's
     layout from its own env (which must give what the run's does)."""
@@ -192,10 +204,12 @@ def serve(
     run: str,
     say: Callable[[str], None],
     stopping: Callable[[], bool],
+    trusted: tuple[str, ...] = (),
 ) -> int:
     """Work for the run whose gate is ``connect`` (tcp://HOST:PORT) until ``stopping()``: join, run the worker loop,
     join again when the session ends. ``keys``: this host's client key folder ("" on loopback without CurveZMQ);
-    ``run``: the run's name it must be ("" for whichever listens). The exit code: 0 when stopped, 2 when the run
+    ``run``: the run's name it must be ("" for whichever listens); ``trusted``: the env modules it may import for
+    the run's env.id, which arrives as data (--trust-env-module). The exit code: 0 when stopped, 2 when the run
     refuses this worker for good (another run, a misfit) or this host cannot play its env."""
     transport.configure_client(keys)
     ctx = transport.context(None, binds=False)
@@ -222,7 +236,7 @@ def serve(
                     break
                 if isinstance(answer, protocol.Welcome):
                     began = time.monotonic()
-                    code = _work(ctx, gate, connect, answer, envs_per_worker, say, stopping)
+                    code = _work(ctx, gate, connect, answer, envs_per_worker, say, stopping, trusted)
                     if code is not None:
                         return code
                     if time.monotonic() - began >= SHORT_SESSION_S:
@@ -253,16 +267,16 @@ def _sleep(seconds: float, stopping) -> None:
         time.sleep(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
-def _work(ctx, gate, connect: str, welcome: protocol.Welcome, envs_per_worker, say, stopping) -> int | None:
+def _work(ctx, gate, connect: str, welcome: protocol.Welcome, envs_per_worker, say, stopping, trusted=()) -> int | None:
     """One session: the worker loop under the run's config. The exit code when the process should end, None to
     join again."""
     import torch
 
-    from zrl.config import ConfigError, from_dict
+    from zrl.config import ConfigError
     from zrl.roles.worker import Worker
 
     try:
-        cfg = from_dict(tomllib.loads(welcome.config), f"the config of run {welcome.run}")
+        cfg = welcome_config(welcome, trusted)
         wiring = _wiring(connect, welcome, cfg)
     except (ConfigError, tomllib.TOMLDecodeError, ValueError) as err:
         _leave(gate, "cannot play the run's env here")
