@@ -62,3 +62,15 @@ def test_an_episode_out_of_range_from_a_peer_is_refused_and_not_passed_on(no_lea
         h.ingest_stats(lambda s: any(isinstance(m, protocol.Episode) for m in h.stats), timeout=5)
         episodes = [m for m in h.stats if isinstance(m, protocol.Episode)]
         assert [e.raw_return for e in episodes] == [21.0], episodes
+
+
+def test_the_gate_gives_weights_only_to_a_worker_that_joined(no_leaks):
+    with ingest_running() as h:
+        stranger = h.client()
+        answer = stranger.ask(protocol.WeightsRequest(worker_id=1))
+        assert isinstance(answer, protocol.Refused) and "has not joined" in answer.reason, answer
+        worker = h.client()
+        assert isinstance(worker.join(), protocol.Welcome)
+        assert worker.ask(protocol.WeightsRequest(worker_id=1), timeout_ms=1000) is None  # not refused: it waits
+        # for the learner's first weights (the harness serves none); tests/test_remote_e2e.py's real zrl-worker
+        # gets its weights this way

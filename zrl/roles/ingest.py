@@ -232,15 +232,15 @@ class Ingest:
         try:
             if isinstance(msg, protocol.Join):
                 self._join(rid, key, msg)
-            elif isinstance(msg, protocol.WeightsRequest):
-                if self.current is None:
-                    self.waiting = self.waiting[-999:] + [rid]
-                else:
-                    self._send(rid, self.current)
             elif session is None:
                 raise Refusal("this connection has not joined (the run may have restarted): join again")
             elif session.key != key:
                 raise Refusal("a message from another key than the one that joined")
+            elif isinstance(msg, protocol.WeightsRequest):  # the run's weights go only to a worker that joined
+                if self.current is None:
+                    self.waiting = self.waiting[-999:] + [rid]
+                else:
+                    self._send(rid, self.current)
             elif isinstance(msg, protocol.RemoteData):
                 t0 = time.perf_counter()
                 try:

@@ -24,12 +24,15 @@ import zstandard
 
 from shm.ring import Ring
 from zrl import __version__, protocol, transport
+from zrl.bounds import printable
 from zrl.roles.common import (
     RunWiring,
+    Weights,
     WeightsFeed,
     WorkerLink,
     WorkerStart,
     env_spec_text,
+    finite_weights,
     make_ring_spec,
     should_stop,
     silence_limit,
@@ -42,6 +45,8 @@ BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0)  # the waits between tries, the las
 PROGRESS_EVERY_S = 10.0
 SHORT_SESSION_S = 30.0  # a session that ended sooner does not reset the backoff
 CHECK_EVERY_S = 0.05  # how often the loop's stop check looks at the gate
+SAID_CHARS = 2000  # of a line zrl-worker says, the gate's words in it
+ASK_TIMEOUT_S = 2.0  # how long an answer to a weights request is waited for before it is asked again
 
 
 class Session:
@@ -55,6 +60,7 @@ class Session:
         self.last_heard = time.monotonic()
         self.refused: protocol.Refused | None = None
         self.lost = False
+        self.weights: bytes | None = None  # a weights frame the gate sent, asked for by ask_weights
         self._next_check = 0.0
 
     def is_set(self) -> bool:
@@ -64,19 +70,58 @@ class Session:
         if now < self._next_check:
             return False
         self._next_check = now + CHECK_EVERY_S
+        if self._read(now):
+            return True
+        if now - self.last_heard > self.silence_s:
+            self.lost = True
+        return self.lost
+
+    def _read(self, now: float) -> bool:
+        """Take what the gate answered: acks, a refusal (True: the session ends), and the weights asked for, kept
+        in ``weights`` for ``ask_weights``."""
         while (data := transport.recv(self.gate, 0)) is not None:
             try:
                 msg = protocol.decode(data)
             except protocol.ProtocolError:
+                self.weights = data  # the one answer that is not a message: a weights frame (ask_weights checks it)
                 continue
             if isinstance(msg, protocol.Ack):
                 self.last_heard, self.live_workers = now, msg.live_workers
             elif isinstance(msg, protocol.Refused):
                 self.refused = msg
                 return True
-        if now - self.last_heard > self.silence_s:
-            self.lost = True
-        return self.lost
+        return False
+
+    def ask_weights(self, requester_id: int, poll_ms: int) -> Weights | None:
+        """The run's current weights, asked for on this session's own connection to the gate (the gate gives weights
+        only to a worker that has joined); None if the session ends first."""
+        ask = protocol.WeightsRequest(worker_id=requester_id).encode()
+        while not self.is_set():
+            self.weights = None
+            if not transport.send(self.gate, ask, poll_ms):
+                continue
+            deadline = time.monotonic() + ASK_TIMEOUT_S
+            while time.monotonic() < deadline and not self.is_set():
+                if self.gate.poll(poll_ms, zmq.POLLIN) and self._read(time.monotonic()):
+                    return None  # refused: the session ends
+                if self.weights is not None:
+                    try:
+                        version, step, flat = finite_weights(self.weights)
+                    except protocol.ProtocolError:  # not weights after all: ask again
+                        break
+                    return Weights(version, flat, step)
+        return None
+
+
+class GateWeightsFeed(WeightsFeed):
+    """A remote worker's weights: the broadcasts of the ingest's PUB, and requests on the session's gate."""
+
+    def __init__(self, session: Session, wiring: RunWiring, worker_id: int, poll_ms: int) -> None:
+        super().__init__(session.ctx, wiring, worker_id, poll_ms, session)
+        self.session = session
+
+    def ask(self) -> Weights | None:
+        return self.session.ask_weights(self.requester_id, self.poll_ms)
 
 
 class RemoteLink(WorkerLink):
@@ -89,7 +134,7 @@ class RemoteLink(WorkerLink):
         self.env = worker_env(cfg, worker_id, offset)
         self.ring = Ring.private(wiring.ring_spec)
         self.out = self.stats = session.gate
-        self.weights = WeightsFeed(session.ctx, wiring, worker_id, cfg.transport.poll_timeout_ms, session)
+        self.weights = GateWeightsFeed(session, wiring, worker_id, cfg.transport.poll_timeout_ms)
         self.zip = zstandard.ZstdCompressor(level=1)
         self.sent_to = self.seq = 0
         self.pending: tuple[int, bytes] | None = None  # a RemoteData made and not yet sent (backpressure)
@@ -211,6 +256,8 @@ def serve(
     ``run``: the run's name it must be ("" for whichever listens); ``trusted``: the env modules it may import for
     the run's env.id, which arrives as data (--trust-env-module). The exit code: 0 when stopped, 2 when the run
     refuses this worker for good (another run, a misfit) or this host cannot play its env."""
+    told = say
+    say = lambda text: told(printable(text, SAID_CHARS))  # noqa: E731 - what the run sends is never printed raw
     transport.configure_client(keys)
     ctx = transport.context(None, binds=False)
     join = protocol.Join(
