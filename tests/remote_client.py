@@ -61,3 +61,14 @@ def remote_data(seq: int, first: int, count: int, unroll_first: int, worker_id: 
         frames=deflate(slots(first, count)) if frames is None else frames,
         message=np.frombuffer(message, np.uint8),
     )
+
+
+def keyed_dealer(ctx: zmq.Context, gate: str, keys: str) -> zmq.Socket:
+    """A DEALER on a run's gate with the client keys of folder ``keys`` (what zrl-worker --keys takes)."""
+    client = transport.load_client_keys(keys)
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.curve_publickey, sock.curve_secretkey = client.client_public, client.client_secret
+    sock.curve_serverkey = client.server_public
+    sock.connect(gate)
+    return sock

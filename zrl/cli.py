@@ -847,6 +847,15 @@ def worker_main(connect, keys, envs_per_worker, run, trusted) -> None:
     host, _, port = connect.removeprefix("tcp://").rpartition(":")
     if not connect.startswith("tcp://") or not host or not port.isdigit() or not 0 < int(port) < 65536:
         _usage_error("zrl-worker", f"--connect {connect!r}: give tcp://HOST:PORT, as the run's connect.txt has it")
+    from zrl.dashboard.server import is_loopback
+
+    if not keys and not is_loopback(host.strip("[]")):
+        _usage_error(
+            "zrl-worker",
+            f"--connect {connect}: {host} is not this host, and without --keys the frames and weights would cross "
+            "the network in plaintext to whoever answers there; give --keys DIR (zrl-keys --client NAME on the "
+            "learner's host makes one)",
+        )
     signals: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: signals.append(signum))

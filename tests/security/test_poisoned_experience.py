@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zmq
 from conftest import REPO, assert_loadable, command, metrics_rows, unroll_message, wait_for_checkpoint, wait_until
-from remote_client import Client, M, T, remote_data
+from remote_client import Client, M, T, keyed_dealer, remote_data
 
 from zrl import protocol
 
@@ -40,10 +40,7 @@ def _poisoned_run(tmp_path: Path, *sets: str, until) -> tuple[str, str]:
         line = wait_until(connect.read_text, 10, "the connect line").split()
         gate, run = line[line.index("--connect") + 1], line[line.index("--run") + 1]
         wait_for_checkpoint(tmp_path)
-        sock = ctx.socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, 0)
-        sock.connect(gate)
-        client = Client(sock)
+        client = Client(keyed_dealer(ctx, gate, line[line.index("--keys") + 1]))  # the run's key for this host
         welcome = client.join(run=run)
         assert isinstance(welcome, protocol.Welcome), welcome
         huge = np.full((M, T), 1e30, np.float32)

@@ -607,9 +607,15 @@ class TransportConfig:
     curve_keys: Annotated[
         str,
         Meta(
-            description="Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback."
+            description="Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback. Empty: a run with TCP sockets (transport.kind = tcp, or workers.remote) makes its own in RUN/keys, and this host's remote workers use RUN/keys/clients/local (connect.txt names it)."
         ),
     ] = ""
+    plaintext: Annotated[
+        bool,
+        Meta(
+            description="true: a run with TCP sockets and no curve_keys makes no keys of its own, and its sockets on loopback are neither encrypted nor authenticated: any user of this host can connect to them (send experience, take the weights). Warned at start. Beyond loopback keys are always needed."
+        ),
+    ] = False
     remote_port: Annotated[
         int,
         Meta(

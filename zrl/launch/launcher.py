@@ -32,6 +32,7 @@ from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, 
 from zrl.launch.network import Network
 from zrl.launch.ray_workers import RayWorkers
 from zrl.launch.ray_workers import check as check_ray
+from zrl.launch.run_keys import run_keys
 from zrl.launch.supervise import (
     EVALUATOR,
     EXIT_FAILED,
@@ -83,6 +84,7 @@ class Launcher:
     ) -> None:
         self.cfg = cfg
         self.ray = ray  # --ray (address, client key folder): the remote workers as Ray actors
+        self.local_keys = ""  # RUN/keys/clients/local where the run made its own keys: this host's remote workers
         self.ray_workers: RayWorkers | None = None
         self.dashboard = dashboard  # bound already; it serves once the run folder exists
         self.spec = spec
@@ -119,7 +121,10 @@ class Launcher:
         run_dir = self.resume_dir or make_run_dir(cfg)
         lock = self.lock or RunLock(run_dir)
         try:
-            self.folder = RunFolder(run_dir, cfg)
+            # TCP sockets take any local user's connection: the run's own keys, unless the user gave keys or opted out
+            self.cfg, self.local_keys, warning = run_keys(cfg, run_dir)
+            self.notes += [warning] if warning else []
+            self.folder = RunFolder(run_dir, cfg)  # config.toml: the user's settings, not the keys' path
             try:
                 self._introduce(*swept)
                 if self.dashboard is not None:
@@ -204,7 +209,8 @@ class Launcher:
                 log.warning(note)
                 self.console.say(note)
             if self.ray is not None:
-                self.ray_workers = RayWorkers(cfg, *self.ray, folder.path.name, self.console.say)
+                address, keys = self.ray
+                self.ray_workers = RayWorkers(cfg, address, keys or self.local_keys, folder.path.name, self.console.say)
                 try:
                     self.ray_workers.join()
                 except ConfigError as err:
@@ -383,10 +389,12 @@ class Launcher:
 
     def _admit_remote(self) -> None:
         """Say, and write to connect.txt, the line a remote host runs to work for this run."""
-        cfg, line = self.cfg, self.wiring.connect_line(self.folder.path.name)
+        cfg, line = self.cfg, self.wiring.connect_line(self.folder.path.name, self.local_keys)
         (self.folder.path / "connect.txt").write_text(line + "\n")
         log.info("%d remote worker slots; a remote host joins with: %s", cfg.workers.remote, line)
         keys = " (ZRL_KEYS: its folder from zrl-keys --client NAME)" if cfg.transport.curve_keys else ""
+        if self.local_keys:
+            keys = f" (this host's; another host takes a copy of {self.local_keys}, or its own from zrl-keys)"
         self.console.say(
             f"{cfg.workers.remote} remote worker slots; on each remote host{keys} run "
             f"(also in {self.folder.path / 'connect.txt'}):\n  {line}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing as mp
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -195,11 +196,13 @@ class Wiring:
         request = final.encode() if final is not None else None
         return self._role("evaluator", "zrl-evaluator", self.cfg, self.roles, run_dir, stop, request)
 
-    def connect_line(self, run_name: str) -> str:
-        """The command a remote host runs to work for this run; "$ZRL_KEYS" stands for that host's key folder."""
+    def connect_line(self, run_name: str, local_keys: str = "") -> str:
+        """The command a remote host runs to work for this run; "$ZRL_KEYS" stands for that host's key folder,
+        ``local_keys`` (the run's own client keys for this host) where the run made its own."""
         gate = self.endpoints.gate
         port = gate.rsplit(":", 1)[1]
         keys = ' --keys "$ZRL_KEYS"' if self.cfg.transport.curve_keys else ""
+        keys = f" --keys {shlex.quote(local_keys)}" if local_keys else keys
         return (
             f"zrl-worker --connect tcp://{transport.public_host(self.cfg.transport)}:{port}{keys} "
             f"--envs-per-worker {self.cfg.workers.envs_per_worker} --run {run_name}"
