@@ -3,10 +3,12 @@ what a real zrl-worker never would (tests/test_remote.py against the ingest alon
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import zmq
 import zstandard
-from conftest import unroll_message
+from conftest import unroll_message, wait_until
 
 from zrl import protocol, transport
 
@@ -72,3 +74,12 @@ def keyed_dealer(ctx: zmq.Context, gate: str, keys: str) -> zmq.Socket:
     sock.curve_serverkey = client.server_public
     sock.connect(gate)
     return sock
+
+
+def connect_words(cwd: Path) -> dict[str, str]:
+    """The run under ``cwd``'s connect.txt, once written, as zrl-worker's options: --connect, --keys, --run, and
+    "folder", the run's folder."""
+    connect = wait_until(lambda: next((cwd / "results").glob("*/connect.txt"), None), 120, "connect.txt")
+    line = wait_until(connect.read_text, 10, "the connect line").split()
+    words = {w[2:]: line[i + 1] for i, w in enumerate(line) if w.startswith("--") and i + 1 < len(line)}
+    return {**words, "folder": str(connect.parent)}

@@ -9,11 +9,12 @@ import signal
 import stat
 import subprocess
 import tomllib
+from pathlib import Path
 
 import pytest
 import zmq
-from conftest import REPO, command, refused, wait_until
-from remote_client import Client, keyed_dealer
+from conftest import REPO, command, refused
+from remote_client import Client, connect_words, keyed_dealer
 
 from zrl import protocol
 from zrl.cli import worker_main
@@ -29,10 +30,8 @@ def test_a_run_with_remote_slots_and_no_keys_makes_its_own_and_admits_no_plainte
     )  # fmt: skip
     ctx = zmq.Context()
     try:
-        connect = wait_until(lambda: next((tmp_path / "results").glob("*/connect.txt"), None), 120, "connect.txt")
-        line = wait_until(connect.read_text, 10, "the connect line").split()
-        gate, keys = line[line.index("--connect") + 1], line[line.index("--keys") + 1]
-        run_dir = connect.parent
+        words = connect_words(tmp_path)
+        gate, keys, run_dir = words["connect"], words["keys"], Path(words["folder"])
         folder = run_dir / "keys"
         assert keys == str((folder / "clients" / "local").resolve())
         st = folder.lstat()

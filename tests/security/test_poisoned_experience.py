@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zmq
 from conftest import REPO, assert_loadable, command, metrics_rows, unroll_message, wait_for_checkpoint, wait_until
-from remote_client import Client, M, T, keyed_dealer, remote_data
+from remote_client import Client, M, T, connect_words, keyed_dealer, remote_data
 
 from zrl import protocol
 
@@ -36,12 +36,10 @@ def _poisoned_run(tmp_path: Path, *sets: str, until) -> tuple[str, str]:
     )  # fmt: skip
     ctx = zmq.Context()
     try:
-        connect = wait_until(lambda: next((tmp_path / "results").glob("*/connect.txt"), None), 120, "connect.txt")
-        line = wait_until(connect.read_text, 10, "the connect line").split()
-        gate, run = line[line.index("--connect") + 1], line[line.index("--run") + 1]
+        words = connect_words(tmp_path)
         wait_for_checkpoint(tmp_path)
-        client = Client(keyed_dealer(ctx, gate, line[line.index("--keys") + 1]))  # the run's key for this host
-        welcome = client.join(run=run)
+        client = Client(keyed_dealer(ctx, words["connect"], words["keys"]))  # the run's key for this host
+        welcome = client.join(run=words["run"])
         assert isinstance(welcome, protocol.Welcome), welcome
         huge = np.full((M, T), 1e30, np.float32)
         for seq in range(POISONED):
