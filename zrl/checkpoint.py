@@ -18,9 +18,12 @@ folder (best.pt, pruning, the newest checkpoint's name) without importing it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
+import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,23 +41,80 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used; the message names the file and the reason."""
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write a whole file or nothing: temp file in the same folder, fsync, rename, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+class UnsafeFile(OSError):
+    """A run folder's file that zrl will not write: a symlink, or not a regular file. Its message names the file
+    and says what to do."""
+
+
+def refusal(path: str | Path, mode: int) -> str | None:
+    """Why ``path``, whose ``lstat`` mode is ``mode``, is no file zrl writes in a run folder; None for a regular
+    file or a folder. A link would put the writes wherever whoever made the folder chose; a FIFO would block, a
+    device mislead."""
+    if stat.S_ISLNK(mode):
+        return (
+            f"{path} is a symlink; zrl writes nothing in a run folder through a link: copy the file it points to in "
+            "place of the link (or remove the link), then try again"
+        )
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    kind = "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode) else "device"
+    return f"{path} is a {kind}, not a regular file; zrl writes only regular files in a run folder: remove it"
+
+
+def open_regular(path: str | Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` for a run folder's file that never follows a symlink at ``path`` and takes a regular file only,
+    so that a link or a FIFO made there after any check (a race) is refused too; UnsafeFile says which. Opened
+    without blocking (a FIFO no one reads would hang the open), then made blocking."""
     try:
-        with open(tmp, "wb") as fh:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as err:
+        if err.errno not in (errno.ELOOP, errno.ENXIO):  # ENXIO: a FIFO with no reader, opened to write
+            raise
+        try:
+            why = refusal(path, os.lstat(path).st_mode)
+        except OSError:
+            why = None
+        raise UnsafeFile(why or f"{path}: {err.strerror}") from None
+    mode_found = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode_found):
+        os.close(fd)
+        raise UnsafeFile(refusal(path, mode_found) or f"{path} is a folder, not a file")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write a whole file or nothing: temp file in the same folder, fsync, rename, fsync the folder. The temp
+    file's name is unpredictable and made new (never a link someone placed there), and the rename replaces a
+    link at ``path`` rather than writing through it."""
+    tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(8)}")
+    try:  # an interrupt anywhere in here (Ctrl-C) leaves no temp file
+        with os.fdopen(open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_folder(path: str | Path) -> Path:
+    """Make folder ``path`` if it is missing, and refuse one that is a link (UnsafeFile): what is written in it
+    must stay in the run folder."""
+    path = Path(path)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir()
+    why = refusal(path, os.lstat(path).st_mode)
+    if why is None and not path.is_dir():
+        why = f"{path} is a file, not a folder"
+    if why is not None:
+        raise UnsafeFile(why)
+    return path
 
 
 def remove_partials(folder: str | Path) -> None:
@@ -78,9 +138,20 @@ def _recorded(path: Path) -> list[str]:
     return [line.split()[0] for line in text.splitlines() if line.split()]
 
 
+def _held(path: Path) -> list[str]:
+    """The SHA-256 of the regular file the name holds now; [] for none, or for a link or a FIFO, which the
+    write replaces unread."""
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except (FileNotFoundError, UnsafeFile):
+        return []
+    with os.fdopen(fd, "rb") as fh:
+        return [hashlib.sha256(fh.read()).hexdigest()]
+
+
 def _install(path: Path, data: bytes) -> Path:
     new = hashlib.sha256(data).hexdigest()
-    old = [hashlib.sha256(path.read_bytes()).hexdigest()] if path.exists() else []  # what the name holds now
+    old = _held(path)
     write_atomic(hash_path(path), "".join(f"{h}  {path.name}\n" for h in [new, *old]).encode())
     try:
         write_atomic(path, data)

@@ -10,6 +10,7 @@ import io
 import logging
 import math
 import os
+import secrets
 import sys
 import threading
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from zrl import protocol
+from zrl.checkpoint import open_regular
 
 EPISODE_COLUMNS = (
     "episode",
@@ -117,7 +119,8 @@ class AppendFile:
     the disk refuses (full, or past a size limit) does not raise: the text is kept in memory and written before the
     next piece, so that nothing is lost or torn while the run goes on. ``tell(text)`` says so once per outage, and
     once more when writing works again. Past PENDING_LIMIT bytes waiting, new text is dropped, counted in
-    ``dropped`` (bytes) and said at the recovery."""
+    ``dropped`` (bytes) and said at the recovery. A symlink or a FIFO at ``path`` is refused (checkpoint.UnsafeFile):
+    a run folder may come from someone else."""
 
     def __init__(self, path: str | Path, tell: Callable[[str], None] = tell_stderr) -> None:
         self.path = Path(path)
@@ -125,7 +128,7 @@ class AppendFile:
         self.dropped = 0
         self._pending = bytearray()
         self._failing = False
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd: int | None = open_regular(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
 
     def write(self, text: str) -> bool:
         """Append ``text`` (after whatever waits); whether everything is on disk now."""
@@ -169,11 +172,22 @@ class AppendFile:
 TORN_SEARCH = 1 << 20  # how far back from a file's end a torn line's start is looked for: a row is far shorter
 
 
+def first_row(path: Path) -> list[str] | None:
+    """The fields of the first line of the regular file at ``path`` (a CSV file's header); None when the file is
+    empty, [] when its first line is not ended."""
+    with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as fh:
+        first = fh.readline(1 << 16)
+    if not first:
+        return None
+    return next(csv.reader([first.decode("utf-8", "replace")]), []) if first.endswith(b"\n") else []
+
+
 def drop_torn_tail(path: Path) -> str | None:
     """Cut a torn last line (the start of a row with no newline: a kill or a full disk mid-write) off the file at
     ``path``, so that the next row starts a line of its own; a note of what was cut, None when the file ends whole.
-    A file with no newline at all in its last TORN_SEARCH bytes is left as it is (not a zrl CSV file)."""
-    with open(path, "rb+") as fh:
+    A file with no newline at all in its last TORN_SEARCH bytes is left as it is (not a zrl CSV file). A link or a
+    FIFO is refused (checkpoint.UnsafeFile), never cut."""
+    with os.fdopen(open_regular(path, os.O_RDWR), "rb+") as fh:
         size = fh.seek(0, os.SEEK_END)
         if size == 0:
             return None
@@ -198,15 +212,17 @@ class CsvLog:
 
     def __init__(self, path: str | Path, columns: tuple[str, ...], tell: Callable[[str], None] = tell_stderr) -> None:
         self.path = Path(path)
-        if self.path.is_file() and (note := drop_torn_tail(self.path)):
-            tell(note)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        if not new:  # a resumed run keeps the header its file has, so that rows stay aligned under it
-            with open(self.path, newline="") as fh:
-                header = next(csv.reader(fh), None)
-            columns = tuple(header) if header else columns
+        self._file = AppendFile(self.path, tell)  # first: it refuses a link or a FIFO, before they are read
+        try:
+            if note := drop_torn_tail(self.path):
+                tell(note)
+            header = first_row(self.path)
+        except BaseException:
+            self._file.close()
+            raise
+        new = header is None
+        columns = tuple(header) if header else columns  # a resumed run's rows stay aligned under its header
         self.columns = columns
-        self._file = AppendFile(self.path, tell)
         self._text = io.StringIO()
         self._writer = csv.DictWriter(self._text, fieldnames=columns)
         if new:
@@ -284,12 +300,15 @@ def _quiet_tensorboard_thread() -> None:
 class ScalarWriter:
     """Scalars into a new TensorBoard events file in ``log_dir``: TensorBoard's own writer, the one PyTorch's
     SummaryWriter wraps, with the events SummaryWriter.add_scalar makes. Without PyTorch: zrl-launch, which writes
-    them, never imports torch. Its writes happen on the writer's thread, whose error comes back on the next call."""
+    them, never imports torch. Its writes happen on the writer's thread, whose error comes back on the next call.
+    The file's name ends in a random suffix: TensorBoard's own (time, host, pid) could be foretold, and a link
+    placed under it followed."""
 
     def __init__(self, log_dir: str, flush_secs: int) -> None:
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        self._file = EventFileWriter(log_dir, flush_secs=flush_secs)  # writes the file's version event first
+        # writes the file's version event first
+        self._file = EventFileWriter(log_dir, flush_secs=flush_secs, filename_suffix=f".{secrets.token_hex(8)}")
 
     def add_scalar(self, tag: str, value: float, step: int, walltime: float | None = None) -> None:
         from tensorboard.compat.proto.event_pb2 import Event

@@ -3,12 +3,17 @@ at a time, checked for disk room, and while the launcher runs in it: ``config.to
 ``zrl.log`` (the launcher's log), ``starts.csv`` (a row per launcher start: its machine), ``episodes.csv``,
 ``metrics.csv`` and (eval.interval_frames) ``eval.csv`` open for writing, with TensorBoard events beside them
 (run.tensorboard), ``checkpoints/`` (written by the learner; best.pt and best.json kept here), and no partial
-checkpoint left at the end."""
+checkpoint left at the end.
+
+A folder to resume may come from someone else: none of its files is written through a symlink, and a FIFO or a
+device is never opened as one of its files (``check_entries`` before the lock, ``checkpoint.open_regular`` at every
+open for writing)."""
 
 from __future__ import annotations
 
 import csv
 import fcntl
+import io
 import json
 import logging
 import os
@@ -29,6 +34,7 @@ from zrl.metrics import (
     TensorBoardLog,
     drop_torn_tail,
     episode_steps,
+    first_row,
     number,
     read_csv,
     tell_stderr,
@@ -46,7 +52,9 @@ class RunLock:
         self.path = run_dir / LOCK_NAME
         while True:
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+                fd = checkpoint.open_regular(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            except checkpoint.UnsafeFile as err:  # a link would have the pid written over its target
+                raise ConfigError(str(err)) from None
             except OSError as err:
                 raise ConfigError(
                     f"{run_dir}: cannot write its lock file {LOCK_NAME} ({err.strerror}); a run folder "
@@ -62,7 +70,7 @@ class RunLock:
                     "or resume another run"
                 ) from None
             try:  # the holder before us may have unlinked the file between our open and our lock
-                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                if os.lstat(self.path).st_ino == os.fstat(fd).st_ino:
                     break
             except FileNotFoundError:
                 pass
@@ -98,6 +106,32 @@ def make_run_dir(cfg: Config) -> Path:
             "folder you can write with --set run.results_dir=PATH"
         ) from None
     raise ConfigError(f"run.results_dir: could not make a new run folder under {base}")
+
+
+WRITTEN_FOLDERS = ("checkpoints", "eval")
+"""A run folder's folders that zrl writes in, at any depth (the rest of it only at its top)."""
+
+
+def check_entries(run_dir: Path) -> None:
+    """ConfigError naming the first symlink, FIFO, socket or device in the run folder ``run_dir`` (its top, and
+    WRITTEN_FOLDERS at any depth), before a resume locks it or writes anything: a folder from someone else is data,
+    and a link in it would send zrl's writes wherever its maker chose. zrl itself makes none of these there."""
+
+    def entries(folder: Path, deep: bool):
+        try:
+            found = sorted(os.scandir(folder), key=lambda e: e.name)
+        except OSError:  # unreadable: the opens that follow say so
+            return
+        for entry in found:
+            yield entry
+            if entry.is_dir(follow_symlinks=False) and (deep or entry.name in WRITTEN_FOLDERS):
+                yield from entries(Path(entry.path), True)
+
+    for entry in entries(run_dir, False):
+        if entry.is_symlink() or not (entry.is_file(follow_symlinks=False) or entry.is_dir(follow_symlinks=False)):
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if why := checkpoint.refusal(entry.path, mode):
+                raise ConfigError(f"--resume: {why}")
 
 
 def find_run(ref: str, cfg: Config) -> Path:
@@ -151,8 +185,11 @@ class RunFolder:
 
     def __init__(self, path: Path, cfg: Config) -> None:
         self.path, self.cfg = path, cfg
-        (path / "config.toml").write_text(dumps(cfg))
-        self._handler = AppendHandler(path / "zrl.log")  # a full disk: its lines wait, said once on stderr
+        try:
+            self.write_file("config.toml", dumps(cfg))
+            self._handler = AppendHandler(path / "zrl.log")  # a full disk: its lines wait, said once on stderr
+        except checkpoint.UnsafeFile as err:  # made after check_entries: refused all the same
+            raise ConfigError(str(err)) from None
         self._handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(self._handler)
         log.setLevel(logging.INFO)
@@ -165,11 +202,19 @@ class RunFolder:
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
+    def write_file(self, name: str, text: str) -> None:
+        """Write the run folder's file ``name`` whole (``checkpoint.write_atomic``: a link there is replaced, not
+        written through)."""
+        checkpoint.write_atomic(self.path / name, text.encode())
+
     def open_csvs(self) -> None:
-        self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS, _tell_and_log)
-        self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS, _tell_and_log)
-        if self.cfg.eval.interval_frames:
-            self.evaluations = CsvLog(self.path / "eval.csv", EVAL_COLUMNS, _tell_and_log)
+        try:
+            self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS, _tell_and_log)
+            self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS, _tell_and_log)
+            if self.cfg.eval.interval_frames:
+                self.evaluations = CsvLog(self.path / "eval.csv", EVAL_COLUMNS, _tell_and_log)
+        except checkpoint.UnsafeFile as err:
+            raise ConfigError(str(err)) from None
 
     def open_events(self, flush_s: float) -> str | None:
         """Write TensorBoard events beside the CSV files, a resumed run's after the steps its CSV files say were
@@ -194,19 +239,17 @@ class RunFolder:
         row |= {"cores": usable_cores(), "ram_gib": ram_gib(), "zrl": __version__}
         path = self.path / "starts.csv"
         try:
-            header = []
-            if path.is_file() and (note := drop_torn_tail(path)):
-                _tell_and_log(note)
-            if path.is_file() and path.stat().st_size:
-                with open(path, "rb") as fh:
-                    first = fh.readline(4096)
-                if first.endswith(b"\n"):  # the rows go under the header the file has
-                    header = next(csv.reader([first.decode("utf-8", "replace")]), [])
-            with open(path, "a", newline="") as fh:
-                writer = csv.DictWriter(fh, header or START_COLUMNS, restval="", extrasaction="ignore")
+            fd = checkpoint.open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # never through a link
+            with os.fdopen(fd, "ab") as fh:
+                if note := drop_torn_tail(path):
+                    _tell_and_log(note)
+                header = first_row(path)  # the rows go under the header the file has
+                text = io.StringIO()
+                writer = csv.DictWriter(text, header or START_COLUMNS, restval="", extrasaction="ignore")
                 if not header:
                     writer.writeheader()
                 writer.writerow(row)
+                fh.write(text.getvalue().encode())
         except (OSError, csv.Error) as err:
             _tell_and_log(f"cannot record this start in {path}: {err}")
         return f"{row['cpu']}, {row['cores']} usable cores, {row['ram_gib']:g} GiB"

@@ -28,7 +28,7 @@ from zrl.launch.checks import (
     resolve_model_kind,
 )
 from zrl.launch.console import Console
-from zrl.launch.folder import RunFolder, RunLock, check_room, checkpoint_bytes, find_run, make_run_dir
+from zrl.launch.folder import RunFolder, RunLock, check_entries, check_room, checkpoint_bytes, find_run, make_run_dir
 from zrl.launch.network import Network
 from zrl.launch.ray_workers import RayWorkers
 from zrl.launch.ray_workers import check as check_ray
@@ -204,7 +204,12 @@ class Launcher:
         code = EXIT_OK
         try:
             note = folder.open_events(cfg.run.log_interval_s) if cfg.run.tensorboard else None
-            folder.open_csvs()
+            try:
+                folder.open_csvs()
+            except ConfigError as err:  # a link or a FIFO made in the folder after check_entries
+                self.console.error(str(err))
+                code = EXIT_USAGE
+                return code
             if note:
                 log.warning(note)
                 self.console.say(note)
@@ -390,7 +395,7 @@ class Launcher:
     def _admit_remote(self) -> None:
         """Say, and write to connect.txt, the line a remote host runs to work for this run."""
         cfg, line = self.cfg, self.wiring.connect_line(self.folder.path.name, self.local_keys)
-        (self.folder.path / "connect.txt").write_text(line + "\n")
+        self.folder.write_file("connect.txt", line + "\n")  # a link there is replaced, not written through
         log.info("%d remote worker slots; a remote host joins with: %s", cfg.workers.remote, line)
         keys = " (ZRL_KEYS: its folder from zrl-keys --client NAME)" if cfg.transport.curve_keys else ""
         if self.local_keys:
@@ -719,6 +724,7 @@ def resume(
     page = open_dashboard(dashboard)
     try:
         run_dir = find_run(ref, probe_cfg)
+        check_entries(run_dir)  # no link or FIFO in it, before the lock or anything is written
         lock = RunLock(run_dir)
         try:
             trusted = (*trusted, env_module(probe_cfg.env.id))  # "" (no module) trusts nothing

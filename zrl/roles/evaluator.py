@@ -445,7 +445,7 @@ class Evaluator:
             "saved_at": time.time(),
         }
         try:
-            self.checkpoints.mkdir(exist_ok=True)
+            checkpoint.make_folder(self.checkpoints)  # a link in its place is refused, not written through
             checkpoint.save(self.checkpoints / checkpoint.BEST, state)
             checkpoint.write_atomic(self.checkpoints / "best.json", (json.dumps(record, indent=2) + "\n").encode())
         except OSError:

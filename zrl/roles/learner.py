@@ -256,7 +256,7 @@ class Learner:
         if self.learner_step == self.saved_step:
             return self.last_ckpt
         try:
-            self.ckpt_dir.mkdir(exist_ok=True)
+            checkpoint.make_folder(self.ckpt_dir)  # a link there would take the checkpoints out of the run folder
             path = checkpoint.save(self.ckpt_dir / checkpoint.PATTERN.format(step=self.learner_step), self._state())
             checkpoint.prune(self.ckpt_dir, self.cfg.run.keep_checkpoints)
         except OSError as err:
