@@ -64,7 +64,7 @@ class Harness:
         """The ingest's newest IngestStats once ``until`` holds for it."""
         deadline, last = time.monotonic() + timeout, None
         while time.monotonic() < deadline:
-            data = transport.recv(self.wiring.stats, 100)
+            data = self.wiring.take_stats(100)
             if data is None:
                 continue
             msg = protocol.decode(data)

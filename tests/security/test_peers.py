@@ -4,12 +4,18 @@ console or zrl.log raw. A hand-made remote worker on a real ingest (tests/test_r
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
+import zmq
+from conftest import REPO, learner_stats_message
 from remote_client import M
 from test_remote import ingest_running
 
-from zrl import protocol
+from zrl import envs, protocol
+from zrl.config import load
+from zrl.launch.wiring import Wiring
+from zrl.roles.common import StatsOut
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +80,29 @@ def test_the_gate_gives_weights_only_to_a_worker_that_joined(no_leaks):
         assert worker.ask(protocol.WeightsRequest(worker_id=1), timeout_ms=1000) is None  # not refused: it waits
         # for the learner's first weights (the harness serves none); tests/test_remote_e2e.py's real zrl-worker
         # gets its weights this way
+
+
+def test_a_stats_message_without_the_runs_token_is_dropped_whatever_pid_it_names(no_leaks):
+    """With transport.plaintext, any local user can connect to the run's stats socket on loopback TCP. A LearnerStats
+    naming the learner's pid and a checkpoint outside the run (best.pt would be copied from it) is dropped and
+    counted; only the token, which only the launcher's own roles hold, lets a message through."""
+    cfg = load(REPO / "config" / "cartpole.toml", ['transport.kind="tcp"', "transport.plaintext=true"])
+    wiring = Wiring(cfg, envs.probe(cfg.env))
+    ctx = zmq.Context()
+    try:
+        wiring.open()
+        forged = learner_stats_message(pid=os.getpid(), checkpoint_path="/tmp/elsewhere/ckpt_000000001.pt").encode()
+        stranger = ctx.socket(zmq.PUSH)
+        stranger.setsockopt(zmq.LINGER, 0)
+        stranger.connect(wiring.endpoints.stats)
+        stranger.send(forged)
+        stranger.send_multipart([b"0" * 16, forged])
+        role = StatsOut.connect(ctx, wiring.roles, hwm=10)
+        role.send(b"from a role")
+        got = [data for _ in range(20) if (data := wiring.take_stats(100)) is not None]
+        assert got == [b"from a role"] and wiring.stats_forged == 2, (got, wiring.stats_forged)
+        role.close()
+        stranger.close()
+    finally:
+        ctx.destroy(linger=0)
+        wiring.close()

@@ -103,12 +103,11 @@ class Pipeline:
         """Take stats messages (and serve weights) for ``seconds``, or until ``until(self)`` is true; RoleDied
         if a role exits meanwhile."""
         deadline = time.monotonic() + seconds
-        stats = self.wiring.stats
         while time.monotonic() < deadline and not (until and until(self)):
-            data = transport.recv(stats, 50)
+            data = self.wiring.take_stats(50)
             while data is not None:
                 self._take(data)
-                data = transport.recv(stats, 0)
+                data = self.wiring.take_stats(0)
             while self._weights_rep is not None and self._weights_rep.poll(0, zmq.POLLIN):
                 frames = self._weights_rep.recv_multipart()
                 self._weights_rep.send_multipart([frames[0], self._initial])

@@ -458,7 +458,7 @@ def remote_path(cfg: Config, spec, frames: np.ndarray, seconds: float, curve: bo
                     while broker.poll(0, zmq.POLLIN):
                         broker.recv()
                         got["forwarded"] += 1
-                    data = transport.recv(wiring.stats, 10)
+                    data = wiring.take_stats(10)
                     if data is not None:
                         msg = protocol.decode(data)
                         if isinstance(msg, protocol.IngestStats):

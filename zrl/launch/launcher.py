@@ -576,10 +576,15 @@ class Launcher:
     # -- the stats channel -------------------------------------------------------------------------------------
     def _drain(self, timeout_ms: int) -> None:
         """Take every message waiting on the stats channel, waiting up to ``timeout_ms`` for the first."""
-        data = transport.recv(self.wiring.stats, timeout_ms)
+        data = self.wiring.take_stats(timeout_ms)
         while data is not None:
             self._take(data)
-            data = transport.recv(self.wiring.stats, 0)
+            data = self.wiring.take_stats(0)
+        if self.wiring.stats_forged > self.tally.stats_forged:  # counted with the malformed, said at first
+            if not self.tally.stats_forged:
+                log.warning("dropped a stats message without this run's token: not from one of its roles")
+            self.tally.stats_errors += self.wiring.stats_forged - self.tally.stats_forged
+            self.tally.stats_forged = self.wiring.stats_forged
 
     def _take(self, data: bytes) -> None:
         t = self.tally

@@ -63,6 +63,7 @@ class Tally:
     worker_restarts: int = 0
     role_restarts: int = 0  # restarts of the run's roles (run.restart_policy)
     stats_errors: int = 0  # stats-channel messages dropped as malformed or not from this run's roles
+    stats_forged: int = 0  # of those, the ones without the run's stats token (Wiring.take_stats counts them)
     # a worker whose stats stopped this long ago (dead, replaced, a remote one that left) counts in no worker
     # figure of a metrics row (its frames still count): a departed remote worker's last weights version held
     # worker_policy_version_min back for 15-25 s after each SIGKILL of it in the chaos soak

@@ -11,6 +11,7 @@ namespace (zrl/namespace.py), so that it sweeps only its own namespace's.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import multiprocessing as mp
 import os
 import shlex
@@ -117,6 +118,8 @@ class Wiring:
         self.zctx: zmq.Context | None = None
         self.sockets: list[zmq.Socket] = []
         self.stats: zmq.Socket | None = None  # every role's stats, episodes and last words, to this process
+        self.stats_token = os.urandom(16)  # what every role's stats message starts with (RunWiring.stats_token)
+        self.stats_forged = 0  # stats messages without it, dropped
         self.evaluations: zmq.Socket | None = None  # eval.interval_frames: this process's requests to the evaluator
         self.roles: RunWiring | None = None  # what each role is given to find its peers
         self.reaper: subprocess.Popen | None = None
@@ -159,8 +162,22 @@ class Wiring:
             spec.frames_per_step,
             os.getpid(),
             *self._resumed,
+            stats_token=self.stats_token,
         )
         return self
+
+    def take_stats(self, timeout_ms: int) -> bytes | None:
+        """The next message a role of this run sent on the stats channel, waiting up to ``timeout_ms`` for one;
+        None when none came. A message without the run's stats token is dropped and counted in ``stats_forged``:
+        a pid in it names a role, but only the token says a role sent it."""
+        wait = timeout_ms
+        while self.stats.poll(wait, zmq.POLLIN):
+            wait = 0
+            frames = self.stats.recv_multipart(zmq.NOBLOCK)
+            if len(frames) == 2 and hmac.compare_digest(frames[0], self.stats_token):
+                return frames[1]
+            self.stats_forged += 1
+        return None
 
     def socket(self, kind: int, **kwargs) -> zmq.Socket:
         """A socket of this process (transport.socket's options), closed by close()."""

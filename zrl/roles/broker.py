@@ -25,6 +25,7 @@ from zrl.roles.common import (
     Every,
     RunWiring,
     SeqGaps,
+    StatsOut,
     crash_report,
     frames_past_ring,
     keep_freed_memory,
@@ -64,7 +65,7 @@ class BrokerLoop:
         self.refusals, self.next_told = 0, 1  # workers' messages refused, and the count at which the next is said
 
     def _notice(self, text: str) -> None:
-        transport.send_nowait(self.stats, protocol.Notice(role="zrl-broker", pid=os.getpid(), text=text).encode())
+        self.stats.send(protocol.Notice(role="zrl-broker", pid=os.getpid(), text=text).encode())
 
     def _restore_replay(self) -> None:
         """Start with the replays of the replay checkpoint the launcher names (a resumed or restarted run); said
@@ -106,7 +107,7 @@ class BrokerLoop:
         inbox = transport.socket(ctx, zmq.PULL, hwm=cfg.transport.hwm, bind=wiring.endpoints.unrolls)
         batches = transport.socket(ctx, zmq.PUSH, hwm=prefetch, connect=wiring.endpoints.batches)
         credits_sock = transport.socket(ctx, zmq.PULL, hwm=1000, bind=wiring.endpoints.credits)
-        self.stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
+        self.stats = StatsOut.connect(ctx, wiring, hwm=1000)
         replies = None
         if part.reply_type is not None:
             replies = transport.socket(ctx, zmq.PULL, hwm=1000, bind=wiring.endpoints.priorities)
@@ -236,4 +237,4 @@ class BrokerLoop:
                 **self.part.stats(),
             },
         )
-        transport.send_nowait(self.stats, message.encode())
+        self.stats.send(message.encode())

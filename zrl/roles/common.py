@@ -64,6 +64,10 @@ class RunWiring:
     replay_dir: str = ""  # run.checkpoint_replay: where the broker writes replay checkpoints ("": it does not)
     replay_state: str = ""  # a replay checkpoint's manifest whose replays the broker starts with ("": empty ones)
     replay_stream: str = ""  # the token of this launch's rings in replay checkpoint file names
+    # the first frame of every stats message a role sends: only the launcher's own children know it (it is never on
+    # disk, nor on the wire but to the launcher), so a message without it is not from one of its roles, whatever pid
+    # it names (StatsOut, Wiring.take_stats)
+    stats_token: bytes = b""
 
 
 def env_spec_text(wiring: RunWiring) -> str:
@@ -113,6 +117,39 @@ class WorkerStart:
     env_frames: int = 0
 
 
+class StatsOut:
+    """A role's stats socket: each message goes out behind the run's stats token (a remote worker's, on its gate,
+    without one: the ingest passes its reports on behind its own)."""
+
+    def __init__(self, sock: zmq.Socket, token: bytes | None) -> None:
+        self.sock, self.token = sock, token
+
+    @classmethod
+    def connect(cls, ctx: zmq.Context, wiring: RunWiring, hwm: int) -> StatsOut:
+        return cls(transport.socket(ctx, zmq.PUSH, hwm=hwm, connect=wiring.endpoints.stats), wiring.stats_token)
+
+    def _frames(self, data: bytes) -> list:
+        return [data] if self.token is None else [self.token, data]
+
+    def send(self, data: bytes) -> bool:
+        """Send if the socket has room now: stats are dropped rather than ever block a hot loop."""
+        try:
+            self.sock.send_multipart(self._frames(data), zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            return False
+
+    def send_waiting(self, data: bytes, timeout_ms: int) -> bool:
+        """Send, waiting up to ``timeout_ms`` for room (a result that must arrive)."""
+        return self.send(data) or bool(self.sock.poll(timeout_ms, zmq.POLLOUT)) and self.send(data)
+
+    def linger(self, ms: int) -> None:
+        self.sock.setsockopt(zmq.LINGER, ms)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 @contextlib.contextmanager
 def crash_report(role: str, wiring: RunWiring):
     """Run a role's body; if it dies of an exception, send its traceback to the launcher first (best effort,
@@ -124,10 +161,10 @@ def crash_report(role: str, wiring: RunWiring):
         try:
             message = protocol.RoleError(role=role, pid=os.getpid(), traceback=text).encode()
             ctx = zmq.Context()
-            sock = transport.socket(ctx, zmq.PUSH, hwm=10, connect=wiring.endpoints.stats)
+            sock = StatsOut.connect(ctx, wiring, hwm=10)
             try:
-                sock.setsockopt(zmq.LINGER, 2000)  # long enough for the message to leave
-                transport.send_nowait(sock, message)
+                sock.linger(2000)  # long enough for the message to leave
+                sock.send(message)
             finally:
                 sock.close()
                 ctx.term()
@@ -226,7 +263,7 @@ class EpisodeReporter:
     """A worker's finished episodes, sent to the launcher with their SABER-style scores (capped at 5 and at 30
     minutes of play, and uncapped)."""
 
-    def __init__(self, stats: zmq.Socket, worker_id: int, num_envs: int, frames_per_step: int) -> None:
+    def __init__(self, stats: StatsOut, worker_id: int, num_envs: int, frames_per_step: int) -> None:
         from zrl.scores import SaberEpisodes
 
         self.stats, self.worker_id, self.frames_per_step = stats, worker_id, frames_per_step
@@ -237,8 +274,7 @@ class EpisodeReporter:
         whose episodes were reported before)."""
         for env, score_5, score_30, score, frames in self.saber.step(raw_rewards, self.frames_per_step, game_over):
             if send:
-                transport.send_nowait(
-                    self.stats,
+                self.stats.send(
                     protocol.Episode(
                         worker_id=self.worker_id,
                         pid=os.getpid(),
@@ -334,7 +370,7 @@ class WorkerLink:
             opened.callback(transport.term, self.ctx)
             self.out = transport.socket(self.ctx, zmq.PUSH, hwm=cfg.transport.hwm, connect=wiring.endpoints.unrolls)
             opened.callback(self.out.close)
-            self.stats = transport.socket(self.ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
+            self.stats = StatsOut.connect(self.ctx, wiring, hwm=1000)
             opened.callback(self.stats.close)
             self.weights = WeightsFeed(self.ctx, wiring, worker_id, cfg.transport.poll_timeout_ms, stop_event)
             self._close = opened.pop_all().close
@@ -348,8 +384,7 @@ class WorkerLink:
     ) -> None:
         """The worker's heartbeat: its counts and where its time went (``timing``'s step, inference,
         ring_write, send and weights_wait seconds)."""
-        transport.send_nowait(
-            self.stats,
+        self.stats.send(
             protocol.WorkerStats(
                 worker_id=self.worker_id,
                 pid=os.getpid(),

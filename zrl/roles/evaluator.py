@@ -37,7 +37,15 @@ from zrl.config import Config, ConfigError, EnvConfig, to_dict
 from zrl.envs import atari_rom, make_vector_env, run_protocol
 from zrl.gather import ActingStack
 from zrl.models import load_flat
-from zrl.roles.common import Every, RunWiring, crash_report, should_stop, start_role, wait_for_weights
+from zrl.roles.common import (
+    Every,
+    RunWiring,
+    StatsOut,
+    crash_report,
+    should_stop,
+    start_role,
+    wait_for_weights,
+)
 
 NAME = "zrl-evaluator"
 PROTOCOLS = ("deepmind", "machado", "saber")
@@ -302,14 +310,14 @@ class Evaluator:
         try:  # connected first: the launcher's requests find a peer while the player is made
             self.requests = transport.socket(self.ctx, zmq.PULL, hwm=100, connect=self.wiring.endpoints.evaluations)
             sockets.append(self.requests)
-            self.stats = transport.socket(self.ctx, zmq.PUSH, hwm=100, connect=self.wiring.endpoints.stats)
+            self.stats = StatsOut.connect(self.ctx, self.wiring, hwm=100)
             sockets.append(self.stats)
             self.player = Player(cfg, "deepmind" if self.protocol == "train_env" else self.protocol, cfg.eval.greedy)
             self.best = best_so_far(self.checkpoints, self.terms)
             self.heartbeat(force=True)  # its first report: the start's grace (STARTUP_GRACE_S) covered the above
             if final is not None:  # the final evaluation: this one, then out, its result delivered first
                 self.evaluate(final)
-                self.stats.setsockopt(zmq.LINGER, RESULT_SEND_MS)
+                self.stats.linger(RESULT_SEND_MS)
                 return
             while not should_stop(self.stop_event):
                 self.heartbeat()
@@ -341,8 +349,7 @@ class Evaluator:
         """Tell the launcher it is alive (about once a second; cheap to call every step); True when the run is
         stopping."""
         if force or self.beat.due():
-            transport.send_nowait(
-                self.stats,
+            self.stats.send(
                 protocol.EvaluatorStats(
                     pid=os.getpid(),
                     time=time.time(),
@@ -393,8 +400,7 @@ class Evaluator:
         )
         self.evaluations += 1
         self.episodes += len(played)  # of finished evaluations: an evaluation cut short counts nowhere
-        transport.send(
-            self.stats,
+        self.stats.send_waiting(
             protocol.EvalResult(
                 pid=os.getpid(),
                 index=request.index,

@@ -29,6 +29,7 @@ from zrl.roles.common import (
     Decoder,
     Every,
     RunWiring,
+    StatsOut,
     WorkerStart,
     crash_report,
     env_spec_text,
@@ -125,7 +126,7 @@ class Ingest:
             self.gate.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a worker that reconnects takes its routing id back
             self.pub = self._socket(zmq.PUB, hwm=2, bind=ep.remote_weights)
             self.to_broker = self._socket(zmq.PUSH, hwm=cfg.transport.hwm, connect=ep.unrolls)
-            self.stats = self._socket(zmq.PUSH, hwm=1000, connect=ep.stats)
+            self.stats = StatsOut(self._socket(zmq.PUSH, hwm=1000, connect=ep.stats), self.wiring.stats_token)
             self.sub = self._socket(zmq.SUB, hwm=1, connect=ep.weights)
             self.req = self._socket(zmq.DEALER, hwm=4, connect=ep.weights_req)
         except BaseException:
@@ -439,7 +440,7 @@ class Ingest:
             pass
 
     def _report(self, msg) -> None:
-        transport.send_nowait(self.stats, msg.encode())
+        self.stats.send(msg.encode())
 
     def _notice(self, text: str) -> None:
         self._report(protocol.Notice(role=NAME, pid=os.getpid(), text=text))

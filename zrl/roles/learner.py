@@ -24,6 +24,7 @@ from zrl.roles.common import (
     Every,
     RunWiring,
     StartFrom,
+    StatsOut,
     crash_report,
     keep_freed_memory,
     next_batch,
@@ -126,7 +127,7 @@ class Learner:
         )
         weights_pub = transport.socket(ctx, zmq.PUB, hwm=2, bind=wiring.endpoints.weights)
         weights_rep = transport.socket(ctx, zmq.ROUTER, hwm=256, bind=wiring.endpoints.weights_req)
-        self.stats = transport.socket(ctx, zmq.PUSH, hwm=1000, connect=wiring.endpoints.stats)
+        self.stats = StatsOut.connect(ctx, wiring, hwm=1000)
         one_credit = protocol.Credit(batches=1).encode()
         try:
             weights_pub.send(self.current, copy=False)
@@ -225,7 +226,7 @@ class Learner:
         return True
 
     def _notice(self, text: str) -> None:
-        transport.send_nowait(self.stats, protocol.Notice(role="zrl-learner", pid=os.getpid(), text=text).encode())
+        self.stats.send(protocol.Notice(role="zrl-learner", pid=os.getpid(), text=text).encode())
 
     def _report(self) -> None:
         step = {name: float(self.metrics.get(name, 0.0)) for name in STEP_METRICS}
@@ -248,7 +249,7 @@ class Learner:
             nonfinite_steps=self.nonfinite_steps,
             **step,
         )
-        transport.send_nowait(self.stats, message.encode())
+        self.stats.send(message.encode())
 
     def _save(self) -> str:
         """Write a checkpoint (not twice for one step); a failed write (a full disk) is reported on stderr and

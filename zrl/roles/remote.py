@@ -27,6 +27,7 @@ from zrl import __version__, protocol, transport
 from zrl.bounds import printable
 from zrl.roles.common import (
     RunWiring,
+    StatsOut,
     Weights,
     WeightsFeed,
     WorkerLink,
@@ -133,7 +134,7 @@ class RemoteLink(WorkerLink):
         self.session, self.say = session, None
         self.env = worker_env(cfg, worker_id, offset)
         self.ring = Ring.private(wiring.ring_spec)
-        self.out = self.stats = session.gate
+        self.out, self.stats = session.gate, StatsOut(session.gate, None)  # both on the gate; the ingest vouches
         self.weights = GateWeightsFeed(session, wiring, worker_id, cfg.transport.poll_timeout_ms)
         self.zip = zstandard.ZstdCompressor(level=1)
         self.sent_to = self.seq = 0
