@@ -652,7 +652,7 @@ class Launcher:
         log.info("last checkpoint: %s", ckpt or "none")
         self.console.say(summary)
         self.console.say(f"last checkpoint: {ckpt or 'none'}")
-        if ckpt and code != EXIT_OK:
+        if ckpt and code not in (EXIT_OK, EXIT_USAGE):  # a usage error would meet the same error again
             self.console.say(f"continue this run with: zrl-launch --resume {self.folder.path}")
 
 
