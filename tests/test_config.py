@@ -151,6 +151,7 @@ def test_resolved_config_round_trips(tmp_path):
             ["apex.state_size", "must be >= 0"],
         ),
         ("[transport]\nbind_host = '0.0.0.0'\n", ["transport.bind_host", "CurveZMQ"]),
+        ("[workers]\nremote = 8\n[transport]\nmax_connections = 8\n", ["transport.max_connections", "keep out"]),
         ("[workers]\ncount = 0\n", ["workers.count", "must be > 0"]),
         ("[workers]\nproduce_ratio = 0.5\n", ["workers.produce_ratio", "starve the learner"]),
         ("[learner]\nreplay_ratio = -1\n", ["learner.replay_ratio", "must be >= 0"]),

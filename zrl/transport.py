@@ -387,6 +387,10 @@ def public_host(cfg: TransportConfig) -> str:
 
 
 MESSAGE_SLACK_BYTES = 64 * 1024  # a weights message's header on top of the schema's largest payload
+# A peer of a bound tcp socket must finish its handshake (CURVE's included) this soon, and one that answers no ping for
+# HEARTBEAT_TIMEOUT_MS is dropped: neither an idle connection nor a vanished host holds a file for ever.
+HANDSHAKE_MS = 10_000
+HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS = 2_000, 10_000
 
 
 def socket(
@@ -425,6 +429,10 @@ def _set_up(sock: zmq.Socket, kind: int, hwm: int, bind: str | None, connect: st
         else:
             sock.curve_secretkey, sock.curve_publickey = _curve.client_secret, _curve.client_public
             sock.curve_serverkey = _curve.server_public
+    if bind is not None and bind.startswith("tcp://"):
+        sock.setsockopt(zmq.HANDSHAKE_IVL, HANDSHAKE_MS)
+        sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
+        sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
     if bind is not None:
         sock.bind(bind)
     if connect is not None:

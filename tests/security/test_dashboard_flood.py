@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import re
 import resource
-import select
 import signal
-import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import REPO, command, reaped, wait_until
+from flood import Slowloris, established
 
 from zrl import checkpoint
 from zrl.dashboard.server import MAX_CONNECTIONS
@@ -31,78 +29,6 @@ FLOOD = 300
 # The launcher's limit: the flood alone would take more than it has, and an uncapped server, which a busy launcher
 # lets take a few connections a second, would reach it within the flood's first seconds.
 OPEN_FILES = 128
-
-
-class Slowloris:
-    """``count`` connections to ``port`` that never finish a request: every ``every_s`` each open one sends one more
-    byte of a header line, and one the server has closed is opened again. A few handshakes at a time, so that the
-    server's short backlog drops none (a dropped one is tried again by the kernel only a second later)."""
-
-    HANDSHAKES = 4
-
-    def __init__(self, port: int, count: int, every_s: float = 2.0) -> None:
-        self.port, self.count, self.every_s = port, count, every_s
-        self.held: list[socket.socket] = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="slowloris", daemon=True)
-
-    def _open(self) -> socket.socket:
-        sock = socket.socket()
-        sock.setblocking(False)
-        sock.connect_ex(("127.0.0.1", self.port))  # under way: the kernel ends the handshake
-        return sock
-
-    def _beat(self) -> None:
-        """One byte more on each held connection; one the server closed is let go."""
-        kept = []
-        for sock in self.held:
-            try:
-                gone = not sock.recv(4096)  # b"": the server closed it (an answer would be as good as closed)
-            except BlockingIOError:
-                gone = False
-            except OSError:
-                gone = True
-            if not gone:
-                try:
-                    sock.send(b"X")
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    gone = True
-            if gone:
-                sock.close()
-            else:
-                kept.append(sock)
-        self.held = kept
-
-    def _run(self) -> None:
-        connecting: list[socket.socket] = []
-        beat = time.monotonic() + self.every_s
-        while not self.stop.is_set():
-            while len(self.held) + len(connecting) < self.count and len(connecting) < self.HANDSHAKES:
-                connecting.append(self._open())
-            _, done, _ = select.select([], connecting, [], 0.05)
-            for sock in done:
-                connecting.remove(sock)
-                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                    sock.close()
-                else:
-                    self.held.append(sock)
-            if time.monotonic() >= beat:
-                self._beat()
-                beat = time.monotonic() + self.every_s
-        for sock in connecting:
-            sock.close()
-
-    def __enter__(self) -> Slowloris:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
-        for sock in self.held:
-            sock.close()
 
 
 def _limit_open_files() -> None:
@@ -119,12 +45,6 @@ def _worker(launcher: int, name: str) -> psutil.Process | None:
         except psutil.Error:
             continue
     return None
-
-
-def _page_connections(launcher: int, port: int) -> int:
-    """The launcher's own established connections on the page's port (what it holds a file and a thread for)."""
-    conns = psutil.Process(launcher).net_connections("tcp")
-    return sum(c.laddr.port == port and c.status == psutil.CONN_ESTABLISHED for c in conns)
 
 
 def _stderr(run: subprocess.Popen) -> str:
@@ -171,7 +91,7 @@ def test_a_flood_of_connections_to_the_dashboard_leaves_the_run_able_to_restart_
             wait_until(lambda: _checkpoints(run_dir) - before, 20, "a new checkpoint after the restart", run)
             assert run.poll() is None, _stderr(run)
             assert "Too many open files" not in log.read_text(), log.read_text()[-2000:]
-            held = _page_connections(run.pid, port)
+            held = established(run.pid, port)  # what the launcher holds a file and a thread for
             assert held <= MAX_CONNECTIONS, f"the launcher holds {held} of the page's connections"
 
         run.send_signal(signal.SIGINT)

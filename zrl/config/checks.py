@@ -158,6 +158,12 @@ def check(cfg) -> None:
             f"{cfg.transport.bind_host!r} is not a loopback address; binding other addresses needs CurveZMQ keys: "
             "make a folder with zrl-keys PATH and set transport.curve_keys = PATH, or use 127.0.0.1.",
         )
+    if cfg.transport.max_connections <= cfg.workers.remote:
+        fail(
+            "transport.max_connections",
+            f"{cfg.transport.max_connections} would keep out some of the {cfg.workers.remote} remote workers "
+            f"(workers.remote), each of which holds a connection to the gate; give more, e.g. {cfg.workers.remote + 64}",
+        )
     choice("algo", cfg.algo, tuple(agent_registry))  # the agents zrl trains: zrl/agents/, one package each
     _check_replays(cfg)
     get_agent(cfg.algo).check(cfg)  # the agent's own section and replay: its zrl/agents/<name>/config.py

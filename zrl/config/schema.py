@@ -637,6 +637,13 @@ class TransportConfig:
     poll_timeout_ms: Annotated[
         int, Meta(gt=0, description="Every blocking receive polls this long before it checks whether to stop.")
     ] = 100
+    max_connections: Annotated[
+        int,
+        Meta(
+            gt=0,
+            description="The most connections the ingest's gate and its weights socket each hold (workers.remote). Past it, those of no joined worker are hung up, the longest waiting first: an idle flood takes neither files nor a worker's place.",
+        ),
+    ] = 256
 
 
 @dataclass(frozen=True)

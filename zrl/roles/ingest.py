@@ -25,6 +25,7 @@ import zstandard
 from shm.ring import Ring
 from zrl import __version__, agents, bounds, protocol, transport
 from zrl.config import Config, dumps
+from zrl.connections import ConnectionCap, raise_file_limit, source_fd
 from zrl.roles.common import (
     Decoder,
     Every,
@@ -44,6 +45,7 @@ HOST_CHARS = 100  # of a remote worker's host name or version, as logged
 STATS_EVERY_S = 1.0
 REVOKED = "was shut out: its key is no longer in authorized/"
 HANDLE_AT_MOST = 256
+HANGUPS_EVERY_S = 60.0  # a flood's hang-ups are said in zrl.log at most this often
 GATE_HWM = 32  # messages a connection may have queued at the gate
 MESSAGE_ROOM_BYTES = (
     8 << 20
@@ -54,6 +56,7 @@ def run(cfg: Config, wiring: RunWiring, stop_event, run_name: str, slots: tuple[
     """``slots``: each remote slot's place when the run's roles were restarted (its frame count going on, its joins
     numbered on from a generation of their own); empty for a launch's first ingest."""
     start_role(NAME, wiring.launcher_pid)
+    raise_file_limit()  # its sockets face the network: a flood takes files faster than the caps hang them up
     transport.configure(cfg.transport)
     with crash_report(NAME, wiring):
         ingest = Ingest(cfg, wiring, stop_event, run_name)
@@ -76,6 +79,7 @@ class Session:
     worker_id: int
     start: int  # the ring frame its first frame went to: its messages may name frames from here on
     last_heard: float
+    fd: int = -1  # the file of the gate connection it last sent on (zmq.SRCFD): a flood's hang-ups spare it
     seq: int = 0  # the RemoteData it sends next
     offset: int | None = None  # ring frame = its own frame number + offset, known from its first RemoteData
     next_frame: int = 0  # its own number of the frame it sends next
@@ -125,6 +129,8 @@ class Ingest:
             )
             self.gate.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a worker that reconnects takes its routing id back
             self.pub = self._socket(zmq.PUB, hwm=2, bind=ep.remote_weights)
+            cap = cfg.transport.max_connections
+            self.caps = [ConnectionCap(self.gate, cap), ConnectionCap(self.pub, cap)]  # closed before their sockets
             self.to_broker = self._socket(zmq.PUSH, hwm=cfg.transport.hwm, connect=ep.unrolls)
             self.stats = StatsOut(self._socket(zmq.PUSH, hwm=1000, connect=ep.stats), self.wiring.stats_token)
             self.sub = self._socket(zmq.SUB, hwm=1, connect=ep.weights)
@@ -148,6 +154,7 @@ class Ingest:
         self.busy_s = 0.0
         self.unforeseen = 0
         self.frames_per_slot = cfg.workers.envs_per_worker * wiring.frames_per_step
+        self.hangups_said, self.hangups_said_at = 0, -float("inf")
 
     def _socket(self, kind: int, **kwargs) -> zmq.Socket:
         sock = transport.socket(self.ctx, kind, **kwargs)
@@ -155,6 +162,9 @@ class Ingest:
         return sock
 
     def close(self) -> None:
+        for cap in getattr(self, "caps", ()):
+            cap.close()
+        self.caps = []
         for sock in self.sockets:
             sock.close()
         self.sockets.clear()
@@ -169,6 +179,9 @@ class Ingest:
         for sock in (self.gate, self.sub, self.req):
             poller.register(sock, zmq.POLLIN)
         report = Every(STATS_EVERY_S)
+        gate_cap, pub_cap = self.caps
+        for cap in self.caps:
+            poller.register(cap.monitor, zmq.POLLIN)
         while not should_stop(self.stop_event):
             ready = dict(poller.poll(self.poll_ms))
             if self.sub in ready or self.req in ready:
@@ -183,12 +196,29 @@ class Ingest:
                     except zmq.Again:
                         break
                     self._handle(frames)
+                    if (session := self.sessions.get(frames[0].bytes)) is not None:
+                        session.fd = source_fd(frames[-1])  # the connection the gate's cap spares
+            gate_cap.turn({s.fd for s in self.sessions.values()})  # after the joins this turn read: they are spared
+            pub_cap.turn()  # none is spared: a worker hung up there connects again, for the next weights
             if report.due():
                 self._expire()
                 self._send_stats()
+                self._say_hangups()
         for rid in list(self.sessions):
             self._reply(rid, protocol.Refused(reason="the run is stopping", final=0))
         self.gate.setsockopt(zmq.LINGER, 500)  # those last words get out before the socket closes
+
+    def _say_hangups(self) -> None:
+        """Say in zrl.log, at most once a minute, that a flood of connections is being hung up."""
+        hangups = sum(cap.hangups for cap in self.caps)
+        now = time.monotonic()
+        if hangups > self.hangups_said and now - self.hangups_said_at >= HANGUPS_EVERY_S:
+            gate, pub = self.caps
+            self._notice(
+                f"hung up {hangups - self.hangups_said} connections past transport.max_connections = {gate.cap} "
+                f"(the gate holds {gate.count()}, the weights {pub.count()}): a flood of idle connections"
+            )
+            self.hangups_said, self.hangups_said_at = hangups, now
 
     def _take_weights(self) -> None:
         """The learner's newest weights, from its broadcast or an answer to this role's request: kept, passed on
