@@ -236,14 +236,17 @@ class AuthorizedKeys:
         if now - self._read_at >= self.every_s:
             self._read_at = now
             names = {}
-            for path in sorted(self.folder.glob("*.key")):
-                try:
-                    _entry(path, "transport.curve_keys")  # a link or another user's key admits no one
-                    public, _ = zmq.auth.load_certificate(str(path))
-                except (OSError, ValueError, ConfigError):
-                    continue
-                if public:
-                    names[public.decode("ascii")] = path.stem
+            try:
+                for path in sorted(self.folder.glob("*.key")):
+                    try:
+                        _entry(path, "transport.curve_keys")  # a link or another user's key admits no one
+                        public, _ = zmq.auth.load_certificate(str(path))
+                    except (FileNotFoundError, ValueError, ConfigError):  # deleted meanwhile, or not a key
+                        continue
+                    if public:
+                        names[public.decode("ascii")] = path.stem
+            except OSError:  # the folder could not be read whole (no file left to open it with): keep what was read
+                return self.names
             self.names = names
         return self.names
 

@@ -72,3 +72,22 @@ def test_another_users_key_folder_or_authorized_key_is_refused(keys):
     os.chown(keys, 65534, 65534)
     with pytest.raises(ConfigError, match="belongs to uid 65534"):
         transport.load_curve_keys(str(keys))
+
+
+def test_a_failed_read_of_the_authorized_folder_revokes_no_one(keys, monkeypatch):
+    """An ingest out of files (a flood) cannot open the key files: that is no revocation. Every joined worker would
+    otherwise be shut out, and every join refused for good."""
+    import zmq.auth
+
+    authorized = transport.AuthorizedKeys(str(keys / "authorized"), every_s=0.0)
+    before = dict(authorized.names)
+    assert list(before.values()) == ["client"]
+
+    def out_of_files(path):
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr(zmq.auth, "load_certificate", out_of_files)
+    assert authorized.reload() == before
+    monkeypatch.undo()
+    (keys / "authorized" / "client.key").unlink()
+    assert authorized.reload() == {}  # a key deleted is revoked, as before
