@@ -173,7 +173,10 @@ class Wiring:
         wait = timeout_ms
         while self.stats.poll(wait, zmq.POLLIN):
             wait = 0
-            frames = self.stats.recv_multipart(zmq.NOBLOCK)
+            try:
+                frames = self.stats.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:  # a poll can say "readable" with nothing to read (CURVE's handshakes, heartbeats)
+                return None
             if len(frames) == 2 and hmac.compare_digest(frames[0], self.stats_token):
                 return frames[1]
             self.stats_forged += 1
