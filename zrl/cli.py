@@ -249,8 +249,11 @@ def dashboard_main(run, port, host) -> None:
     import threading
 
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, lambda *_: stop.set())
+    from zrl.launch.supervise import stop_signals
+
+    for sig in stop_signals():
+        if sig != signal.SIGINT:  # Ctrl-C: the KeyboardInterrupt below
+            signal.signal(sig, lambda *_: stop.set())
     page.serve(run)
     click.echo(f"dashboard: {page.url} (Ctrl-C to stop)")
     try:
@@ -856,8 +859,10 @@ def worker_main(connect, keys, envs_per_worker, run, trusted) -> None:
             "the network in plaintext to whoever answers there; give --keys DIR (zrl-keys --client NAME on the "
             "learner's host makes one)",
         )
+    from zrl.launch.supervise import stop_signals
+
     signals: list[int] = []
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in stop_signals():
         signal.signal(sig, lambda signum, _frame: signals.append(signum))
     try:
         code = remote.serve(

@@ -51,6 +51,7 @@ from zrl import checkpoint
 from zrl import config as config_mod
 from zrl.bench.learning import launch_command, launcher, metrics_rows
 from zrl.config import ConfigError
+from zrl.launch.supervise import stop_signals
 from zrl.roles.common import die_with_parent
 
 INDEX = "index.json"
@@ -359,7 +360,7 @@ def run(
         f"index: {out / INDEX}"
     )
     stop = _Stop()
-    old = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    old = {s: signal.signal(s, stop) for s in stop_signals()}
     active: dict[str, tuple[Run, subprocess.Popen, Any]] = {}
     forwarded = 0
     last_report = time.monotonic()

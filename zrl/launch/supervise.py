@@ -35,6 +35,13 @@ STARTUP_GRACE_S = 60.0  # the least time a role has for its first report (import
 log = logging.getLogger("zrl")
 
 
+def stop_signals() -> tuple[int, ...]:
+    """The stop signals this process takes: SIGHUP only where it was not ignored when the program started (nohup
+    ignores it, so that a run outlives the terminal it was started from; that wish stands)."""
+    ignored = signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    return tuple(s for s in STOP_SIGNALS if not (s == signal.SIGHUP and ignored))
+
+
 def exit_code(signum: int) -> int:
     """The exit status of a run a stop signal ended, as a shell reports a process that signal killed: 128 + signum."""
     return {signal.SIGHUP: EXIT_SIGHUP, signal.SIGINT: EXIT_SIGINT}.get(signum, EXIT_SIGTERM)
@@ -131,8 +138,9 @@ class Supervisor:
             raise KeyboardInterrupt
 
     def catch_signals(self) -> None:
-        """SIGINT, SIGTERM and SIGHUP from now on ask for an orderly stop (a second one: at once)."""
-        self._old_handlers = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+        """SIGINT, SIGTERM and SIGHUP (unless nohup ignores it) from now on ask for an orderly stop (a second one: at
+        once)."""
+        self._old_handlers = {s: signal.signal(s, self._on_signal) for s in stop_signals()}
 
     def ignore_signals(self) -> None:
         """For the clean-up: no more signals may cut it short."""
