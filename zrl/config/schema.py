@@ -446,7 +446,7 @@ class LearnerConfig:
         int,
         Meta(
             ge=0,
-            description="A learner step whose loss or gradient norm is not finite (a poisoned batch, a diverged model) is skipped, the weights left as they were; it is counted in metrics.csv's nonfinite_steps and said at the 1st and every 100th. This many skipped in a row restore the model and optimiser from the run's latest checkpoint (counters go on), publish those weights and say so. 0: never restore.",
+            description="A learner step whose loss or gradient norm is not finite (a poisoned batch, a diverged model) is skipped, the weights left as they were; it is counted in metrics.csv's nonfinite_steps and said at the 1st and every 100th. This many skipped in a row restore the model and optimiser from the run's newest checkpoint that loads (counters go on), publish those weights and say so. 0: never restore.",
         ),
     ] = 10
     replay_ratio: Annotated[

@@ -201,11 +201,11 @@ class Learner:
 
     def _skipped(self, metrics: dict[str, float]) -> bool:
         """Count a step skipped for a non-finite loss or gradient norm, say it at the 1st and every 100th, and
-        after learner.max_nonfinite_steps in a row restore the model and optimiser from the latest checkpoint;
-        whether they were restored (new weights to publish)."""
+        after learner.max_nonfinite_steps in a row restore the model and optimiser from the newest checkpoint that
+        loads; whether they were restored (new weights to publish)."""
         self.nonfinite_steps += 1
         self.nonfinite_run += 1
-        if self.nonfinite_steps % 100 == 1:
+        if self.nonfinite_steps == 1 or self.nonfinite_steps % 100 == 0:
             self._notice(
                 f"skipped learner step {self.learner_step + 1}: loss {metrics.get('total_loss', 0.0):g}, gradient "
                 f"norm {metrics.get('grad_norm', 0.0):g} ({self.nonfinite_steps} skipped so far; the weights stay)"
@@ -214,12 +214,16 @@ class Learner:
         if not limit or self.nonfinite_run < limit:
             return False
         self.nonfinite_run = 0
-        latest = checkpoint.latest(self.ckpt_dir)
-        if latest is None:
-            self._notice(f"{limit} learner steps in a row were not finite, and there is no checkpoint to go back to")
+        try:
+            good = next(((path, state) for path, state, _ in checkpoint.newest_good(self.ckpt_dir) if state), None)
+        except OSError:  # the folder cannot be read
+            good = None
+        if good is None:
+            self._notice(f"{limit} learner steps in a row were not finite, and no checkpoint loads to go back to")
             return False
+        latest, state = good
         # its weights and optimiser moments; the schedule, the counters and the replays go on from here
-        self.part.load(checkpoint.load(latest), resume=False, optimizer=True)
+        self.part.load(state, resume=False, optimizer=True)
         self.policy_version += 1
         self.current = self._weights()
         self._notice(f"restored the model and optimiser from {latest.name} after {limit} non-finite steps in a row")
