@@ -27,6 +27,7 @@ import shm
 from shm.ring import Ring, RingSpec
 from zrl import envs, protocol, transport
 from zrl.config import Config, worker_slots
+from zrl.envs.trust import env_module
 from zrl.forkserver import (
     adopted,
     close_reaper,
@@ -44,6 +45,9 @@ from zrl.namespace import private_prefix, shm_prefix
 from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart, make_ring_spec
 
 _open_wiring = None  # the Wiring open in this process: the one its fork server serves
+
+
+FORGED_PER_TAKE = 1000  # messages without the stats token dropped in one take: a flood cannot hold the launcher
 
 
 def create_rings(cfg: Config, ring_spec: RingSpec, run_id: str, rings: list[Ring]) -> None:
@@ -170,8 +174,8 @@ class Wiring:
         """The next message a role of this run sent on the stats channel, waiting up to ``timeout_ms`` for one;
         None when none came. A message without the run's stats token is dropped and counted in ``stats_forged``:
         a pid in it names a role, but only the token says a role sent it."""
-        wait = timeout_ms
-        while self.stats.poll(wait, zmq.POLLIN):
+        wait, dropped = timeout_ms, 0
+        while dropped < FORGED_PER_TAKE and self.stats.poll(wait, zmq.POLLIN):
             wait = 0
             try:
                 frames = self.stats.recv_multipart(zmq.NOBLOCK)
@@ -180,6 +184,7 @@ class Wiring:
             if len(frames) == 2 and hmac.compare_digest(frames[0], self.stats_token):
                 return frames[1]
             self.stats_forged += 1
+            dropped += 1
         return None
 
     def socket(self, kind: int, **kwargs) -> zmq.Socket:
@@ -223,9 +228,11 @@ class Wiring:
         port = gate.rsplit(":", 1)[1]
         keys = ' --keys "$ZRL_KEYS"' if self.cfg.transport.curve_keys else ""
         keys = f" --keys {shlex.quote(local_keys)}" if local_keys else keys
+        module = env_module(self.cfg.env.id)  # the run's own env module: the worker imports it only when told to
+        trust = f" --trust-env-module {shlex.quote(module)}" if module else ""
         return (
             f"zrl-worker --connect tcp://{transport.public_host(self.cfg.transport)}:{port}{keys} "
-            f"--envs-per-worker {self.cfg.workers.envs_per_worker} --run {run_name}"
+            f"--envs-per-worker {self.cfg.workers.envs_per_worker} --run {run_name}{trust}"
         )
 
     def worker(self, worker_id: int, stop: StopFlag, start: WorkerStart = WorkerStart()) -> mp.Process:
