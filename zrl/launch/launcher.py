@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("zrl")
 
 REMOTE_GENERATIONS = 1000  # a remote slot's joins per generation of the ingest, at most, before seeds repeat
-CHECKPOINT_NAME = re.compile(r"ckpt_\d{9}\.pt")  # checkpoint.PATTERN's names: the learner's periodic checkpoints
+CHECKPOINT_NAME = re.compile(r"ckpt_\d{9,}\.pt")  # checkpoint.PATTERN's names: the learner's periodic checkpoints
 FINAL_EXIT_S = 15.0  # how long the final evaluator has to exit after its result (its stats socket lingers 5 s)
 FRAMES_SEEN = 20_000  # the launcher's (time, frames) history kept for eval.csv: 2.8 hours of it
 FRAMES_SEEN_EVERY_S = 0.5

@@ -24,6 +24,7 @@ from zrl.roles.common import WorkerStart
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 129, 130, 143
 TRACEBACK_CHARS = 20_000  # of a role's last traceback, as logged and shown
+NOTICE_CHARS = 2_000  # of a role's notice, as logged and said
 # The signals that ask for an orderly stop: Ctrl-C, kill or a batch scheduler's SIGTERM, and SIGHUP, which a dropped
 # ssh session or a closed terminal sends to the whole process group
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -192,7 +193,7 @@ class Supervisor:
             self.tracebacks[msg.role] = text = printable(msg.traceback, TRACEBACK_CHARS, newlines=True)
             log.error("%s (pid %d) died of an exception:\n%s", msg.role, msg.pid, text.rstrip())
         elif isinstance(msg, protocol.Notice):
-            text = printable(msg.text)  # a remote worker's name or reason may be in it: nothing raw reaches a screen
+            text = printable(msg.text, NOTICE_CHARS)  # a remote worker's words may be in it: nothing raw is shown
             log.info("%s: %s", msg.role, text)
             self.console.line("")
             self.console.say(text)
