@@ -91,3 +91,28 @@ def test_a_failed_read_of_the_authorized_folder_revokes_no_one(keys, monkeypatch
     monkeypatch.undo()
     (keys / "authorized" / "client.key").unlink()
     assert authorized.reload() == {}  # a key deleted is revoked, as before
+
+
+def test_a_resumed_folders_own_keys_are_replaced_never_trusted(tmp_path):
+    """Whoever made a run folder knows the secrets of the keys in it, and may have authorized a key of their own:
+    a launch makes the run's keys anew."""
+    from conftest import make_config
+
+    from zrl.launch.run_keys import run_keys
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    transport.make_curve_keys(str(run_dir / "keys"))
+    theirs = run_dir / "keys" / "authorized" / "theirs.key"
+    shutil.copy(run_dir / "keys" / "client.key", theirs)
+    old_secret = (run_dir / "keys" / "server.key_secret").read_bytes()
+    cfg, local, warning = run_keys(make_config(workers={"remote": 1}), run_dir)
+    assert not warning and local == str((run_dir / "keys" / "clients" / "local").resolve())
+    assert cfg.transport.curve_keys == str((run_dir / "keys").resolve())
+    assert sorted(p.name for p in (run_dir / "keys" / "authorized").iterdir()) == ["client.key", "local.key"]
+    assert (run_dir / "keys" / "server.key_secret").read_bytes() != old_secret
+    (run_dir / "keys").rename(tmp_path / "moved")
+    (run_dir / "keys").symlink_to(tmp_path / "moved")
+    with pytest.raises(ConfigError, match="not a folder of this run's keys"):
+        run_keys(make_config(workers={"remote": 1}), run_dir)
+    assert (tmp_path / "moved" / "server.key").exists()  # a link is refused, and nothing behind it removed

@@ -607,7 +607,7 @@ class TransportConfig:
     curve_keys: Annotated[
         str,
         Meta(
-            description="Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback. Empty: a run with TCP sockets (transport.kind = tcp, or workers.remote) makes its own in RUN/keys, and this host's remote workers use RUN/keys/clients/local (connect.txt names it)."
+            description="Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback. Empty: a run with TCP sockets (transport.kind = tcp, or workers.remote) makes its own in RUN/keys, anew at each launch, and this host's remote workers use RUN/keys/clients/local (connect.txt names it)."
         ),
     ] = ""
     plaintext: Annotated[

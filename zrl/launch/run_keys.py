@@ -2,16 +2,18 @@
 127.0.0.1. So a run whose sockets are TCP (``transport.kind = "tcp"``, or remote worker slots, whose gate is TCP)
 and that was given no keys makes its own, in ``RUN/keys`` (mode 0700): every socket is then encrypted and admits only
 the run's roles, and the gate only the keys in ``keys/authorized/``, first among them ``keys/clients/local``, which
-this host's remote workers (a zrl-worker here, Ray actors on this node) use. A resumed run takes the keys its
-folder holds, once they pass the owner and link checks. ``transport.plaintext = true`` opts out, with a warning."""
+this host's remote workers (a zrl-worker here, Ray actors on this node) use. They are made anew at each launch: a
+resumed folder's are replaced, since whoever made the folder knows their secrets and may have authorized a key of
+their own. ``transport.plaintext = true`` opts out, with a warning."""
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 from zrl import transport
-from zrl.config import Config
+from zrl.config import Config, ConfigError
 
 FOLDER = "keys"
 LOCAL_CLIENT = "local"  # the client key folder for remote workers on this host: RUN/keys/clients/local
@@ -39,10 +41,13 @@ def run_keys(cfg: Config, run_dir: Path) -> tuple[Config, str, str]:
             ),
         )
     folder = run_dir / FOLDER
-    if not (folder.exists() or folder.is_symlink()):
-        transport.make_curve_keys(str(folder))
-        transport.make_client_keys(str(folder), LOCAL_CLIENT)
-    transport.load_curve_keys(str(folder))  # a resumed folder's too: this user's, no links, no one else may write
+    if folder.is_symlink() or folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{folder}: not a folder of this run's keys; remove it, and zrl-launch makes new ones")
+    if folder.exists():  # a resumed run's: never trusted, replaced
+        shutil.rmtree(folder)
+    transport.make_curve_keys(str(folder))
+    transport.make_client_keys(str(folder), LOCAL_CLIENT)
+    transport.load_curve_keys(str(folder))
     local = folder / "clients" / LOCAL_CLIENT
     transport.load_client_keys(str(local), f"{FOLDER}/clients/{LOCAL_CLIENT}")
     keyed = dataclasses.replace(cfg.transport, curve_keys=str(folder.resolve()))
