@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import dataclasses
+import io
 import json
 import multiprocessing as mp
 import os
@@ -265,18 +266,23 @@ def evaluate(
     if video is not None:
         report["video"] = str(Path(video).resolve())
     folder = (out_dir or run_folder(ckpt)) / "eval"
-    folder.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    stem = folder / f"{protocol}_{stamp}"
-    for n in range(1, 1000):  # two evaluations in the same second keep both
-        if not stem.with_suffix(".json").exists():
-            break
-        stem = folder / f"{protocol}_{stamp}-{n}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    with open(stem.with_suffix(".csv"), "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(played[0]))
+    try:  # a run folder may come from elsewhere: nothing is written through a link in it
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint.make_folder(folder)
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        stem = folder / f"{protocol}_{stamp}"
+        for n in range(1, 1000):  # two evaluations in the same second keep both
+            if not os.path.lexists(stem.with_suffix(".json")):
+                break
+            stem = folder / f"{protocol}_{stamp}-{n}"
+        rows = io.StringIO()
+        writer = csv.DictWriter(rows, fieldnames=list(played[0]))
         writer.writeheader()
         writer.writerows(played)
+        checkpoint.write_atomic(stem.with_suffix(".json"), (json.dumps(report, indent=2) + "\n").encode())
+        checkpoint.write_atomic(stem.with_suffix(".csv"), rows.getvalue().encode())
+    except checkpoint.UnsafeFile as err:
+        raise ConfigError(str(err)) from None
     report["files"] = [str(stem.with_suffix(".json")), str(stem.with_suffix(".csv"))]
     return report
 

@@ -18,8 +18,8 @@ the mean max-Q over a fixed set of held-out states (eval.held_out_states), as DQ
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import io
 import json
 import math
 import os
@@ -217,21 +217,21 @@ def held_out_states(
     path = folder / HELD_OUT_FILE
     n = cfg.eval.held_out_states
     try:
-        with np.load(path) as kept:
+        with open(checkpoint.open_regular(path, os.O_RDONLY), "rb") as fh, np.load(fh, allow_pickle=False) as kept:
             states, seed = kept["states"], int(kept["seed"])
         if states.shape == (n, *shape) and states.dtype == np.uint8 and seed == cfg.eval.seed:
             return states
     except Exception:  # missing, damaged, or not an npz file: made again
         pass
     states = collect_states(cfg, n, cfg.eval.seed, idle)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}.npz")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(tmp, states=states, seed=np.int64(cfg.eval.seed))
-        os.replace(tmp, path)
-    except OSError:  # a full disk: this evaluator keeps them in memory, and a later one makes them again
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+    try:  # written whole under a fresh name, then renamed: never through a link at either name
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        checkpoint.make_folder(folder)
+        data = io.BytesIO()
+        np.savez_compressed(data, states=states, seed=np.int64(cfg.eval.seed))
+        checkpoint.write_atomic(path, data.getvalue())
+    except OSError:  # a full disk, a link in the way: this evaluator keeps them in memory
+        pass
     return states
 
 
