@@ -175,6 +175,24 @@ def test_zrl_sweep_resume_passes_the_trust_on_only_when_its_own_command_line_gav
         assert "--trust-env-module sec_probe" in log.read_text(), log.read_text()
 
 
+def test_zrl_sweep_resume_does_not_import_what_its_folders_sweep_file_names_for_a_pending_run(tmp_path, probe_module):
+    """A pending run of a resumed sweep starts from the sweep file's copy in the sweep folder, which another hand may
+    have changed: its env id imports its module only with zrl-sweep's own --trust-env-module."""
+    from zrl.config import ConfigError
+    from zrl.experiment import sweep
+
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / sweep.SWEEP_COPY).write_text(
+        f'[sweep]\nconfig = "{CARTPOLE}"\nseeds = [1]\nset = {{"env.id" = "{PAYLOAD}"}}\n'
+    )
+    sweep.write_index(out, sweep.load(out / sweep.SWEEP_COPY))
+    with pytest.raises(ConfigError, match="--trust-env-module sec_probe") as refusal:
+        sweep.start(None, None, str(out), [], print)
+    assert str(out / sweep.SWEEP_COPY) in str(refusal.value)
+    assert not probe_module.exists(), "the resumed sweep imported the module its folder's sweep file named"
+
+
 def test_a_launch_from_inside_a_run_folder_does_not_import_its_files(tmp_path):
     """The fork server's interpreter would put its working folder first on its path: a torch.py a run folder holds
     would then run in place of torch, before any check."""

@@ -51,6 +51,7 @@ from zrl import checkpoint
 from zrl import config as config_mod
 from zrl.bench.learning import launch_command, launcher, metrics_rows
 from zrl.config import ConfigError
+from zrl.envs.trust import check_env_import
 from zrl.launch.supervise import stop_signals
 from zrl.roles.common import die_with_parent
 
@@ -486,6 +487,10 @@ def start(
             _restore(folder, sweep)
             if retry:
                 _retry(sweep, only, progress)
+            for run_ in _selected(sweep, only):  # the copy is data: its env ids import only what the user trusts
+                if run_.status != "done":
+                    cfg = config_mod.load(run_.config, run_.sets)
+                    check_env_import(cfg.env.id, str(folder / SWEEP_COPY), trusted, [cfg.run.results_dir, folder])
             return run(sweep, folder, progress, only, trusted=trusted)
     if sweep_path is None:
         raise ConfigError("give a sweep file (zrl-sweep SWEEP.toml) or --resume SWEEP_FOLDER")
