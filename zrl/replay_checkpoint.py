@@ -31,7 +31,6 @@ its bound, or damaged, is a SnapshotMismatch (the replays refill).
 
 from __future__ import annotations
 
-import errno
 import io
 import json
 import math
@@ -48,7 +47,7 @@ import numpy as np
 import zstandard
 
 from shm.ring import Ring, RingSpec
-from zrl.checkpoint import write_atomic
+from zrl.checkpoint import UnsafeFile, open_regular, write_atomic
 from zrl.replay.snapshot import SnapshotMismatch
 
 CHUNK_SLOTS = 1024  # ring slots per frame file
@@ -287,15 +286,10 @@ def _open_regular(path: Path, manifest: Path) -> BinaryIO:
     """``path`` opened for reading, never through a symlink, and only if it is a regular file (a FIFO or a device
     would block or never end)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise ManifestError(f"{manifest}: it names {path}, a symlink") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ManifestError(f"{manifest}: it names {path}, not a plain file")
-    return os.fdopen(fd, "rb")
+        return os.fdopen(open_regular(path, os.O_RDONLY), "rb")
+    except UnsafeFile:
+        what = "a symlink" if os.path.islink(path) else "not a plain file"
+        raise ManifestError(f"{manifest}: it names {path}, {what}") from None
 
 
 def _inflate(path: Path, manifest: Path, bound: int) -> bytes:
