@@ -16,7 +16,7 @@ from conftest import REPO, command, refused, run_command
 
 from zrl import scores
 from zrl.config import ConfigError
-from zrl.experiment import report, stats, sweep
+from zrl.experiment import report, stats, sweep, sweep_plan
 from zrl.machine import cpu_description
 
 # ---- statistics -------------------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ name = "queue"
 replay = '[{{"type": "queue", "capacity": 1, "sample_ratio": 1}}]'
 """,
     )
-    planned = sweep.load(path)
+    planned = sweep_plan.load(path)
     keys = [r.key for r in planned.runs]
     assert keys[:4] == [
         "uni-learning_rate=0.001/seed3",
@@ -144,7 +144,7 @@ def test_dotted_keys_may_be_written_bare(tmp_path):
         tmp_path,
         f'[sweep]\nconfig = "{CARTPOLE}"\nset = {{ run.max_env_frames = 5000 }}\n[grid]\nlearner.learning_rate = [0.001]\n',
     )
-    (run,) = sweep.load(path).runs
+    (run,) = sweep_plan.load(path).runs
     assert run.max_env_frames == 5000 and run.grid == {"learner.learning_rate": 0.001}
 
 
@@ -172,7 +172,7 @@ def test_dotted_keys_may_be_written_bare(tmp_path):
 def test_sweep_file_mistakes_are_named(tmp_path, body, expected):
     path = _sweep_file(tmp_path, body)
     with pytest.raises(ConfigError) as err:
-        sweep.load(path)
+        sweep_plan.load(path)
     assert str(path) in str(err.value)
     for part in expected:
         assert part in str(err.value), (part, str(err.value))
@@ -359,13 +359,13 @@ def test_retry_failed_makes_each_selected_failed_run_pending_in_a_new_folder_and
 
     plan = [("a", 1, "done"), ("b", 1, "failed"), ("b", 2, "failed"), ("c", 1, "stopped"), ("d", 1, "failed")]
     runs = [
-        sweep.Run(label, label, {}, seed, None, [], status, f"/runs/{label}{seed}", 0 if status == "done" else 1)
+        sweep_plan.Run(label, label, {}, seed, None, [], status, f"/runs/{label}{seed}", 0 if status == "done" else 1)
         for label, seed, status in plan
     ]
     for run in runs:
         run.started, run.ended, run.log_tail = 1.0, 2.0, ["last line"]
     said: list[str] = []
-    sweep._retry(sweep.Sweep(Path("suite.toml"), [1, 2], 1, runs), ["a", "b", "c"], said.append)
+    sweep._retry(sweep_plan.Sweep(Path("suite.toml"), [1, 2], 1, runs), ["a", "b", "c"], said.append)
     assert [r.status for r in runs] == ["done", "pending", "pending", "stopped", "failed"]
     assert [r.folder for r in runs] == ["/runs/a1", None, None, "/runs/c1", "/runs/d1"]
     assert [(r.exit_code, r.started, r.log_tail) for r in runs[1:3]] == [(None, None, [])] * 2

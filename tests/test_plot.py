@@ -17,6 +17,7 @@ from zrl import config
 from zrl.bench.learning import WINDOW
 from zrl.cli import plot_main
 from zrl.experiment import plot
+from zrl.experiment.runs import curve, group_runs, load_run
 from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog
 
 START = 1_700_000_000.0  # the fake runs' start, unix seconds
@@ -92,10 +93,10 @@ def _texts(ax) -> list[str]:
 def test_the_curve_is_the_mean_of_the_last_100_episodes_in_the_order_they_ended(tmp_path):
     rng = np.random.default_rng(1)
     returns = rng.integers(-21, 22, size=250).astype(float)
-    run = plot.load_run(_run(tmp_path / "run", returns=returns))
+    run = load_run(_run(tmp_path / "run", returns=returns))
     run.episodes.reverse()  # workers report apart: the file's order is not the order the episodes ended
     run.episodes[10]["env_frames"] = "5"  # a worker's count that lags the others'
-    c = plot.curve(run)
+    c = curve(run)
     window, expected = deque(maxlen=WINDOW), []
     for raw in returns:
         window.append(raw)
@@ -109,19 +110,19 @@ def test_the_curve_is_the_mean_of_the_last_100_episodes_in_the_order_they_ended(
 
 @pytest.mark.unit
 def test_runs_of_one_config_over_seeds_are_one_group_and_another_config_is_another(tmp_path):
-    seeds = [plot.load_run(_run(tmp_path / f"s{seed}", seed=seed, returns=[0.0])) for seed in (1, 2)]
-    groups = plot.group_runs(seeds)
+    seeds = [load_run(_run(tmp_path / f"s{seed}", seed=seed, returns=[0.0])) for seed in (1, 2)]
+    groups = group_runs(seeds)
     assert [len(g.runs) for g in groups] == [2]
     assert groups[0].name == "ALE/Pong-v5"
-    budget = plot.load_run(_run(tmp_path / "s3", seed=3, returns=[0.0], sets=["run.max_seconds=60"]))
+    budget = load_run(_run(tmp_path / "s3", seed=3, returns=[0.0], sets=["run.max_seconds=60"]))
     older = _run(tmp_path / "s4", seed=4, returns=[0.0])  # written before a key was added: it has the default
     text = (older / "config.toml").read_text()
     (older / "config.toml").write_text(text.replace("grad_norm_clip = 40.0\n", ""))
     assert "grad_norm_clip" not in (older / "config.toml").read_text()
-    runs = [*seeds, budget, plot.load_run(older)]
-    assert [len(g.runs) for g in plot.group_runs(runs)] == [4]  # the budget is not the config
-    other = plot.load_run(_run(tmp_path / "lr", seed=1, returns=[0.0], sets=["learner.learning_rate=0.0003"]))
-    groups = plot.group_runs([seeds[0], other, seeds[1]])
+    runs = [*seeds, budget, load_run(older)]
+    assert [len(g.runs) for g in group_runs(runs)] == [4]  # the budget is not the config
+    other = load_run(_run(tmp_path / "lr", seed=1, returns=[0.0], sets=["learner.learning_rate=0.0003"]))
+    groups = group_runs([seeds[0], other, seeds[1]])
     assert [[r.folder.name for r in g.runs] for g in groups] == [["s1", "s2"], ["lr"]]
     assert groups[0].name == "ALE/Pong-v5, learner.learning_rate=0.0006"
     assert groups[1].name == "lr, learner.learning_rate=0.0003"
@@ -139,7 +140,7 @@ def test_a_long_legend_entry_is_wrapped_so_that_the_axes_keep_their_width():
 
 @pytest.mark.unit
 def test_a_group_of_seeds_is_drawn_as_its_mean_with_a_bootstrap_band(tmp_path):
-    runs = [plot.load_run(_run(tmp_path / f"s{s}", seed=s, returns=[r] * 150)) for s, r in ((1, -20.0), (2, -10.0))]
+    runs = [load_run(_run(tmp_path / f"s{s}", seed=s, returns=[r] * 150)) for s, r in ((1, -20.0), (2, -10.0))]
     fig = plot.draw_curves(runs)
     frames_ax, minutes_ax = fig.axes
     for ax in (frames_ax, minutes_ax):
@@ -177,7 +178,7 @@ def test_the_health_panel_is_a_png_and_says_what_a_run_did_not_use(tmp_path):
     assert result.exit_code == 0, result.output
     _png(folder / "plots" / "metrics.png", plot.METRICS_SIZE)
 
-    fig = plot.draw_metrics(plot.load_run(folder))
+    fig = plot.draw_metrics(load_run(folder))
     by_title = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
     assert "not used in this run" in _texts(by_title["elite feature distances"])[0]
     assert _texts(by_title["restarts and errors (cumulative)"]) == ["none in this run"]
@@ -213,7 +214,7 @@ def test_rows_before_the_learners_first_step_after_a_restart_draw_no_step_figure
         )
     episodes.close()
     metrics.close()
-    fig = plot.draw_metrics(plot.load_run(tmp_path / "run"))
+    fig = plot.draw_metrics(load_run(tmp_path / "run"))
     by_title = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
     (loss,) = [line for line in by_title["losses"].lines if line.get_label() == "total"]
     assert len(loss.get_xdata()) == 30 and loss.get_ydata()[-1] == 0.5 and min(loss.get_ydata()) > 0
@@ -224,7 +225,7 @@ def test_rows_before_the_learners_first_step_after_a_restart_draw_no_step_figure
 @pytest.mark.unit
 def test_an_entropy_weight_that_moves_is_drawn_beside_the_entropy_loss_and_a_fixed_one_is_not(tmp_path):
     def beside(folder: Path) -> list:
-        fig = plot.draw_metrics(plot.load_run(folder))
+        fig = plot.draw_metrics(load_run(folder))
         (entropy,) = [ax for ax in fig.axes if ax.get_title() == "entropy loss"]
         return [ax for ax in fig.axes if ax is not entropy and ax.bbox.bounds == entropy.bbox.bounds]
 
@@ -256,7 +257,7 @@ def test_evaluations_during_training_are_points_with_their_intervals_on_both_fig
     result = _cli(folder)
     assert result.exit_code == 0, result.output
     assert "eval.csv: skipped a torn last line" in result.stderr
-    fig = plot.draw_curves([plot.load_run(folder)])
+    fig = plot.draw_curves([load_run(folder)])
     for ax, xs in zip(fig.axes, ([0.02, 0.04, 0.06], [0.5, 1.0, 1.5])):  # millions of frames; minutes
         ((points, _, (bars,)),) = ax.containers  # errorbar's: the markers, the caps, the bars
         np.testing.assert_allclose(points.get_xdata(), xs)
@@ -265,7 +266,7 @@ def test_evaluations_during_training_are_points_with_their_intervals_on_both_fig
         labels = [t.get_text() for t in ax.get_legend().get_texts()]
         assert labels == ["run", "evaluations (deepmind, 10 episodes), 95% CI"]
     assert "points: evaluations during training" in fig._suptitle.get_text()
-    health = plot.draw_metrics(plot.load_run(folder))
+    health = plot.draw_metrics(load_run(folder))
     (ret,) = [ax for ax in health.axes if ax.get_title() == "return"]
     ((points, _, _),) = ret.containers
     np.testing.assert_allclose(points.get_xdata(), [0.5, 1.0, 1.5])
@@ -273,7 +274,7 @@ def test_evaluations_during_training_are_points_with_their_intervals_on_both_fig
     other = _run(tmp_path / "other", returns=np.linspace(-21, 5, 150))
     result = _cli(other)
     assert result.exit_code == 0 and result.stderr == f"wrote {other / 'plots' / 'curves.png'}\n", result.output
-    assert "evaluations" not in plot.draw_curves([plot.load_run(other)])._suptitle.get_text()
+    assert "evaluations" not in plot.draw_curves([load_run(other)])._suptitle.get_text()
 
 
 @pytest.mark.unit
@@ -321,7 +322,7 @@ def test_a_torn_last_line_is_skipped_with_a_note(tmp_path):
         ),
         f"wrote {folder / 'plots' / 'curves.png'}",
     ]
-    assert len(plot.curve(plot.load_run(folder)).mean_return) == 150
+    assert len(curve(load_run(folder)).mean_return) == 150
 
 
 @pytest.mark.unit
@@ -338,7 +339,7 @@ def test_a_run_still_writing_is_drawn_as_it_stands_and_again_as_it_grows(tmp_pat
     metrics.write({"wall_time": f"{START + 10:.3f}", "elapsed_s": 10.0, "env_frames": 9000, "learner_step": 50})
     result = _cli(tmp_path / "run")
     assert result.exit_code == 0 and "note" not in result.stderr, result.output
-    np.testing.assert_allclose(plot.curve(plot.load_run(tmp_path / "run")).mean_return, [-21, -21, -21, -20.75, -20.4])
+    np.testing.assert_allclose(curve(load_run(tmp_path / "run")).mean_return, [-21, -21, -21, -20.75, -20.4])
     episodes.close()
     metrics.close()
 
@@ -349,8 +350,8 @@ def test_a_run_with_no_episodes_yet_is_drawn_and_says_so(tmp_path):
     for args in ([], ["--metrics"]):
         result = _cli(folder, *args)
         assert result.exit_code == 0, result.output
-    assert [_texts(ax) for ax in plot.draw_curves([plot.load_run(folder)]).axes] == [["no episodes yet"]] * 2
-    fig = plot.draw_metrics(plot.load_run(folder))
+    assert [_texts(ax) for ax in plot.draw_curves([load_run(folder)]).axes] == [["no episodes yet"]] * 2
+    fig = plot.draw_metrics(load_run(folder))
     assert _texts(fig.axes[0]) == ["no episodes yet"] and fig.axes[1].lines  # the losses are there
 
 

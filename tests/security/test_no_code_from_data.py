@@ -146,7 +146,7 @@ def test_zrl_sweep_resume_passes_the_trust_on_only_when_its_own_command_line_gav
     """A stopped run of a sweep is resumed by zrl-launch --resume on its config.toml, which another hand may have
     changed since: the sweep vouches for its module only with its own --trust-env-module. Resumed from inside its
     folder, as ``cd OUT; zrl-sweep --resume .`` does, the launches do not import the folder's files either."""
-    from zrl.experiment import sweep
+    from zrl.experiment import sweep_plan
 
     marker = tmp_path / "imported"
     mods = _payload(tmp_path / "mods", marker)
@@ -155,17 +155,17 @@ def test_zrl_sweep_resume_passes_the_trust_on_only_when_its_own_command_line_gav
     (run_dir / "checkpoints" / checkpoint.PATTERN.format(step=1)).write_bytes(b"not a checkpoint")
     out = tmp_path / "sweep"
     out.mkdir()
-    (out / sweep.SWEEP_COPY).write_text(f'[sweep]\nconfig = "{CARTPOLE}"\nseeds = [1]\n')
-    plan = sweep.load(out / sweep.SWEEP_COPY)
+    (out / sweep_plan.SWEEP_COPY).write_text(f'[sweep]\nconfig = "{CARTPOLE}"\nseeds = [1]\n')
+    plan = sweep_plan.load(out / sweep_plan.SWEEP_COPY)
     plan.runs[0].status, plan.runs[0].folder = "stopped", str(run_dir)
-    sweep.write_index(out, plan)
+    sweep_plan.write_index(out, plan)
     planted = tmp_path / "planted imported"
     _payload(out / "zrl", planted, "__init__")  # would shadow zrl itself for a python -c in this folder
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(mods), os.environ.get("PYTHONPATH")]))}
     args = ["--resume", ".", *(["--trust-env-module", "sec_probe"] if trust else [])]
     proc = start_command("zrl-sweep", *args, cwd=out, env=env)
     _, err = proc.communicate(timeout=180)
-    (log,) = out.rglob(sweep.LOG)
+    (log,) = out.rglob(sweep_plan.LOG)
     assert not planted.exists(), "a launch imported a file of the sweep folder it was started in"
     assert proc.returncode == 1, err  # the run failed either way: refused, or (trusted) no usable checkpoint
     if trust:
@@ -179,17 +179,17 @@ def test_zrl_sweep_resume_does_not_import_what_its_folders_sweep_file_names_for_
     """A pending run of a resumed sweep starts from the sweep file's copy in the sweep folder, which another hand may
     have changed: its env id imports its module only with zrl-sweep's own --trust-env-module."""
     from zrl.config import ConfigError
-    from zrl.experiment import sweep
+    from zrl.experiment import sweep, sweep_plan
 
     out = tmp_path / "sweep"
     out.mkdir()
-    (out / sweep.SWEEP_COPY).write_text(
+    (out / sweep_plan.SWEEP_COPY).write_text(
         f'[sweep]\nconfig = "{CARTPOLE}"\nseeds = [1]\nset = {{"env.id" = "{PAYLOAD}"}}\n'
     )
-    sweep.write_index(out, sweep.load(out / sweep.SWEEP_COPY))
+    sweep_plan.write_index(out, sweep_plan.load(out / sweep_plan.SWEEP_COPY))
     with pytest.raises(ConfigError, match="--trust-env-module sec_probe") as refusal:
         sweep.start(None, None, str(out), [], print)
-    assert str(out / sweep.SWEEP_COPY) in str(refusal.value)
+    assert str(out / sweep_plan.SWEEP_COPY) in str(refusal.value)
     assert not probe_module.exists(), "the resumed sweep imported the module its folder's sweep file named"
 
 

@@ -3,35 +3,42 @@ a run still writing or one that crashed leaves it, is left out with a note), so 
 
 Curves (the default): the 100-episode mean of the raw return against env frames and against wall time, side by
 side, for one run or several overlaid; a run's evaluations during training (eval.csv) are points on them with their
-95% bootstrap interval. Runs whose config.toml are equal but for the seed, the results folder and
-the budget (``IGNORED_KEYS``) are one group: its mean on a grid over the range all its runs reach, with the 95%
-bootstrap band of that mean (``zrl.experiment.report._band``); a group of one is its own line.
+95% bootstrap interval. Runs whose config.toml are equal but for the seed, the results folder and the budget
+(``zrl.experiment.runs.IGNORED_KEYS``) are one group: its mean on a grid over the range all its runs reach, with the
+95% bootstrap band of that mean (``zrl.experiment.report._band``); a group of one is its own line.
 
 Health (``metrics=True``, one run): a panel of metrics.csv against run time: return, losses, gradient norm,
 learning rate, policy lag, throughput, each role's time split, step costs, replay, drops, elite distances and
 errors. A panel whose columns are empty or zero says so instead of drawing nothing.
+
+This module draws; ``zrl.experiment.runs`` reads the run folders and groups them.
 """
 
 from __future__ import annotations
 
-import json
 import textwrap
-import tomllib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from zrl import config as config_mod
 from zrl.bench.learning import WINDOW
 from zrl.config import ConfigError
 from zrl.experiment.report import _band, _matplotlib
-from zrl.metrics import IDLE, SECTION_LABELS, SECTIONS, number, read_csv, time_shares
+from zrl.experiment.runs import (
+    Curve,
+    Evaluations,
+    Group,
+    Run,
+    column,
+    curve,
+    evaluations,
+    group_runs,
+    load_run,
+    run_start,
+)
+from zrl.metrics import IDLE, SECTION_LABELS, SECTIONS, number, time_shares
 
-IGNORED_KEYS = ("run.seed", "run.results_dir", "run.max_seconds", "run.max_env_frames", "eval.stop_at_score")
-"""Keys that differ between runs of one config over seeds: left out when runs are grouped."""
-RUN_FOLDER = "a run folder (results/<env>_<time>/) holds config.toml, episodes.csv and metrics.csv"
 MINUTES = "wall time since the run's start (minutes)"
 DPI = 100
 CURVES_SIZE = (14.0, 5.5)  # inches: two panels side by side
@@ -40,7 +47,6 @@ GRID_POINTS = 200  # a group's common grid
 BOOTSTRAP_REPS = 1000
 TIME_WINDOWS = 100  # the time split is shown over about this many windows of the run
 HEADROOM = 1.4  # a panel's y range over its data's, to leave its legend room above the lines
-LABEL_KEYS = 3  # config keys named in a group's label at the most
 LABEL_WIDTH = 60  # characters per line of a legend entry: a longer one line would squash the axes beside it
 AGES = (("policy lag", "policy_lag"), ("sample age, mean", "sample_age_mean"), ("sample age, max", "sample_age_max"))
 BROKER_COSTS = (("broker, per batch", "broker_prepare_s"), ("broker features", "broker_feature_s"))
@@ -74,143 +80,21 @@ STYLE = {
 }
 
 
-@dataclass
-class Run:
-    """A run folder's resolved config and its CSV rows as they stood when read, with a note for each thing left
-    out of them."""
-
-    folder: Path
-    config: dict
-    episodes: list[dict]
-    metrics: list[dict]
-    notes: list[str]
-    evaluations: list[dict] = field(default_factory=list)  # eval.csv's rows: none where the run has no evaluations
-
-    @property
-    def name(self) -> str:
-        return self.folder.resolve().name
+def _legend_label(group: Group, drawn: int) -> str:
+    """A group's name, and for several runs how many are drawn (seeds where their seeds differ)."""
+    if len(group.runs) == 1:
+        return group.name
+    seeds = {r.config.get("run", {}).get("seed") for r in group.runs}
+    kind = "seeds" if len(seeds) == len(group.runs) else "runs"
+    waiting = len(group.runs) - drawn
+    return f"{group.name} ({drawn} {kind}" + (f", {waiting} with no episodes yet)" if waiting else ")")
 
 
-@dataclass
-class Curve:
-    """The 100-episode mean raw return after each finished episode, in the order they ended, with the run's env
-    frames then (never falling) and the minutes since the run started."""
-
-    frames: np.ndarray
-    minutes: np.ndarray
-    mean_return: np.ndarray
+def _wrapped(label: str) -> str:
+    return "\n".join(textwrap.wrap(label, LABEL_WIDTH, break_long_words=False)) or label
 
 
-@dataclass
-class Group:
-    """Runs of one config over seeds, and its name in a legend (the count of seeds not included)."""
-
-    name: str
-    runs: list[Run] = field(default_factory=list)
-
-
-# -- reading ------------------------------------------------------------------------------------------------
-
-
-def load_run(path: str | Path) -> Run:
-    """A run folder's config and CSV rows; ConfigError for a path that is not one."""
-    folder = Path(path)
-    if not folder.is_dir():
-        raise ConfigError(f"{path}: no such folder; {RUN_FOLDER}")
-    if not (folder / "config.toml").is_file():
-        raise ConfigError(f"{path}: not a zrl run folder (no config.toml); {RUN_FOLDER}")
-    if not (folder / "episodes.csv").is_file() and not (folder / "metrics.csv").is_file():
-        raise ConfigError(f"{path}: not a zrl run folder (no episodes.csv or metrics.csv); {RUN_FOLDER}")
-    episodes, episode_notes = read_csv(folder / "episodes.csv")
-    metrics, metric_notes = read_csv(folder / "metrics.csv")
-    evaluations, eval_notes = read_csv(folder / "eval.csv") if (folder / "eval.csv").is_file() else ([], [])
-    notes = episode_notes + metric_notes + eval_notes
-    return Run(folder, _config(folder / "config.toml"), episodes, metrics, notes, evaluations)
-
-
-def _config(path: Path) -> dict:
-    """A run's config as this zrl resolves it: the keys an older zrl did not write take their defaults, so that
-    runs from before and after a key was added compare equal. The file as it stands where this zrl cannot resolve
-    it (it holds a key since removed)."""
-    try:
-        return config_mod.to_dict(config_mod.load(path, stored=True))
-    except ConfigError:
-        pass
-    try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as err:
-        raise ConfigError(f"{path}: cannot be read ({err}); {RUN_FOLDER}") from None
-
-
-def _column(rows: list[dict], key: str | int, scale: float = 1.0) -> np.ndarray:
-    """A CSV column as floats times ``scale``, NaN where a cell is empty or not a number."""
-    return np.array([np.nan if (v := number(r, key)) is None else v * scale for r in rows], dtype=np.float64)
-
-
-def run_start(run: Run) -> float | None:
-    """The run's start (unix seconds): its first metrics row's wall time less its elapsed seconds, else its first
-    episode's wall time; None where neither file has a row yet."""
-    if run.metrics:
-        wall, elapsed = number(run.metrics[0], "wall_time"), number(run.metrics[0], "elapsed_s")
-        if wall is not None and elapsed is not None:
-            return wall - elapsed
-    walls = [w for r in run.episodes if (w := number(r, "wall_time")) is not None]
-    return min(walls) if walls else None
-
-
-def curve(run: Run) -> Curve:
-    """The run's return curve (empty arrays before its first episode ends). Workers report apart, so the rows
-    are put in the order the episodes ended; the mean is over the last ``WINDOW`` episodes, fewer at the start."""
-    ended = sorted(
-        (wall, raw, number(r, "env_frames") or 0.0)
-        for r in run.episodes
-        if (wall := number(r, "wall_time")) is not None and (raw := number(r, "raw_return")) is not None
-    )
-    if not ended:
-        return Curve(np.zeros(0), np.zeros(0), np.zeros(0))
-    wall, raw, frames = (np.array(v, dtype=np.float64) for v in zip(*ended))
-    sums = np.concatenate([[0.0], np.cumsum(raw)])
-    upto = np.arange(1, len(raw) + 1)
-    since = np.maximum(0, upto - WINDOW)
-    start = run_start(run)
-    return Curve(np.maximum.accumulate(frames), (wall - start) / 60.0, (sums[upto] - sums[since]) / (upto - since))
-
-
-@dataclass
-class Evaluations:
-    """A run's evaluations during training (eval.csv): the env frames and the minutes since the run's start when
-    each one's weights were taken, its mean score and 95% bootstrap interval (NaN where a row has none), and the
-    protocol and episodes of the last."""
-
-    frames: np.ndarray
-    minutes: np.ndarray
-    mean: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-    protocol: str = ""
-    episodes: int = 0
-
-
-def evaluations(run: Run) -> Evaluations:
-    """The run's evaluations, in the order of their frames; empty arrays where it has none."""
-    rows = sorted(
-        (r for r in run.evaluations if number(r, "env_frames") is not None and number(r, "mean") is not None),
-        key=lambda r: number(r, "env_frames"),
-    )
-    start = run_start(run)
-    if start is None:  # neither metrics nor episodes yet: from the first evaluation
-        start = min((number(r, "wall_time") or 0.0 for r in rows), default=0.0)
-    last = rows[-1] if rows else {}
-    return Evaluations(
-        _column(rows, "env_frames"),
-        (_column(rows, "wall_time") - start) / 60.0,
-        _column(rows, "mean"),
-        _column(rows, "ci95_low"),
-        _column(rows, "ci95_high"),
-        str(last.get("protocol") or ""),
-        int(number(last, "episodes") or 0),
-    )
+# -- drawing ------------------------------------------------------------------------------------------------
 
 
 def _draw_evaluations(ax, xs: np.ndarray, e: Evaluations, colour: str, label: str | None) -> None:
@@ -237,71 +121,6 @@ def _draw_evaluations(ax, xs: np.ndarray, e: Evaluations, colour: str, label: st
 def _evaluation_label(e: Evaluations, head: str = "") -> str:
     episodes = f", {e.episodes} episode{'s' if e.episodes != 1 else ''}" if e.episodes else ""
     return f"{head}evaluations ({e.protocol or '?'}{episodes}), 95% CI"
-
-
-# -- grouping -----------------------------------------------------------------------------------------------
-
-
-def _flat(tree, prefix: str = "") -> dict[str, object]:
-    """A config as dotted keys (``learner.learning_rate``; list items by index: ``replay.0.type``)."""
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, list) else None
-    if items is None:
-        return {prefix: tree}
-    out: dict[str, object] = {}
-    for key, value in items:
-        out |= _flat(value, f"{prefix}.{key}" if prefix else str(key))
-    return out
-
-
-def _compared(run: Run) -> dict[str, object]:
-    return {k: v for k, v in _flat(run.config).items() if k not in IGNORED_KEYS}
-
-
-def _part(key: str, value: object) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return f"{key}={text if len(text) <= 24 else text[:23] + '…'}"
-
-
-def group_runs(runs: list[Run]) -> list[Group]:
-    """Runs grouped by config less ``IGNORED_KEYS``, in the order their first run was given. A group of one is
-    named by its run folder; a larger one by its env id. Where the groups' configs differ, the name adds the
-    keys that differ (``LABEL_KEYS`` at the most)."""
-    configs: dict[str, dict[str, object]] = {}
-    members: dict[str, list[Run]] = {}
-    for run in runs:
-        compared = _compared(run)
-        key = json.dumps(compared, sort_keys=True, default=str)
-        configs.setdefault(key, compared)
-        members.setdefault(key, []).append(run)
-    keys = sorted({k for c in configs.values() for k in c})
-    differing = [k for k in keys if len({json.dumps(c.get(k), default=str) for c in configs.values()}) > 1]
-    groups = []
-    named = [k for k in differing if k != "env.id"]  # the head names the env (a run folder is named by it)
-    for key, config in configs.items():
-        mine = members[key]
-        parts = [_part(k, config.get(k)) for k in named[:LABEL_KEYS]]
-        if len(named) > LABEL_KEYS:
-            parts.append(f"+{len(named) - LABEL_KEYS} keys")
-        head = mine[0].name if len(mine) == 1 else str(config.get("env.id", mine[0].name))
-        groups.append(Group(", ".join([head, *parts]), mine))
-    return groups
-
-
-def _legend_label(group: Group, drawn: int) -> str:
-    """A group's name, and for several runs how many are drawn (seeds where their seeds differ)."""
-    if len(group.runs) == 1:
-        return group.name
-    seeds = {r.config.get("run", {}).get("seed") for r in group.runs}
-    kind = "seeds" if len(seeds) == len(group.runs) else "runs"
-    waiting = len(group.runs) - drawn
-    return f"{group.name} ({drawn} {kind}" + (f", {waiting} with no episodes yet)" if waiting else ")")
-
-
-def _wrapped(label: str) -> str:
-    return "\n".join(textwrap.wrap(label, LABEL_WIDTH, break_long_words=False)) or label
-
-
-# -- drawing ------------------------------------------------------------------------------------------------
 
 
 def _say(ax, text: str) -> None:
@@ -412,10 +231,10 @@ def _throughput(ax, rows: list[dict], minutes: np.ndarray) -> None:
         _say(ax, "no metrics rows yet")
         return
     for key, label, colour in (("frames_per_s", "env frames/s", "C0"), ("samples_per_s", "samples/s", "C1")):
-        y = _column(rows, key, 1e-3)
+        y = column(rows, key, 1e-3)
         ok = ~np.isnan(minutes) & ~np.isnan(y)
         ax.plot(minutes[ok], y[ok], color=colour, lw=1.1, label=label)
-    steps, elapsed = _column(rows, "learner_step"), _column(rows, "elapsed_s")
+    steps, elapsed = column(rows, "learner_step"), column(rows, "elapsed_s")
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(np.diff(elapsed) > 0, np.diff(steps) / np.diff(elapsed), np.nan)
     right = ax.twinx()
@@ -442,7 +261,7 @@ def _time_split(ax, rows: list[dict], minutes: np.ndarray, role: str, workers: i
     if not shares:
         _say(ax, "no timings recorded yet")
         return
-    elapsed = _column(rows, "elapsed_s")
+    elapsed = column(rows, "elapsed_s")
     window = float(np.nanmedian(elapsed[ends] - elapsed[[i - step for i in ends]]))
     sections = sorted(SECTIONS[role], key=lambda s: s in IDLE)
     colours = ["0.8" if s in IDLE else f"C{j}" for j, s in enumerate(sections)]
@@ -460,8 +279,8 @@ def _replay_sizes(rows: list[dict], config: dict) -> list[tuple[str, np.ndarray]
     cells = [(r.get("replay_sizes") or "").split() for r in rows]
     per_table = [dict(enumerate(c)) if len(c) == len(tables) else {} for c in cells]  # {table index: count}
     if len(tables) < 2 or not any(per_table):
-        return [("units held", _column(rows, "replay_size"))]
-    return [(f"units, {j + 1}: {t.get('type', '?')}", _column(per_table, j)) for j, t in enumerate(tables)]
+        return [("units held", column(rows, "replay_size"))]
+    return [(f"units, {j + 1}: {t.get('type', '?')}", column(per_table, j)) for j, t in enumerate(tables)]
 
 
 def draw_metrics(run: Run):
@@ -476,12 +295,12 @@ def draw_metrics(run: Run):
         (replay, drops, elite, errs),
     ) = axes
     rows, cfg = run.metrics, run.config
-    minutes = (_column(rows, "wall_time") - (run_start(run) or 0.0)) / 60.0  # as the return's: across resumes too
+    minutes = (column(rows, "wall_time") - (run_start(run) or 0.0)) / 60.0  # as the return's: across resumes too
     # the rows whose step figures are a step's: the learner stepped since the row before (after a resume or a role
     # restart its reports carry its step count, but zeros for the figures, until it steps again)
-    steps = _column(rows, "learner_step")
+    steps = column(rows, "learner_step")
     stepped = (steps > 0) & (np.diff(steps, prepend=0.0) > 0)
-    col = lambda key, scale=1.0: _column(rows, key, scale)
+    col = lambda key, scale=1.0: column(rows, key, scale)
     stepped_col = lambda key, scale=1.0: np.where(stepped, col(key, scale), np.nan)
     named = lambda pairs, scale=1.0: [(label, col(key, scale)) for label, key in pairs]
 

@@ -79,7 +79,7 @@ def _without_game(name: str, rom: str | None) -> str:
 
 def _sweep_arm(row: dict, rom: str | None) -> str:
     """A sweep run's arm: its variant, less the game's name, and its grid values but env.id."""
-    from zrl.experiment.sweep import label_part
+    from zrl.experiment.sweep_plan import label_part
 
     parts = [_without_game(row.get("variant") or "", rom)]
     parts += [label_part(k, v) for k, v in (row.get("grid") or {}).items() if k != "env.id"]
@@ -95,7 +95,7 @@ def _loose_label(folder: Path) -> str:
 
 def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
     """The runs the arguments name, and a line per arm and status of the sweep runs left out (not done)."""
-    from zrl.experiment.sweep import read_index  # here: the sweep runner brings torch, which zrl-plot need not load
+    from zrl.experiment.sweep_plan import read_index
 
     runs, not_done, done, twice = [], {}, set(), []
     for arg in paths:
