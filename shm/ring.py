@@ -10,6 +10,10 @@ Layout (every section starts on a 64-byte boundary)::
 Frame ``n`` lives in slot ``n % capacity``.  ``head`` is the number of frames
 ever written (= the next frame number).
 
+Shapes: ``shape_k`` and ``dtype_k`` are field k's per-slot shape and dtype (its
+``RingSpec.fields`` entry); ``N`` is the number of frames one call reads or
+restores.  Frame numbers are integers, taken as int64.
+
 Torn-read detection (a seqlock per slot): the writer stores ``stamp = -1``,
 then the data, then ``stamp = n``, then ``head = n + 1``.  A reader loads the
 stamps, copies the data, and loads the stamps again; a row is valid only if
@@ -135,6 +139,9 @@ class Ring:
 
     Exactly one process may write (:meth:`begin_write`/:meth:`slot`/
     :meth:`end_write` or :meth:`write`); any number may :meth:`read`.
+    ``fields[name]`` is a view ``[capacity, *shape_k]`` of ``dtype_k`` and
+    ``stamps`` one ``[capacity]`` int64 (the frame number each slot holds, -1:
+    none).
     """
 
     spec: RingSpec
@@ -226,7 +233,7 @@ class Ring:
         return n
 
     def slot(self, n: int) -> dict[str, np.ndarray]:
-        """Writable views (one per field) of the slot holding frame ``n``."""
+        """Writable views (one per field, ``[*shape_k]`` of ``dtype_k``) of the slot holding frame ``n``."""
         i = n % self.capacity
         return {name: arr[i, ...] for name, arr in self._items}
 
@@ -239,7 +246,8 @@ class Ring:
         header[_H_HEAD] = n + 1
 
     def write(self, /, **arrays: npt.ArrayLike) -> int:
-        """Write one frame (every field required); returns its frame number."""
+        """Write one frame (every field required: ``arrays[name]`` of the field's ``[*shape_k]``, or anything numpy
+        assigns to it, cast to ``dtype_k``); returns its frame number."""
         # The hot path of every worker step: begin_write and end_write inlined (about 5% of the write; keep the
         # three in step: invalidate, data, stamp, head), the field check by count (a wrong name still fails
         # below, before anything is published).
@@ -265,10 +273,11 @@ class Ring:
 
     def restore(self, frame_numbers: npt.ArrayLike, rows: Mapping[str, np.ndarray], head: int) -> None:
         """Put saved frames back, before any writer runs: ``rows[name][i]`` becomes frame ``frame_numbers[i]``
-        (stamped after its data, as a write is), and ``head`` (at least the largest frame number plus one, and
-        never below the current head) is where the next write goes. A frame that would not be in the ring at
-        ``head`` (more than a capacity behind it) is left out, so the ones kept have a slot each. It may be called
-        once per batch of frames, with the same ``head``."""
+        (``rows[name]`` ``[N, *shape_k]``, ``frame_numbers`` ``[N]``; stamped after its data, as a write is), and
+        ``head`` (at least the largest frame number plus one, and never below the current head) is where the next
+        write goes. A frame that would not be in the ring at ``head`` (more than a capacity behind it) is left
+        out, so the ones kept have a slot each. It may be called once per batch of frames, with the same
+        ``head``."""
         header = self._hdr
         frames = np.asarray(frame_numbers, dtype=np.int64)
         if set(rows) != set(self.fields):
@@ -294,13 +303,17 @@ class Ring:
     ) -> npt.NDArray[np.bool_]:
         """Copy frames into preallocated ``out[name][i]``; returns per-frame validity.
 
-        ``ok[i]`` is True only if the slot's stamp equalled ``frame_numbers[i]``
-        both before and after the copy (and the frame number is in
-        ``[0, head)``).  Rows with ``ok[i] == False`` hold garbage.
+        ``frame_numbers`` is ``[N]``; each ``out[name]`` is ``[N, *shape_k]`` of
+        exactly ``dtype_k`` (``[N, *shape_k[1:]]`` with ``column``); the result
+        ``ok`` is ``[N]`` bool.  ``ok[i]`` is True only if the slot's stamp
+        equalled ``frame_numbers[i]`` both before and after the copy (and the
+        frame number is in ``[0, head)``).  Rows with ``ok[i] == False`` hold
+        garbage.
 
-        With ``column``, every field's slot is an array whose first dimension is
-        indexed by ``column[i]``: ``out[name][i] = slot[name][column[i]]``, still
-        one copy (for slots that hold one row per producer, e.g. per environment).
+        With ``column`` (``[N]`` integers), every field's slot is an array whose
+        first dimension is indexed by ``column[i]``:
+        ``out[name][i] = slot[name][column[i]]``, still one copy (for slots that
+        hold one row per producer, e.g. per environment).
         """
         header = self._hdr  # raises if closed
         frames = np.asarray(frame_numbers, dtype=np.int64)
@@ -338,7 +351,8 @@ class Ring:
         return (before == frames) & (after == frames) & (frames >= 0) & (frames < head)
 
     def valid(self, frame_numbers: npt.ArrayLike) -> npt.NDArray[np.bool_]:
-        """Stamp-only check (no copy): True where the frame is still in the ring."""
+        """Stamp-only check (no copy) of ``frame_numbers`` ``[N]``: ``[N]`` bool, True where the frame is still in
+        the ring."""
         header = self._hdr  # raises if closed
         frames = np.asarray(frame_numbers, dtype=np.int64)
         stamps = self.stamps.take(frames % self.capacity)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
+import msgspec
 import pytest
 
 from zrl import config, envs
@@ -474,6 +476,18 @@ def test_every_key_is_declared_with_a_description():
         docs = descriptions(cls)
         assert set(docs) >= {f.name for f in dataclasses.fields(cls) if f.name not in (*config.SECTIONS, "replay")}, cls
         assert all(len(text) > 10 for text in docs.values()), cls
+
+
+def test_a_description_longer_than_help_should_be_is_refused():
+    """A key's description says what it does, its unit and its values; the why goes to the README."""
+    from zrl.config.defaults import MAX_DESCRIPTION, descriptions
+
+    @dataclasses.dataclass
+    class Section:
+        key: Annotated[int, msgspec.Meta(description="x" * 201)] = 0
+
+    with pytest.raises(TypeError, match=rf"Section.key: its description has {MAX_DESCRIPTION + 1} characters"):
+        descriptions(Section)
 
 
 @pytest.mark.parametrize("key", ["learner.device", "broker.device"])

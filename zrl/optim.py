@@ -67,8 +67,8 @@ class TFRMSprop(torch.optim.Optimizer):
 def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int):
     """The optimiser and its learning-rate schedule (``lr_factor``; total_steps: the polynomial decay's)."""
     if cfg.optimizer == "adam":
-        # fused: one kernel for all parameters instead of a loop of small ops; the Ape-X IQN Pong update of 32
-        # took 21.5 ms against 23.3 (Intel Xeon, 2 threads, perf/iqn_cost.py --adam-ab 5). The same Adam, to rounding.
+        # fused: one kernel for all parameters instead of a loop of small ops, a faster Ape-X update (perf/README.md,
+        # "Rainbow-IQN Ape-X on Pong"). The same Adam, to rounding.
         opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
     elif cfg.optimizer == "rmsprop_tf":
         opt = TFRMSprop(

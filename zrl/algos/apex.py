@@ -21,9 +21,11 @@ def transition_losses(
     apex,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Per-transition losses ``[B]`` of ``apex.head`` (an ApexConfig's): IQN's quantile Huber losses with its
-    N, N', K and kappa, or C51's cross-entropies on the online network's support. ``online`` and ``target``
-    are the networks (``zrl.models.iqn``'s IQNNet or C51Net)."""
+    """Per-transition losses ``[B]`` float32 of ``apex.head`` (an ApexConfig's): IQN's quantile Huber losses
+    with its N, N', K and kappa, or C51's cross-entropies on the online network's support. ``online`` and
+    ``target`` are the networks (``zrl.models.iqn``'s IQNNet or C51Net); ``obs`` and ``next_obs`` the stacked
+    observations ``[B, *obs]`` of s_t and s_{t+n} (uint8 frames or float32 vectors), ``actions`` ``[B]``
+    integers, ``nstep`` float32 ``[B]`` columns."""
     if apex.head == "c51":
         return c51_losses(online, target, obs, actions, nstep, next_obs, online.support)
     return iqn_losses(
@@ -50,15 +52,17 @@ def first_priorities(
     apex,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """A worker's priorities for its transitions, ``loss ** apex.priority_exponent`` ``[B]``: its one network
-    copy stands in for both the online and the target network (Ape-X's actors hold no target network)."""
+    """A worker's priorities for its transitions, ``loss ** apex.priority_exponent`` ``[B]`` float32, from the
+    arguments of :func:`transition_losses`: its one network copy stands in for both the online and the target
+    network (Ape-X's actors hold no target network)."""
     with torch.no_grad():
         losses = transition_losses(net, net, obs, actions, nstep, next_obs, apex, generator)
     return losses.clamp_min(0).pow(apex.priority_exponent)
 
 
 def worker_epsilons(workers: int, eps: float = 0.4, alpha: float = 7.0) -> np.ndarray:
-    """``eps_i = eps ** (1 + alpha * i / (N - 1))`` for worker i of N (a single worker gets ``eps``)."""
+    """``eps_i = eps ** (1 + alpha * i / (N - 1))`` for worker i of N (a single worker gets ``eps``): ``[N]``
+    float64."""
     if workers < 1:
         raise ValueError(f"workers must be positive, got {workers}")
     if workers == 1:
@@ -100,7 +104,13 @@ class NStepBuilder:
         """Add one step of every env (``frames`` the observations acted on, ``next_frames`` the frames
         written after the step: the next observation, or the new episode's first after a reset) and return
         the transitions it completes, as columns of equal length (``env_index``, ``frame``, ``action``,
-        ``nstep_return``, ``bootstrap_discount``, ``next_frame``)."""
+        ``nstep_return``, ``bootstrap_discount``, ``next_frame``).
+
+        Each argument is ``[M]``, one entry per env: ``frames`` and ``next_frames`` integer ring frame numbers
+        (kept as int64), ``actions`` integers (kept as int32), ``rewards`` and ``discounts`` floats (kept as
+        float32), ``game_over`` bool. The columns returned are ``[k]`` for the k transitions completed: int32
+        ``env_index`` and ``action``, int64 ``frame`` and ``next_frame``, float32 ``nstep_return`` and
+        ``bootstrap_discount``."""
         n = self.n
         # Shift in the new step at the end of each env's window.
         for buf, new in (
@@ -155,8 +165,8 @@ _NSTEP_DTYPES = {
 
 
 def epsilon_greedy(q_values: np.ndarray, epsilon: float, rng: np.random.Generator) -> np.ndarray:
-    """Actions ``[M]`` for Q-values ``[M, A]``: uniformly random with probability ``epsilon``, greedy (the
-    first of equal maxima) otherwise."""
+    """Actions ``[M]`` int32 for float Q-values ``[M, A]``: uniformly random with probability ``epsilon``,
+    greedy (the first of equal maxima) otherwise."""
     q_values = np.asarray(q_values)
     m, a = q_values.shape
     greedy = q_values.argmax(axis=1)

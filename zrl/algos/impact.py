@@ -65,7 +65,7 @@ class ImpactLoss(NamedTuple):
 
 
 def clipped_surrogate(log_ratio: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
-    """Per step min(r A, clip(r, 1 - clip, 1 + clip) A) with r = exp(log_ratio); [T, B] -> [T, B].
+    """Per step min(r A, clip(r, 1 - clip, 1 + clip) A) with r = exp(log_ratio); [T, B] float32 -> [T, B].
 
     The advantages are constants (detached); the gradient flows through r alone."""
     if not 0 < clip < 1:
@@ -97,14 +97,14 @@ def impact_loss(
     """IMPACT's loss on time-major tensors.
 
     Args:
-        learner_logits: [T, B, A] logits of pi_theta, with grad.
-        target_logits: [T, B, A] logits of the target network (constants).
-        behaviour_logits: [T, B, A] logits of mu, the policy that acted.
+        learner_logits: [T, B, A] float32 logits of pi_theta, with grad.
+        target_logits: [T, B, A] float32 logits of the target network (constants).
+        behaviour_logits: [T, B, A] float32 logits of mu, the policy that acted.
         actions: [T, B] integer actions taken.
-        values: [T, B] V_theta(x_t), with grad.
-        bootstrap_value: [B] V_theta(x_T), the value after the unroll.
-        rewards: [T, B] rewards.
-        discounts: [T, B] per-step discounts, gamma * (1 - done).
+        values: [T, B] float32 V_theta(x_t), with grad.
+        bootstrap_value: [B] float32 V_theta(x_T), the value after the unroll.
+        rewards: [T, B] float32 rewards.
+        discounts: [T, B] float32 per-step discounts, gamma * (1 - done).
         clip: the surrogate's epsilon, in (0, 1).
         clip_rho_threshold, clip_c_threshold, clip_pg_rho_threshold: V-trace's
             rho_bar, c_bar and the pg advantage's rho_bar (None: no clipping),
@@ -113,7 +113,7 @@ def impact_loss(
             V-trace's, not the raw ones.
 
     Returns:
-        ImpactLoss; every term a sum over T and B.
+        ImpactLoss of float32 scalars; every term a sum over T and B.
     """
     for name, logits in (
         ("learner_logits", learner_logits),

@@ -2,7 +2,9 @@
 targets (Hessel et al. 2018), as pure functions of tensors.
 
 Shapes: ``B`` transitions, ``N`` sampled fractions ``taus`` for the online quantiles, ``N'`` for the target
-quantiles, ``K`` for acting, ``A`` actions, ``n`` steps of return.
+quantiles, ``K`` for acting, ``A`` actions, ``n`` steps of return. Tensors are float32 (fractions, quantiles,
+returns, discounts, losses) except actions (integers, ``[B]``) and observations (``[B, *obs]``, a stack of
+frames as the network takes it: uint8 frames or float32 vectors).
 
 Per-sample losses are returned unreduced, ``[B]``, so that the learner can weight them by their importance
 weights and send them back as new priorities.
@@ -17,8 +19,8 @@ import torch
 
 
 def cosine_basis(taus: torch.Tensor, embedding_dim: int = 64) -> torch.Tensor:
-    """``cos(pi * i * tau)`` for ``i = 0 .. embedding_dim - 1``: ``[..., embedding_dim]`` (the IQN paper's
-    embedding before its linear layer and ReLU)."""
+    """``cos(pi * i * tau)`` for ``i = 0 .. embedding_dim - 1``: ``taus [...]`` to ``[..., embedding_dim]`` of
+    their dtype (the IQN paper's embedding before its linear layer and ReLU)."""
     i = torch.arange(embedding_dim, dtype=taus.dtype, device=taus.device)
     return torch.cos(math.pi * i * taus.unsqueeze(-1))
 
@@ -57,7 +59,7 @@ def nstep_returns(rewards: torch.Tensor, discounts: torch.Tensor) -> NStep:
 
 
 def greedy_actions(quantiles: torch.Tensor) -> torch.Tensor:
-    """``quantiles [B, K, A]`` to the actions of the largest mean, ``[B]`` (Q = the mean over the K)."""
+    """``quantiles [B, K, A]`` to the actions of the largest mean, ``[B]`` int64 (Q = the mean over the K)."""
     return quantiles.mean(dim=1).argmax(dim=1)
 
 

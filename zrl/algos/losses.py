@@ -1,7 +1,9 @@
 """Actor-critic losses for IMPALA-style V-trace learning.
 
-All inputs are time-major: ``[T, B]`` per-step tensors and ``[T, B, A]``
-logits over ``A`` discrete actions.
+All inputs are time-major (T the unroll length, B the batch): ``[T, B]``
+per-step tensors and ``[T, B, A]`` logits over ``A`` discrete actions, float32
+(the learner casts its autocast outputs back), except ``actions``, ``[T, B]``
+of an integer dtype.  Every ``*_loss`` returns a float32 scalar.
 
 Reduction convention: every loss is a *sum* over time and batch, never a mean;
 nothing is divided by T or B (the convention of the IMPALA reference
@@ -91,7 +93,10 @@ def policy_gradient_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """sum_{t,b} -m_t log pi(a_t|x_t) * advantage_t; advantages are detached, m_t = 1 without a mask."""
+    """sum_{t,b} -m_t log pi(a_t|x_t) * advantage_t; advantages are detached, m_t = 1 without a mask.
+
+    [T, B, A] logits, [T, B] integer actions, [T, B] advantages, optional [T, B] mask -> scalar.
+    """
     _check_logits("logits", logits)
     _check_tb("advantages", advantages, tuple(logits.shape[:2]), "logits")
     log_pi = action_log_probs(logits, actions)
@@ -106,7 +111,8 @@ def normalized_advantages(advantages: torch.Tensor, mask: torch.Tensor | None = 
     """(A - mean A) / (std A + 1e-8) over the batch's steps (those the mask keeps), detached: PPO's advantage
     normalisation, which makes the policy gradient's scale the same in every game and every phase of training, so
     that the entropy and value weights mean the same everywhere.  A step the mask drops gets a finite value that its
-    zero mask then ignores; fewer than two kept steps give zeros."""
+    zero mask then ignores; fewer than two kept steps give zeros.  [T, B] advantages, optional [T, B] mask ->
+    [T, B] of the advantages' dtype."""
     if advantages.dim() != 2:
         raise ValueError(f"advantages must have rank 2 [T, B], got shape {tuple(advantages.shape)}")
     a = advantages.detach()
@@ -122,7 +128,7 @@ def normalized_advantages(advantages: torch.Tensor, mask: torch.Tensor | None = 
 
 
 def baseline_loss(vs: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    """0.5 * sum_{t,b} m_t (vs - values)^2, m_t = 1 without a mask.
+    """0.5 * sum_{t,b} m_t (vs - values)^2, m_t = 1 without a mask: [T, B], [T, B], optional [T, B] -> scalar.
 
     ``vs`` is normally a detached V-trace target; it is not detached here so
     the function stays a plain squared error.
@@ -138,7 +144,7 @@ def baseline_loss(vs: torch.Tensor, values: torch.Tensor, mask: torch.Tensor | N
 
 
 def entropy_loss(logits: torch.Tensor) -> torch.Tensor:
-    """sum_{t,b} sum_a pi log pi, i.e. minus the summed entropy.
+    """sum_{t,b} sum_a pi log pi, i.e. minus the summed entropy: [T, B, A] logits -> scalar.
 
     Minimising this loss raises the policy entropy.
     """
@@ -183,8 +189,9 @@ def policy_cloning_loss(
 ) -> torch.Tensor:
     """CLEAR policy cloning: sum_{t,b} m_t KL(mu || pi) (``"mu_pi"``) or m_t KL(pi || mu) (``"pi_mu"``).
 
-    mu (``behaviour_logits``) is a constant; the gradient flows into
-    ``learner_logits`` only.  m_t = 1 without a mask.  Returns a scalar.
+    [T, B, A], [T, B, A], optional [T, B] mask -> scalar.  mu (``behaviour_logits``)
+    is a constant; the gradient flows into ``learner_logits`` only.  m_t = 1
+    without a mask.
     """
     if direction not in POLICY_CLONING_DIRECTIONS:
         raise ValueError(
@@ -210,7 +217,8 @@ def value_cloning_loss(
     form: str = "squared",
     mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """CLEAR value cloning of the learner's V(x_t) towards the replayed V_mu(x_t); returns a scalar.
+    """CLEAR value cloning of the learner's V(x_t) towards the replayed V_mu(x_t): [T, B] ``values``, [T, B]
+    ``behaviour_values``, optional [T, B] mask -> scalar.
 
     ``"squared"``: sum_{t,b} m_t (V - V_mu)^2 (the CLEAR paper; no 0.5 factor).
     ``"l2_norm"``: sqrt(sum_{t,b} m_t (V - V_mu)^2), the L2 distance between the
@@ -280,18 +288,18 @@ def vtrace_loss(
     """IMPALA actor-critic loss with V-trace off-policy correction.
 
     Args:
-        learner_logits: [T, B, A] logits of the current (target) policy pi, with grad.
-        behaviour_logits: [T, B, A] logits of the actors' policy mu.
+        learner_logits: [T, B, A] float32 logits of the current (target) policy pi, with grad.
+        behaviour_logits: [T, B, A] float32 logits of the actors' policy mu.
         actions: [T, B] integer actions taken by the actors.
-        values: [T, B] learner value estimates V(x_t), with grad.
-        bootstrap_value: [B] learner value estimate of the state after the unroll.
-        rewards: [T, B] rewards.
-        discounts: [T, B] per-step discounts, already gamma * (1 - done).
+        values: [T, B] float32 learner value estimates V(x_t), with grad.
+        bootstrap_value: [B] float32 learner value estimate of the state after the unroll.
+        rewards: [T, B] float32 rewards.
+        discounts: [T, B] float32 per-step discounts, already gamma * (1 - done).
         baseline_cost: weight of the baseline (value) loss.
         entropy_cost: weight of the entropy loss.
         clip_rho_threshold: V-trace rho_bar for the targets (None: no clipping).
         clip_pg_rho_threshold: rho_bar for the pg advantages (None: no clipping).
-        behaviour_values: [T, B] the actors' value estimates V_mu(x_t), stored
+        behaviour_values: [T, B] float32 the actors' value estimates V_mu(x_t), stored
             with the unroll; needed only when ``clear_value_weight > 0``.
         clip_c_threshold: V-trace c_bar for the trace coefficients (None: no clipping).
         laser_kl_threshold: LASER: drop steps with KL(pi || mu) above this from
@@ -307,8 +315,8 @@ def vtrace_loss(
 
     Returns:
         VTraceLoss(total, pg, baseline, entropy, mean_rho, policy_cloning,
-        value_cloning, masked_fraction).  Every term is summed over T and B (no
-        division by batch size).
+        value_cloning, masked_fraction), float32 scalars.  Every term is summed
+        over T and B (no division by batch size).
     """
     _check_logits("learner_logits", learner_logits)
     _check_logits("behaviour_logits", behaviour_logits)

@@ -28,10 +28,11 @@ with m_t = 0 both rho_t and c_t are 0, so
 and corrections from later steps do not flow back through step t (earlier
 steps still bootstrap from V(x_t)).  The pg advantage is multiplied by m_t.
 
-Shapes (time-major):
-    log_rhos, discounts, rewards, values, mask: [T, B]
-    bootstrap_value: [B]   (V(x_T), the value after the last step)
-    returned vs, pg_advantages: [T, B], detached from the autograd graph.
+Shapes and dtypes (time-major; T the unroll length, B the batch):
+    log_rhos, discounts, rewards, values: [T, B] float32
+    mask: [T, B] bool or 0/1 float
+    bootstrap_value: [B] float32   (V(x_T), the value after the last step)
+    returned vs, pg_advantages: [T, B] float32, detached from the autograd graph.
 """
 
 from __future__ import annotations
@@ -124,11 +125,11 @@ def from_importance_weights(
     """Compute V-trace targets ``vs`` and policy-gradient advantages.
 
     Args:
-        log_rhos: [T, B] log importance weights log(pi(a_t|x_t) / mu(a_t|x_t)).
-        discounts: [T, B] per-step discounts (gamma times not-done).
-        rewards: [T, B] rewards r_t.
-        values: [T, B] value estimates V(x_t).
-        bootstrap_value: [B] value estimate V(x_T).
+        log_rhos: [T, B] float32 log importance weights log(pi(a_t|x_t) / mu(a_t|x_t)).
+        discounts: [T, B] float32 per-step discounts (gamma times not-done).
+        rewards: [T, B] float32 rewards r_t.
+        values: [T, B] float32 value estimates V(x_t).
+        bootstrap_value: [B] float32 value estimate V(x_T).
         clip_rho_threshold: rho_bar for the targets; None disables clipping.
         clip_pg_rho_threshold: rho_bar for the pg advantages; None disables clipping.
         clip_c_threshold: c_bar for the trace coefficients c_i; None disables clipping.
@@ -137,7 +138,7 @@ def from_importance_weights(
             counts as 1).  None keeps every step.
 
     Returns:
-        VTraceReturns(vs, pg_advantages), both [T, B] and detached.
+        VTraceReturns(vs, pg_advantages), both [T, B] float32 and detached.
     """
     _check_inputs(
         log_rhos,

@@ -12,15 +12,22 @@ from zrl.config.checks import REPLAY_KEYS
 from zrl.config.loading import to_dict
 from zrl.config.schema import SECTIONS, TOP_KEYS, Config, ReplayConfig
 
+MAX_DESCRIPTION = 200  # characters: what a key does, its unit and its values; the why belongs in the README
+
 
 def descriptions(cls: type) -> dict[str, str]:
-    """Each key of a section (or of Config) and its declared description; a key declared without one is a
-    TypeError, so that no key goes undocumented."""
+    """Each key of a section (or of Config) and its declared description; a key declared without one, or with one
+    longer than MAX_DESCRIPTION, is a TypeError, so that no key goes undocumented and help stays short."""
     out = {}
     for name, hint in typing.get_type_hints(cls, include_extras=True).items():
         metas = [m for m in getattr(hint, "__metadata__", ()) if getattr(m, "description", None)]
         if metas:
             out[name] = metas[0].description
+            if len(out[name]) > MAX_DESCRIPTION:
+                raise TypeError(
+                    f"{cls.__name__}.{name}: its description has {len(out[name])} characters, at most "
+                    f"{MAX_DESCRIPTION}; move the why to the README"
+                )
         elif typing.get_origin(hint) is typing.Annotated or name in TOP_KEYS:
             raise TypeError(f"{cls.__name__}.{name} is declared without a description")
     return out

@@ -45,13 +45,13 @@ class RunConfig:
     tensorboard: Annotated[
         bool,
         Meta(
-            description="Also write every figure of metrics.csv and episodes.csv as TensorBoard events in the run folder (tensorboard --logdir results), at env-frame steps. Needs the tensorboard package, which the install includes; without it the run says so once and goes on."
+            description="Also write the figures of metrics.csv and episodes.csv as TensorBoard events in the run folder, at env-frame steps. Without the tensorboard package the run says so once and goes on."
         ),
     ] = True
     background_save: Annotated[
         bool,
         Meta(
-            description="The reference platform's background_save, taken with either value and no effect: zrl always writes metrics.csv, episodes.csv and zrl.log row by row as the run goes, from the launcher, off the learner's path (what the reference's true did in a thread of its learner). Its false held every line in memory until the run ended, where a crash lost them all; zrl does not offer that.",
+            description="The reference platform's key, taken with either value and no effect: zrl always writes metrics.csv, episodes.csv and zrl.log row by row as the run goes, from the launcher.",
         ),
     ] = True
     checkpoint_every_steps: Annotated[
@@ -70,7 +70,7 @@ class RunConfig:
     checkpoint_replay: Annotated[
         bool,
         Meta(
-            description="Save every replay's content with each checkpoint (checkpoints/replay/: units, priorities, sample counts, stored features and the ring frames they read, zstd-compressed, written incrementally by a thread of the broker), and start a resumed or restarted run with it, so that Ape-X and elite runs go on where they were instead of refilling. Costs disk (see perf/README.md for the size per million frames) and a copy of the replay index per checkpoint in the broker."
+            description="Save every replay (units, priorities, features and the ring frames they read) with each checkpoint, and restore it on resume or restart, so that Ape-X and elite runs need not refill. Costs disk."
         ),
     ] = False
     keep_checkpoints: Annotated[
@@ -92,21 +92,21 @@ class RunConfig:
         float,
         Meta(
             gt=0,
-            description="A role that reports nothing for this long is declared hung (before its first report it has at least 60 s to start): a worker is killed and restarted; a hung broker, learner or ingest is handled by run.restart_policy.",
+            description="Seconds without a report after which a role is hung (at least 60 s before its first report): a worker is restarted; a broker, learner or ingest is handled by run.restart_policy.",
         ),
     ] = 60.0
     restart_policy: Annotated[
         str,
         Meta(
             extra={"hint": "resume or stop"},
-            description='What a broker, learner or ingest that dies or hangs does to the run. "resume": the launcher stops the run\'s roles (a live learner writes its final checkpoint), starts them again from the newest good checkpoint in the same folder and the same rings, and the run goes on: frames played and episodes go on counting; the learner goes back to the checkpoint\'s step (the updates since it are lost: checkpoint often to lose few), and the replays refill. "stop": the run stops in order with exit code 1 and says how to --resume it. A deterministic run always stops (a restart would break its repeat).',
+            description='What a dead or hung broker, learner or ingest does to the run: "resume", its roles restart from the newest good checkpoint in the same folder; "stop", exit code 1 (a deterministic run always stops).',
         ),
     ] = "resume"
     max_restarts: Annotated[
         int,
         Meta(
             ge=0,
-            description="A crash loop's limit under run.restart_policy = \"resume\": a broker, learner or ingest death past this many restarts of the run's roles within run.restart_window_s stops the run with exit code 1 and the dead role's traceback. 0: never restart.",
+            description="Under run.restart_policy = \"resume\": more restarts of the run's roles than this within run.restart_window_s stop the run with exit code 1 and the dead role's traceback. 0: never restart.",
         ),
     ] = 3
     restart_window_s: Annotated[
@@ -115,20 +115,20 @@ class RunConfig:
     keep_freed_memory: Annotated[
         bool,
         Meta(
-            description="Learner and broker keep the memory PyTorch frees in their heap for the next step (glibc mallopt) instead of returning large blocks to the system at once: on CPU the Atari learner's step ran 1.8x faster on a 2-core machine. Their memory stays at its peak. No effect where the C library is not glibc."
+            description="Learner and broker keep the memory PyTorch frees in their heap for the next step (glibc mallopt): faster on CPU (perf/README.md), but memory stays at its peak. No effect without glibc."
         ),
     ] = True
     best_by: Annotated[
         str,
         Meta(
             extra={"hint": "train or eval"},
-            description='What best.pt follows. "train": the checkpoint written when the mean raw score of the last 100 training episodes was at its best (best.json says which and when). "eval": the weights that scored best in an evaluation during training (the [eval] section, which must then be on): best.pt holds those weights, written by the evaluator, and best.json their evaluation.',
+            description='What best.pt follows: "train", the best mean raw score of the last 100 training episodes; "eval", the best evaluation during training (the [eval] section must be on). best.json says which.',
         ),
     ] = "train"
     deterministic: Annotated[
         bool,
         Meta(
-            description="One worker in lockstep with the learner for bit-exact repeats: the same config and seed give the same weights, and a resumed run ends exactly as an uninterrupted one. Needs workers.count = 1, a single queue replay with each unit trained on once (learner.replay_ratio = 0), and learner.batch_size a multiple of workers.envs_per_worker; the budget counts frames trained. Slower: worker and learner take turns, and resume replays every trained action."
+            description="One worker in lockstep with the learner, for bit-exact repeats and resumes. Needs workers.count = 1, one queue replay, learner.replay_ratio = 0, batch_size a multiple of envs_per_worker. Slower."
         ),
     ] = False
 
@@ -161,14 +161,14 @@ class EnvConfig:
     grayscale: Annotated[
         bool,
         Meta(
-            description="Atari: grey frames (one channel); false keeps colour, three channels a frame, stored as [3, H, W] and stacked into 3 x frame_stack channels (the reference platform's grayscaling_frames). Colour triples the rings' memory and the first convolution's cost.",
+            description="Atari: grey frames, one channel; false keeps colour: [3, H, W] frames stacked into 3 x frame_stack channels, three times the rings' memory and the first convolution's cost.",
         ),
     ] = True
     resolution: Annotated[
         tuple[int, int],
         Meta(
             extra={"hint": "[height, width]"},
-            description="Atari: [height, width] the frames are resized to (the reference platform's frame_scale_resolution, which it gave as width,height). The conv nets' first fully connected layer follows the size; the smallest they take is 20 x 20 (atari_small) and 36 x 36 (atari).",
+            description="Atari: [height, width] the frames are resized to; the conv nets' fully connected layer follows the size. The smallest they take: 20 x 20 (atari_small), 36 x 36 (atari).",
         ),
     ] = (84, 84)
     clip_rewards: Annotated[
@@ -181,7 +181,7 @@ class EnvConfig:
         str,
         Meta(
             extra={"hint": "abs_one_sign, abs_one_clamp or soft_asymmetric"},
-            description="How env.clip_rewards clips each step's reward r (the reference platform's reward_clipping_method): abs_one_sign, sign(r) (DQN's); abs_one_clamp, r clamped to [-1, 1] (IMPALA's abs_one); soft_asymmetric, 5 tanh(r/5) for r >= 0 and 1.5 tanh(r/5) below (IMPALA's soft_asymmetric: losses weigh 0.3 of gains, and large rewards keep their order).",
+            description="How env.clip_rewards clips a reward r: abs_one_sign, sign(r) (DQN's); abs_one_clamp, r clamped to [-1, 1]; soft_asymmetric, 5 tanh(r/5) for r >= 0 and 1.5 tanh(r/5) below.",
         ),
     ] = "abs_one_sign"
     fire_reset: Annotated[bool, Meta(description="Atari: press FIRE at reset in games that need it.")] = True
@@ -239,7 +239,7 @@ class WorkersConfig:
         float,
         Meta(
             ge=0,
-            description="Actor/learner balance: per weights version all workers send about this many times the fresh unrolls it trains on (batch_size x publish_every / learner.replay_ratio; a worker sends one unroll every few versions when there are many workers), then wait for new weights; above 1 is a margin that a full queue drops; 0 runs free.",
+            description="Actor/learner balance: per weights version the workers send about this many times the fresh unrolls it trains on, then wait for new weights; above 1 is a margin a full queue drops. 0: run free.",
         ),
     ] = 1.0
     nice: Annotated[
@@ -248,7 +248,7 @@ class WorkersConfig:
             ge=0,
             le=19,
             extra={"hint": "the workers only lower their priority"},
-            description="Scheduling priority the workers lower themselves by (Unix nice, 0-19), so that the learner keeps its share of the cores whatever the worker count. 10: at 8 x 4 on 2 cores the learner made 14.5 steps/s against 11.4 at 0 (the best split's 19.5).",
+            description="Unix nice (0-19) the workers lower their priority by, so that the learner keeps its share of the cores whatever the worker count (perf/README.md, zrl-bench --suggest).",
         ),
     ] = 10
     max_weights_wait_s: Annotated[
@@ -263,7 +263,7 @@ class WorkersConfig:
         Meta(
             ge=0,
             extra={"hint": "0: a worker that dies stops the run"},
-            description="A worker that dies (or hangs past run.heartbeat_timeout_s) is restarted; one that needs more than this many restarts within workers.restart_window_s stops the run, with its traceback. 0: never restart.",
+            description="A dead or hung worker is restarted; one that needs more than this many restarts within workers.restart_window_s stops the run with its traceback. 0: never restart.",
         ),
     ] = 3
     restart_window_s: Annotated[
@@ -273,7 +273,7 @@ class WorkersConfig:
         int,
         Meta(
             ge=0,
-            description="Workers on other hosts the run admits beside its local ones (zrl-worker --connect, or zrl-launch --ray): each has a ring here, written by the ingest role from the frames it sends over TCP. The run goes on without them until they join and after they leave. 0: none, and no ingest.",
+            description="Workers on other hosts the run admits beside its local ones (zrl-worker --connect, or zrl-launch --ray); the ingest role writes their frames into rings here. 0: none, and no ingest.",
         ),
     ] = 0
     policy: Annotated[
@@ -289,7 +289,7 @@ class ModelConfig:
     kind: Annotated[
         str,
         Meta(
-            description="Network: atari (the Nature DQN's three conv layers and a hidden_size layer), atari_small (the 2013 DQN's and A3C's two conv layers, 16 and 32 channels, a third of the cost), mlp, or auto (atari_small for image frames, [H, W] grey or [3, H, W] colour; mlp otherwise; a run stores the kind it resolved, and auto_nature is what a run folder written before atari_small stored: atari for 84x84 frames). On 2 CPU cores atari_small reached -10.8 on Pong at 10 minutes against the Nature net's -17.3 (10.6k against 7.6k frames/s; about the same return per frame)."
+            description="Network: atari (the Nature DQN's torso), atari_small (the 2013 DQN's and A3C's, a third of the cost), mlp, or auto (atari_small for image frames, else mlp; a run stores what it resolved)."
         ),
     ] = "auto"
     hidden_size: Annotated[
@@ -309,7 +309,7 @@ class ModelConfig:
     feature_layer: Annotated[
         bool,
         Meta(
-            description="The features are a linear layer of their own on the hidden layer (the reference platform's use_additional_scaling_FC_layer, true by default there too); false: the features are the hidden layer itself, so feature_size must be its width (model.hidden_size, or mlp_hidden's last).",
+            description="The features are a linear layer of their own on the hidden layer; false: the hidden layer itself, so feature_size must be its width (model.hidden_size, or mlp_hidden's last).",
         ),
     ] = True
 
@@ -320,7 +320,7 @@ class LearnerConfig:
         int,
         Meta(
             gt=0,
-            description="Unrolls per learner step. 8 x T=20: 12 steps/s on 2 CPU cores for Pong against 0.8 at 32 (per sample the step costs less in a small batch); the updates, not the frames, were what Pong lacked.",
+            description='Unrolls per learner step. On a CPU a small batch costs less per sample and gives more updates for the same frames (perf/README.md, "How the defaults were found").',
         ),
     ] = 8
     unroll_length: Annotated[int, Meta(gt=0, description="Steps per unroll (T).")] = 20
@@ -329,7 +329,7 @@ class LearnerConfig:
     unroll_conv: Annotated[
         str,
         Meta(
-            description="How the training pass of an Atari conv net computes its first convolution over each unroll's frames: conv3d (one 3-d convolution over the unroll, no stacked copy), stacks (the stacked observations through the 2-d convolution), or auto (both timed on the batch's shape when the learner starts, the faster kept; conv3d in a run.deterministic run). The two agree up to float rounding; which is faster depends on the CPU."
+            description="An Atari conv net's first convolution in training: conv3d (one 3-d convolution over each unroll), stacks (the stacked observations through the 2-d one), or auto (the faster, timed at start)."
         ),
     ] = "auto"
     torch_threads: Annotated[
@@ -349,14 +349,14 @@ class LearnerConfig:
         float,
         Meta(
             gt=0,
-            description="Initial learning rate. With rmsprop_tf and eps 1e-5, Pong's 100-episode mean at 12 minutes was -12.7, against -19.5 with PyTorch's RMSprop at 4.8e-4 and eps 0.01 (2 cores, AMD EPYC, seed 1).",
+            description="Initial learning rate; learner.lr_schedule says how it changes.",
         ),
     ] = 0.0006
     lr_schedule: Annotated[
         str,
         Meta(
             extra={"hint": "polynomial or multistep"},
-            description="How the learning rate changes over learner steps: polynomial, from learning_rate to lr_end over lr_decay_steps with power lr_decay_power (the reference platform's PolynomialLRDecay, its only one in use, had power 2 over lr_scheduler_steps); multistep, learning_rate times lr_gamma for each of lr_milestones passed (the reference's MultiStepLR, which no option of its could select). A constant rate: polynomial with lr_end = learning_rate.",
+            description="How the learning rate changes over learner steps: polynomial, to lr_end over lr_decay_steps with power lr_decay_power; multistep, times lr_gamma at each of lr_milestones.",
         ),
     ] = "polynomial"
     lr_decay_steps: Annotated[
@@ -385,7 +385,7 @@ class LearnerConfig:
         float,
         Meta(
             gt=0,
-            description="RMSprop epsilon: small, so that every parameter moves by about the learning rate (A2C's 1e-5; with sums over T x B the gradients are large). With optimizer = rmsprop (PyTorch's) a small eps makes the first steps move every weight by about 10 x lr.",
+            description="RMSprop epsilon: small, so that every parameter moves by about the learning rate (A2C's 1e-5; the losses are sums over T x B, so the gradients are large).",
         ),
     ] = 1e-05
     rmsprop_momentum: Annotated[float, Meta(ge=0, description="RMSprop momentum.")] = 0.0
@@ -424,7 +424,7 @@ class LearnerConfig:
         int,
         Meta(
             ge=0,
-            description="V-trace family: env frames played over which the entropy weight goes from entropy_cost to entropy_cost_end (counted in learner steps, at the frames each step's fresh share stands for); 0: entropy_cost throughout.",
+            description="V-trace family: env frames over which the entropy weight goes in a straight line from entropy_cost to entropy_cost_end; 0: entropy_cost throughout.",
         ),
     ] = 0
     entropy_decay_start_frames: Annotated[
@@ -437,7 +437,7 @@ class LearnerConfig:
     normalize_advantages: Annotated[
         bool,
         Meta(
-            description="V-trace family: train the policy on the batch's advantages normalised to mean 0 and standard deviation 1, as PPO does, so that the entropy and value weights mean the same in every game; false: the raw V-trace advantages, as IMPALA."
+            description="V-trace family: normalise the batch's advantages to mean 0 and standard deviation 1, as PPO does, so that the loss weights mean the same in every game; false: raw, as IMPALA."
         ),
     ] = False
     grad_norm_clip: Annotated[float, Meta(ge=0, description="Global gradient norm clip; 0 disables it.")] = 40.0
@@ -446,14 +446,14 @@ class LearnerConfig:
         int,
         Meta(
             ge=0,
-            description="A learner step whose loss or gradient norm is not finite (a poisoned batch, a diverged model) is skipped, the weights left as they were; it is counted in metrics.csv's nonfinite_steps and said at the 1st and every 100th. This many skipped in a row restore the model and optimiser from the run's newest checkpoint that loads (counters go on), publish those weights and say so. 0: never restore.",
+            description="A learner step whose loss or gradient norm is not finite is skipped (metrics.csv nonfinite_steps); this many in a row restore the newest checkpoint that loads. 0: never restore.",
         ),
     ] = 10
     replay_ratio: Annotated[
         float,
         Meta(
             ge=0,
-            description="V-trace family: how many times each fresh sample is trained on, on average. A queue hands each unit sample_ratio x replay_ratio times (IMPACT's K) and workers are paced to it. 0: once through the queue.",
+            description="V-trace family: how many times each fresh sample is trained on, on average; a queue hands each unit sample_ratio x replay_ratio times and workers are paced to it. 0: once through the queue.",
         ),
     ] = 4.0
 
@@ -484,7 +484,7 @@ class BrokerConfig:
         float,
         Meta(
             gt=0,
-            description="The largest reward magnitude a worker's experience may carry (as the env gives it to the agent, after env.clip_rewards; Ape-X: an n-step return may reach apex.n_step x this). The broker refuses an unroll or transitions with a larger one, or a non-finite one, counts it in decode_errors and says why in zrl.log: a damaged or forged message (a remote worker any local user can run) must not reach the loss. Raise it for a game whose single-step rewards are larger.",
+            description="The largest reward magnitude (after env.clip_rewards) a worker's experience may carry; the broker refuses larger or non-finite ones (decode_errors, zrl.log). Raise it for larger rewards.",
         ),
     ] = 1e6
     max_abs_value: Annotated[
@@ -508,7 +508,7 @@ class ReplayConfig:
     type: Annotated[
         str,
         Meta(
-            description="queue: FIFO of fresh unrolls; uniform: ring sampled uniformly; elite: sampled by distance between stored behaviour-time and current features; attentive: by distance to the newest state's current feature."
+            description="queue: FIFO of fresh unrolls; uniform: sampled uniformly; elite: by distance of stored to current features; attentive: by distance to the newest state's current feature; prioritized: Ape-X's."
         ),
     ] = "queue"
     capacity: Annotated[
@@ -530,7 +530,7 @@ class ReplayConfig:
         str,
         Meta(
             extra={"hint": "keep_latest, keep_oldest or alternating"},
-            description="queue: what a full queue drops for a new unroll (the reference platform's discarding_strategy, which chose what its writer queue between workers and replays dropped; zrl's workers write frames into rings and the broker takes every unroll, so a queue replay is where a full buffer drops): keep_latest, its oldest unroll (the freshest data trains); keep_oldest, the new unroll; alternating, the oldest and the new one by turns. The reference's alternating dropped each new item with odds 0.5 whether or not the queue was full (and its writer applied no strategy at all); zrl's drops only when full, and by turns, so that nothing is lost below capacity and a run repeats.",
+            description="queue: what a full queue drops for a new unroll: keep_latest, its oldest unit (the freshest data trains); keep_oldest, the new unroll; alternating, the oldest and the new one by turns.",
         ),
     ] = "keep_latest"
     fill_fraction: Annotated[
@@ -553,7 +553,7 @@ class ReplayConfig:
     strategy: Annotated[
         int,
         Meta(
-            description="elite, attentive: over the m candidates sorted by distance, w = floor(m / n): 1 the n lowest; 2 every w-th (the lowest of each of the first n windows of w); 3 like 1, least sampled first; 4 the least sampled of each of the first n windows of w."
+            description="elite, attentive: of m candidates sorted by distance, w = floor(m / n): 1 the n lowest; 2 the lowest of each of the first n windows of w; 3 as 1, least sampled first; 4 as 2, least sampled first."
         ),
     ] = 3
     lambda_batch_multiplier: Annotated[
@@ -561,14 +561,14 @@ class ReplayConfig:
         Meta(
             ge=1,
             extra={"hint": "1 samples uniformly"},
-            description="elite, attentive: the candidate pool holds int(lambda x n) distinct units (n = batch_size x sample_ratio); lambda anneals to 1, where sampling is uniform. The reference's JSON (--replay) reads it with int() and defaults it to 1.",
+            description="elite, attentive: the candidate pool holds int(lambda x n) distinct units (n = batch_size x sample_ratio); lambda anneals to 1, where sampling is uniform.",
         ),
     ] = 6.0
     alfa_annealing_factor: Annotated[
         float,
         Meta(
             gt=0,
-            description="elite, attentive: lambda anneals linearly to 1 over alfa_annealing_factor x the learning-rate decay steps, counted in sample calls (each call lowers it, then uses it). The reference's JSON defaults it to 1.0.",
+            description="elite, attentive: lambda anneals linearly to 1 over alfa_annealing_factor x the learning-rate decay steps, counted in sample calls.",
         ),
     ] = 2.0
     feature_steps: Annotated[
@@ -576,7 +576,7 @@ class ReplayConfig:
         Meta(
             ge=0,
             extra={"hint": "0 compares all steps"},
-            description="elite, attentive: time steps of each unit whose features are compared, evenly spaced over the unroll; 0 (or T or more) compares all T, as the reference does. Fewer steps cost less and choose less faithfully: 5 of 20 kept 0.78 of the exact choice for half the broker's time (perf/README.md).",
+            description="elite, attentive: time steps of each unit whose features are compared, evenly spaced; 0 (or T or more): all T. Fewer cost less and choose less faithfully (perf/README.md).",
         ),
     ] = 0
     elite_insertion: Annotated[
@@ -607,13 +607,13 @@ class TransportConfig:
     curve_keys: Annotated[
         str,
         Meta(
-            description="Folder of CurveZMQ keys made by zrl-keys: every socket is then encrypted, and bound sockets admit only the client keys in its authorized/ folder. Required to bind any address but loopback. Empty: a run with TCP sockets (transport.kind = tcp, or workers.remote) makes its own in RUN/keys, anew at each launch, and this host's remote workers use RUN/keys/clients/local (connect.txt names it)."
+            description="Folder of CurveZMQ keys from zrl-keys: every socket is encrypted, and bound ones admit only authorized/ keys; needed beyond loopback. Empty: a run with TCP sockets makes its own in RUN/keys."
         ),
     ] = ""
     plaintext: Annotated[
         bool,
         Meta(
-            description="true: a run with TCP sockets and no curve_keys makes no keys of its own, and its sockets on loopback are neither encrypted nor authenticated: any user of this host can connect to them (send experience, take the weights). Warned at start. Beyond loopback keys are always needed."
+            description="true: a run with TCP sockets and no curve_keys makes no keys, and its loopback sockets are open to any user of this host (warned at start). Beyond loopback keys are always needed."
         ),
     ] = False
     remote_port: Annotated[
@@ -641,7 +641,7 @@ class TransportConfig:
         int,
         Meta(
             gt=0,
-            description="The most connections the ingest's gate and its weights socket each hold (workers.remote). Past it, those of no joined worker are hung up, the longest waiting first: an idle flood takes neither files nor a worker's place.",
+            description="The most connections the ingest's gate and its weights socket each hold (workers.remote); past it, those of no joined worker are hung up, the longest waiting first.",
         ),
     ] = 256
 
@@ -653,21 +653,21 @@ class EvalConfig:
         Meta(
             ge=0,
             extra={"hint": "0: off"},
-            description="Evaluate the policy every this many env frames while training goes on: a process of its own (zrl-evaluator) asks the learner for its current weights and plays eval.episodes under eval.protocol; eval.csv and TensorBoard (eval/*) get the score at the frames when the weights were taken. The learner never waits for it: requests that come while an evaluation plays wait, and only the newest is played (metrics.csv eval_skipped counts the others). 0: off (zrl-eval scores checkpoints afterwards). On 2 cores it takes CPU from the workers: see perf/README.md for its cost. The reference Rainbow-IQN Ape-X's evaluation-interval was 500k steps = 2M frames.",
+            description="Evaluate the policy every this many env frames in a process of its own (zrl-evaluator), which the learner never waits for; scores go to eval.csv and TensorBoard. 0: off.",
         ),
     ] = 0
     episodes: Annotated[
         int,
         Meta(
             gt=0,
-            description="Episodes per evaluation, played one after another; episode i of every evaluation plays with the same seed (eval.seed + i), so that successive scores differ by the policy, not by luck. The reference played 100; 10 is what a 2-core machine plays in minutes on Pong.",
+            description="Episodes per evaluation, one after another; episode i of every evaluation plays with seed eval.seed + i, so that successive scores differ by the policy, not by luck.",
         ),
     ] = 10
     protocol: Annotated[
         str,
         Meta(
             extra={"hint": "auto, deepmind, machado or saber"},
-            description='zrl-eval\'s protocol the evaluations play under (see zrl-eval --help): deepmind (30 no-ops, no clipping, 30-minute cap), machado (sticky actions 0.25, the full action set) or saber (machado, and an episode ends after 5 minutes without reward; 100-hour cap). "auto": saber for a value-based agent (apex_iqn), deepmind for V-trace. An env that is not Atari is played as it trains (eval.csv says train_env).',
+            description='The evaluations\' protocol (zrl-eval --help): deepmind, machado, saber, or "auto": saber for a value-based agent (apex_iqn), deepmind for V-trace. An env that is not Atari plays as it trains.',
         ),
     ] = "auto"
     greedy: Annotated[
@@ -680,7 +680,7 @@ class EvalConfig:
         int,
         Meta(
             ge=0,
-            description="Value-based agents (apex_iqn): the mean over this many held-out states of the largest Q-value, written with every evaluation (eval.csv mean_max_q), as DQN and Rainbow track it. The states are stacked observations of a uniformly random policy in the training env, collected once at the run's first evaluation with eval.seed and kept in eval/held_out_states.npz, so a resumed run tracks the same ones. 0: none. Ignored for V-trace.",
+            description="Value-based agents (apex_iqn): the mean largest Q-value over this many held-out states of a random policy, with every evaluation (eval.csv mean_max_q). 0: none. Ignored for V-trace.",
         ),
     ] = 500
     seed: Annotated[
@@ -692,19 +692,19 @@ class EvalConfig:
         Meta(
             ge=0,
             le=19,
-            description="Scheduling priority the evaluator lowers itself by (Unix nice, 0-19), below the workers' (workers.nice), so that training keeps the cores and evaluations take the cycles it leaves: on a busy machine an evaluation takes longer, training does not. A lower value buys faster evaluations with frames/s: see perf/README.md (zrl-bench pipeline --evaluation) for both on 2 cores.",
+            description="Unix nice (0-19) the evaluator lowers itself by, below the workers', so that training keeps the cores; a lower value buys faster evaluations with frames/s (perf/README.md).",
         ),
     ] = 19
     final: Annotated[
         bool,
         Meta(
-            description="With evaluations on (eval.interval_frames): when the run ends by its budget, time limit or eval.stop_at_score (not a signal or a failure), evaluate the weights it ended with once more, after the run's roles have stopped: a fresh evaluator plays the learner's final checkpoint under the same terms, with the machine to itself, and its row in eval.csv has final = 1 (best.pt too may take it, with run.best_by = eval). The launch waits for it, saying how far it is; Ctrl-C stops it. false: the run's last evaluation is the last multiple of interval_frames it passed.",
+            description="With evaluations on: when the run ends by budget, time limit or eval.stop_at_score, evaluate its final checkpoint once more after the roles stop (eval.csv final = 1). false: none.",
         ),
     ] = True
     stop_at_score: Annotated[
         float,
         Meta(
-            description="With evaluations on (eval.interval_frames): stop the run in order, with exit code 0, once an evaluation during training scores a mean of at least this, as a solved threshold does (Stable-Baselines3's StopTrainingOnRewardThreshold, RLlib's stop criteria). The weights that reached it are the evaluation's, taken from the learner earlier than the run's last checkpoint: with run.best_by = eval, best.pt holds them (unless eval.final's evaluation of the last checkpoint scores higher). eval.final then plays the last checkpoint as after a budget. inf: never.",
+            description="With evaluations on (eval.interval_frames): stop the run in order, with exit code 0, once an evaluation during training scores a mean of at least this. inf: never.",
         ),
     ] = float("inf")
 
@@ -714,10 +714,7 @@ class Config:
     algo: Annotated[
         str,
         Meta(
-            description="The agent: vtrace (IMPALA with V-trace, CLEAR and LASER; the [vtrace] section), impact "
-            "(IMPACT: V-trace against a target network, a clipped surrogate, each sample trained on "
-            "learner.replay_ratio times; the [impact] section) or apex_iqn (Rainbow-IQN Ape-X with prioritized "
-            "replay; the [apex] section)."
+            description="The agent: vtrace (IMPALA with V-trace, CLEAR and LASER; [vtrace]), impact (IMPACT: V-trace against a target network, a clipped surrogate; [impact]) or apex_iqn (Rainbow-IQN Ape-X; [apex])."
         ),
     ] = "vtrace"
     run: RunConfig = field(default_factory=RunConfig)

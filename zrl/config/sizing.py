@@ -95,8 +95,8 @@ def unrolls_banked(cfg: Config, workers: int = 0) -> int:
 
 def learner_threads(cfg: Config) -> int:
     """learner.torch_threads, or where it is 0 the cores this process may use less the workers' inference
-    threads, at least 1 (the broker, mostly idle for a queue, is not counted). On 2 cores PyTorch's own choice (2) had the learner's threads wait on workers that
-    held a core (the learner of one 1 x 8 Pong run trained 12 steps/s with 1 thread)."""
+    threads, at least 1 (the broker, mostly idle for a queue, is not counted). On 2 cores PyTorch's own choice (2)
+    had the learner's threads wait on workers that held a core (perf/README.md, "How the defaults were found")."""
     if cfg.learner.torch_threads:
         return cfg.learner.torch_threads
     return max(1, usable_cores() - cfg.workers.count * cfg.workers.torch_threads)
@@ -112,8 +112,8 @@ def usable_cores() -> int:
 
 def split_note(cfg: Config) -> str | None:
     """What to tell a user whose split has more worker processes than cores, None otherwise. Each process costs
-    CPU time of its own and batches its inference over fewer envs: on 2 cores (AMD EPYC), 8 x 4 trained 14.5
-    learner steps/s with the workers at nice 10, against 19.5 at 2 x 8 (zrl-bench --suggest)."""
+    CPU time of its own and batches its inference over fewer envs, so fewer, larger workers train more learner
+    steps per second (perf/README.md, zrl-bench --suggest)."""
     cores = usable_cores()
     if cfg.workers.count <= cores:
         return None

@@ -66,7 +66,7 @@ class Tally:
     stats_forged: int = 0  # of those, the ones without the run's stats token (Wiring.take_stats counts them)
     # a worker whose stats stopped this long ago (dead, replaced, a remote one that left) counts in no worker
     # figure of a metrics row (its frames still count): a departed remote worker's last weights version held
-    # worker_policy_version_min back for 15-25 s after each SIGKILL of it in the chaos soak
+    # worker_policy_version_min back after each SIGKILL of it in the chaos soak (perf/README.md)
     live_window_s: float = 5.0
     heard: dict[int, float] = field(default_factory=dict)  # each worker's last stats, monotonic time
     replay_ratio_target: float = 0.0  # samples trained per fresh sample the run asks for (the agent's)

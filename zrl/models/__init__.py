@@ -24,9 +24,8 @@ from zrl.gather import kept_frames, stack_observations
 
 def scaled_frames(obs: torch.Tensor, scale: bool = True) -> torch.Tensor:
     """Observations as a torso takes them: floats, uint8 frames scaled to [0, 1] in place on their new float copy,
-    which keeps the observations' memory layout (a second 3.6 MB tensor per pass of 32 Pong observations cost
-    ~1 ms of a 20 ms IQN update, Intel Xeon, 2 threads; ``torch.mul(obs, 1 / 255)``, one pass, took 1.5 times as
-    long as these two). Float observations pass through as they are."""
+    which keeps the observations' memory layout and costs less than a second copy or one ``torch.mul(obs, 1 / 255)``
+    (perf/README.md, "Rainbow-IQN Ape-X on Pong"). Float observations pass through as they are."""
     return obs.float().mul_(1.0 / 255.0) if scale and obs.dtype == torch.uint8 else obs.float()
 
 
@@ -327,8 +326,8 @@ def build_model(
     kind = model_kind(cfg, frame_shape)
     check_feature_layer(cfg, kind)
     if kind in IMAGE_KINDS:
-        # Channels-last convolutions: the Nature CNN's forward and backward on 8 x 21 Pong observations took
-        # 48 ms instead of 109 ms (2 threads, AMD EPYC); the weights' flat vector is unchanged (logical order).
+        # Channels-last convolutions: a faster forward and backward on CPU (perf/README.md, perf/model_cost.py's
+        # table); the weights' flat vector is unchanged (logical order).
         net = AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size, kind, cfg.feature_layer, frame_shape)
         return net.to(memory_format=torch.channels_last)
     in_size = stack * int(np.prod(frame_shape))

@@ -80,8 +80,7 @@ class DuelingHead(nn.Module):
 
 class IQNNet(nn.Module):
     """Quantiles ``[B, N, A]`` of the return of each action at the fractions ``taus [B, N]``. Its torso takes
-    NCHW, not channels-last (unlike AtariNet's): an update of 32 on the small torso took 39 ms with it and 35 ms
-    without (AMD EPYC, 1 thread), 19.1 against 18.0 ms (Intel Xeon, 2 threads)."""
+    NCHW, not channels-last (unlike AtariNet's): IQN's update was slower channels-last, on AMD and Intel CPUs."""
 
     def __init__(
         self,

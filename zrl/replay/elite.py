@@ -82,7 +82,8 @@ def feature_distance(stored: torch.Tensor, current: torch.Tensor, kind: str, p: 
 
 
 def select(strategy: int, distances: np.ndarray, counts: np.ndarray, n: int) -> np.ndarray:
-    """n positions into a candidate pool of m units; returns [n] int64. Lower distance is better.
+    """n positions into a candidate pool of m units, from ``distances`` [m] float and sample ``counts`` [m]
+    int; returns [n] int64. Lower distance is better.
 
     The pool is first sorted by distance (ties: lower position first); w = floor(m / n).
     1: the first n of that order.
@@ -167,7 +168,8 @@ def pool_size(lam: float, n: int, available: int) -> int:
 
 
 def draw_pool(rng: np.random.Generator, population: np.ndarray, size: int) -> np.ndarray:
-    """size elements of the 1-D population drawn uniformly without replacement; size clipped to its length."""
+    """size elements of the 1-D ``population`` [m] drawn uniformly without replacement, [min(size, m)] of its
+    dtype."""
     population = np.asarray(population)
     if population.ndim != 1:
         raise ValueError(f"population must be 1-D, got shape {population.shape}")
@@ -177,7 +179,8 @@ def draw_pool(rng: np.random.Generator, population: np.ndarray, size: int) -> np
 
 
 def insertion_victims(distances: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the k largest distances in the drawn group, largest first, ties to the lower position."""
+    """Positions of the k largest ``distances`` ([g] float) in the drawn group, largest first, ties to the lower
+    position: [k] int64."""
     distances = np.asarray(distances)
     if distances.ndim != 1:
         raise ValueError(f"distances must be 1-D, got shape {distances.shape}")

@@ -80,7 +80,8 @@ class PrioritizedReplay:
         return self.size
 
     def insert(self, transitions: Transitions, priorities: np.ndarray) -> np.ndarray:
-        """Store ``transitions`` in the next slots (overwriting the oldest when full); their slots."""
+        """Store ``transitions`` (n of them) in the next slots (overwriting the oldest when full), with
+        ``priorities`` ``[n]`` floats (negative: unknown, the largest stored); their slots, ``[n]`` int64."""
         n = len(transitions.frame)
         if n > self.capacity:
             raise ValueError(f"{n} transitions do not fit a replay of {self.capacity}")
@@ -113,8 +114,9 @@ class PrioritizedReplay:
         return Sample(columns, slots, self.stamps[slots].copy(), importance_weights(probabilities, self.size, beta))
 
     def update(self, slots: np.ndarray, stamps: np.ndarray, priorities: np.ndarray) -> int:
-        """New priorities from the learner; those for slots written again since they were sampled (their
-        stamp differs) are dropped and counted. Returns how many were applied."""
+        """New priorities from the learner, ``slots``, ``stamps`` (``[n]`` int64, as :meth:`sample` gave them)
+        and ``priorities`` (``[n]`` floats); those for slots written again since they were sampled (their stamp
+        differs) are dropped and counted. Returns how many were applied."""
         slots = np.asarray(slots, np.int64)
         priorities = np.asarray(priorities, np.float64)
         if slots.size == 0:
@@ -129,7 +131,9 @@ class PrioritizedReplay:
         return int(live.sum())
 
     def state(self) -> dict[str, np.ndarray]:
-        """Every column, stamp and priority, as arrays (zrl/replay/snapshot.py)."""
+        """Every column, stamp and priority, as arrays (zrl/replay/snapshot.py): ``column.<name>`` ``[capacity]``
+        of ``COLUMNS``' dtypes, ``stamps`` ``[capacity]`` int64, ``priorities`` ``[capacity]`` float64, and the
+        counters as 0-d ints."""
         return {  # copies: a snapshot is written by a thread while the broker goes on changing these
             **{f"column.{name}": column.copy() for name, column in self.columns.items()},
             "stamps": self.stamps.copy(),
@@ -152,8 +156,8 @@ class PrioritizedReplay:
             raise SnapshotMismatch(f"next_slot {self.next_slot} or size {self.size} outside {self.capacity}")
 
     def evict(self, oldest_frame: np.ndarray) -> int:
-        """Zero the leaves of transitions whose first frame is older than ``oldest_frame[worker]``, the
-        oldest frame each ring still holds (minus what a stack reaches back); returns how many."""
+        """Zero the leaves of transitions whose first frame is older than ``oldest_frame[worker]`` (``[workers]``
+        integers), the oldest frame each ring still holds (minus what a stack reaches back); returns how many."""
         held = np.flatnonzero(self.tree.priorities[: self.capacity] > 0)
         if held.size == 0:
             return 0
@@ -261,7 +265,8 @@ class ApexReplay:
 
     def next_batch(self, batch_id: int, env_frames: int, oldest_frame: np.ndarray) -> protocol.TransitionBatch | None:
         """A TransitionBatch once the replay holds ``learn_start`` transitions (transitions whose frames are
-        older than ``oldest_frame[worker]`` are evicted first), or None."""
+        older than ``oldest_frame[worker]``, ``[workers]`` integers, are evicted first), or None. Its columns
+        are ``[batch_size]``, of ``COLUMNS``' dtypes and ``Sample``'s."""
         if len(self.replay) < self.learn_start:
             return None
         if self.batches % self.EVICT_EVERY == 0:

@@ -105,7 +105,8 @@ class QueueReplay:
 
     def state(self) -> dict:
         """The units held, oldest first, the uses each has left, and the drop count, as arrays
-        (zrl/replay/snapshot.py)."""
+        (zrl/replay/snapshot.py): the ``units_state`` columns, ``uses_left`` ``[N]`` int64 and ``dropped_full``
+        a 0-d int."""
         held = list(zip(self._units, self._left)) + [(u, left - 1) for u, left in self._out if left > 1]
         held = held[max(0, len(held) - self.capacity) :]  # as a full queue would drop its oldest
         return {

@@ -1,13 +1,16 @@
 """Replays that keep units and sample them again: uniform, elite and attentive.
 
 Each holds a :class:`UnitStore` and answers ``sample(is_fresh)`` with the ``share`` units a batch takes from
-it (``batch_size x sample_ratio``), or None when it cannot. ``is_fresh(worker_ids, first_frames)`` says
-which units still have their frames in their rings; units that do not are evicted and counted.
+it (``batch_size x sample_ratio``), or None when it cannot. ``is_fresh(worker_ids [N] int32, first_frames [N]
+int64) -> [N] bool`` says which units still have their frames in their rings; units that do not are evicted
+and counted.
 
 Elite and attentive replays need the current policy's features of their candidates. They get them from a
-``scorer(worker_ids, env_index, first_frames, at) -> (features [N, K, F] float32 tensor, ok [N])`` that
-recomputes, with the latest weights, the features of observations ``at`` (indices 0..T within each unit)
-in one batched forward pass; ``ok`` is False for units whose frames were overwritten while being read.
+``scorer(worker_ids [N] int32, env_index [N] int32, first_frames [N] int64, at [K] int64) -> (features
+[N, K, F] float32 tensor, ok [N] bool)`` that recomputes, with the latest weights, the features of
+observations ``at`` (indices 0..T within each unit) in one batched forward pass; ``ok`` is False for units
+whose frames were overwritten while being read. ``T`` is the unroll length, ``K`` the compared steps and
+``F`` the feature size.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ RETRIES = 4  # draws per sample call before giving up when every candidate turns
 
 
 def compared_steps(unroll_length: int, feature_steps: int) -> np.ndarray:
-    """The steps of a unit whose features are compared: ``feature_steps`` evenly spaced (0: all T)."""
+    """The steps of a unit whose features are compared: ``feature_steps`` evenly spaced (0: all T), ``[K]``
+    int64, rising."""
     if feature_steps <= 0 or feature_steps >= unroll_length:
         return np.arange(unroll_length)
     return np.unique(np.round(np.linspace(0, unroll_length - 1, feature_steps)).astype(np.int64))
@@ -147,7 +151,8 @@ class FeatureReplay(UniformReplay):
 
     # -- insertion ----------------------------------------------------------------------------
     def add(self, units: list[Unit], features: np.ndarray | None = None) -> None:
-        """Store one message's units with their behaviour features ``[M, T, F]`` at the compared steps."""
+        """Store one message's M units with their behaviour features ``[M, T, F]`` float32, of which the
+        compared steps are kept."""
         if features is None or features.shape[:2] != (len(units), self.unroll_length):
             raise ValueError(
                 f"{self.kind} replay needs each unit's features [T, F]; got {None if features is None else features.shape}"

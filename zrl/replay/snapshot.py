@@ -35,6 +35,7 @@ def scalar(state: dict[str, np.ndarray], key: str) -> int | float | bool:
 
 
 def rng_state(rng: np.random.Generator) -> np.ndarray:
+    """The generator's state as a 0-d str array (JSON)."""
     return np.array(json.dumps(rng.bit_generator.state))
 
 
@@ -43,7 +44,8 @@ def set_rng_state(rng: np.random.Generator, value: np.ndarray) -> None:
 
 
 def fill(target: np.ndarray, where: np.ndarray, values: np.ndarray, name: str) -> None:
-    """``target[where] = values``, after checking that the rows fit (same trailing shape, slots inside)."""
+    """``target[where] = values``, after checking that the rows fit (same trailing shape, slots inside):
+    ``target`` ``[capacity, *row]``, ``where`` ``[n]`` integer slots, ``values`` ``[n, *row]``."""
     if values.shape[1:] != target.shape[1:] or len(values) != len(where):
         raise SnapshotMismatch(f"{name}: saved rows of shape {values.shape}, this replay's are {target.shape[1:]}")
     if len(where) and not (0 <= where.min() and where.max() < len(target)):

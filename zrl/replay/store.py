@@ -1,7 +1,10 @@
 """The replay index: units (one env's unroll of T steps, as frame numbers plus what the behaviour policy
 did) in a fixed number of slots, with numpy columns for what sampling reads in bulk: where each unit's
 frames are, how often it was sampled, when it was inserted, and (for elite and attentive replay) its
-behaviour-time features at the compared steps. No frames: those stay in the workers' rings."""
+behaviour-time features at the compared steps. No frames: those stay in the workers' rings.
+
+Shapes: ``N`` units, ``T`` steps of an unroll, ``A`` actions, ``K`` compared steps and ``F`` the feature size
+(elite and attentive replay)."""
 
 from __future__ import annotations
 
@@ -30,7 +33,10 @@ UNIT_ARRAYS = ("policy_version", "actions", "rewards", "discounts", "behaviour_l
 
 
 def units_state(units: list[Unit]) -> dict[str, np.ndarray]:
-    """Units as columns: where each one's frames are, and what the behaviour policy did, stacked."""
+    """Units as columns: where each one's frames are, and what the behaviour policy did, stacked. ``worker_id``
+    and ``env_index`` ``[N]`` int32, ``first_frame`` and ``policy_version`` ``[N]`` int64, ``actions`` ``[N, T]``
+    int32, ``rewards``, ``discounts`` and ``behaviour_values`` ``[N, T]`` float32, ``behaviour_logits``
+    ``[N, T, A]`` float32 (with no units, the per-step columns are empty float32 arrays)."""
     out = {
         "worker_id": np.array([u.worker_id for u in units], np.int32),
         "env_index": np.array([u.env_index for u in units], np.int32),
@@ -43,7 +49,7 @@ def units_state(units: list[Unit]) -> dict[str, np.ndarray]:
 
 
 def units_from(state: dict[str, np.ndarray]) -> list[Unit]:
-    """The units ``units_state`` made, each row its own copy."""
+    """The units ``units_state`` made (its columns, of its shapes), each row its own copy."""
     n = len(state["worker_id"])
     for name in ("env_index", "first_frame", *UNIT_ARRAYS):
         if len(state[name]) != n:
@@ -62,7 +68,11 @@ def units_from(state: dict[str, np.ndarray]) -> list[Unit]:
 
 class UnitStore:
     """``capacity`` slots. ``add`` fills a free slot, or replaces the oldest unit (or a given slot) when
-    full; ``remove`` frees slots (units whose frames their ring has overwritten)."""
+    full; ``remove`` frees slots (units whose frames their ring has overwritten).
+
+    Columns ``[capacity]``: ``occupied`` bool, ``worker_id`` and ``env_index`` int32, ``first_frame``,
+    ``counts`` and ``serial`` int64; ``features`` ``[capacity, K, F]`` float32 with a ``feature_shape`` of
+    ``(K, F)``, else None. Slots are int64 indices into them."""
 
     def __init__(self, capacity: int, feature_shape: tuple[int, int] | None = None) -> None:
         if capacity <= 0:
@@ -87,7 +97,7 @@ class UnitStore:
         return self._size == self.capacity
 
     def slots(self) -> np.ndarray:
-        """The occupied slots."""
+        """The occupied slots, ``[N]`` int64, rising."""
         return np.flatnonzero(self.occupied)
 
     def oldest_slot(self) -> int:
@@ -97,7 +107,8 @@ class UnitStore:
         return int(np.argmax(np.where(self.occupied, self.serial, -1)))
 
     def add(self, unit: Unit, features: np.ndarray | None = None, slot: int | None = None) -> int:
-        """Store a unit in ``slot``, else in a free slot, else over the oldest unit; returns the slot."""
+        """Store a unit (and its ``features`` ``[K, F]`` float32, with a feature shape) in ``slot``, else in a free
+        slot, else over the oldest unit; returns the slot."""
         if slot is None:
             slot = int(np.argmin(self.occupied)) if not self.full else self.oldest_slot()
         if not self.occupied[slot]:
@@ -115,6 +126,7 @@ class UnitStore:
         return slot
 
     def remove(self, slots: np.ndarray) -> None:
+        """Free ``slots`` (``[n]`` integers; repeats and free slots allowed)."""
         slots = np.asarray(slots, np.int64)
         held = slots[self.occupied[slots]]
         self.occupied[held] = False
@@ -123,7 +135,9 @@ class UnitStore:
         self._size -= len(np.unique(held))
 
     def state(self) -> dict[str, np.ndarray]:
-        """The occupied slots, their units and columns, as arrays (zrl/replay/snapshot.py)."""
+        """The occupied slots, their units and columns, as arrays (zrl/replay/snapshot.py): ``slots``, ``counts``
+        and ``serial`` ``[N]`` int64, ``next_serial`` a 0-d int64, the ``units_state`` columns, and ``features``
+        ``[N, K, F]`` float32 with a feature shape."""
         slots = self.slots()
         out = {
             "slots": slots,
@@ -155,6 +169,6 @@ class UnitStore:
         self._next_serial = int(scalar(state, "next_serial"))
 
     def take_units(self, slots: np.ndarray) -> list[Unit]:
-        """The units in ``slots`` (repeats allowed), counted as sampled."""
+        """The units in ``slots`` (``[n]`` integers, repeats allowed), counted as sampled."""
         np.add.at(self.counts, slots, 1)
         return [self.units[s] for s in slots]  # type: ignore[misc]

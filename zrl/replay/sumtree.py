@@ -38,7 +38,8 @@ class SumTree:
         return float(self.priorities.max()) if self.capacity else 0.0
 
     def update(self, slots: np.ndarray, priorities: np.ndarray) -> None:
-        """Set the priorities of ``slots`` (where a slot repeats, its last priority counts) and their sums."""
+        """Set the priorities of ``slots`` (``[n]`` integers; where a slot repeats, its last priority counts) to
+        ``priorities`` (``[n]`` finite non-negative floats, kept as float64), and their sums."""
         slots = np.asarray(slots, np.int64).reshape(-1)
         priorities = np.asarray(priorities, np.float64).reshape(-1)
         if slots.shape != priorities.shape:
@@ -59,8 +60,8 @@ class SumTree:
             nodes = np.unique(nodes >> 1)
 
     def find(self, values: np.ndarray) -> np.ndarray:
-        """For each value in ``[0, total)``, the slot whose interval of the prefix sums holds it. A slot of
-        priority 0 is never returned while the total is positive."""
+        """For each of ``values`` (``[n]`` floats in ``[0, total)``), the slot whose interval of the prefix sums
+        holds it: ``[n]`` int64. A slot of priority 0 is never returned while the total is positive."""
         values = np.array(values, np.float64).reshape(-1)
         node = np.ones(values.size, np.int64)
         for _ in range(self.depth):
@@ -73,7 +74,7 @@ class SumTree:
 
     def sample(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` slots drawn in proportion to their priorities, one from each of ``n`` equal strata of the
-        total, and their probabilities ``P = p / total``."""
+        total, and their probabilities ``P = p / total``: ``[n]`` int64 and ``[n]`` float64."""
         total = self.total
         if total <= 0:
             raise ValueError("every priority is 0: nothing to sample")
@@ -84,7 +85,8 @@ class SumTree:
 
 
 def importance_weights(probabilities: np.ndarray, stored: int, beta: float) -> np.ndarray:
-    """``(N * P)^-beta``, divided by the largest of the batch so that weights only ever scale updates down."""
+    """``(N * P)^-beta`` for ``probabilities`` P ``[n]`` and N = ``stored``, divided by the largest of the batch
+    so that weights only ever scale updates down: ``[n]`` float32."""
     if stored < 1:
         raise ValueError(f"stored must be positive, got {stored}")
     w = (stored * np.asarray(probabilities, np.float64)) ** -beta

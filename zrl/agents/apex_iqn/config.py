@@ -86,7 +86,7 @@ class ApexConfig:
         int,
         Meta(
             ge=0,
-            description="IQN and C51: width of a linear layer (and ReLU) between the torso and the heads; IQN multiplies its output by each fraction's embedding, so every quantile row costs state_size x model.hidden_size x 2 instead of the torso's width (2,592 for atari_small, 3,136 for atari). 0: the torso's output goes straight in, as in the papers.",
+            description="IQN and C51: width of a linear layer (and ReLU) between torso and heads; each IQN quantile row then costs it, not the torso's width (2,592 atari_small, 3,136 atari). 0: none, as the papers.",
         ),
     ] = 0
     kappa: Annotated[float, Meta(gt=0, description="IQN: threshold of the quantile Huber loss.")] = 1.0

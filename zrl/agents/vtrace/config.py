@@ -52,7 +52,7 @@ class VtraceConfig:
         float,
         Meta(
             ge=0,
-            description="CLEAR policy cloning: weight of the KL between behaviour and current policy, summed over every step of the batch; 0 switches it off (plain IMPALA: a queue-only run has no old behaviour worth keeping; CLEAR's paper uses 0.01 with replay).",
+            description="CLEAR policy cloning: weight of the KL between behaviour and current policy, summed over every step of the batch; 0: off (plain IMPALA; CLEAR's paper uses 0.01 with replay).",
         ),
     ] = 0.0
     clear_policy_kl: Annotated[
