@@ -49,7 +49,7 @@ def measure(args) -> dict:
     from zrl.envs import probe
     from zrl.optim import make_optimizer
     from zrl.replay.sampled import compared_steps
-    from zrl.roles.common import keep_freed_memory
+    from zrl.roles.lifecycle import keep_freed_memory
 
     keep_freed_memory()
     torch.manual_seed(0)

@@ -198,7 +198,7 @@ def test_bf16_step_is_finite_and_close_to_fp32():
 
 _FAULTS_PER_REALLOC = """
 import resource, sys, torch
-from zrl.roles.common import keep_freed_memory
+from zrl.roles.lifecycle import keep_freed_memory
 kept = keep_freed_memory() if sys.argv[1] == "keep" else False
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 before = faults()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from zrl.roles.common import SeqGaps
+from zrl.roles.inbound import SeqGaps
 
 pytestmark = pytest.mark.unit
 

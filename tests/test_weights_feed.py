@@ -13,7 +13,8 @@ import zmq
 
 from shm.ring import RingSpec
 from zrl import protocol, transport
-from zrl.roles.common import RunWiring, WeightsFeed
+from zrl.roles.run_wiring import RunWiring
+from zrl.roles.weights_feed import WeightsFeed
 from zrl.transport import ENDPOINT_NAMES, Endpoints
 
 pytestmark = pytest.mark.integration

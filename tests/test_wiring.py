@@ -190,7 +190,7 @@ def test_a_namespace_sweeps_only_what_its_own_dead_launches_left(monkeypatch):
 @pytest.mark.parametrize("ours", ["", "lane2"])
 def test_the_leak_check_finds_the_roles_of_its_own_namespace_and_no_others(monkeypatch, ours):
     """tests/conftest.py's zrl_processes, on real processes titled as roles by start_role in three namespaces."""
-    code = "import os, time\nfrom zrl.roles.common import start_role\nstart_role('zrl-broker', os.getppid())\n"
+    code = "import os, time\nfrom zrl.roles.lifecycle import start_role\nstart_role('zrl-broker', os.getppid())\n"
     code += "print('ready', flush=True)\ntime.sleep(60)\n"
     procs = {}
     try:

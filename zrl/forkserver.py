@@ -56,7 +56,7 @@ def role_context() -> mp.context.BaseContext:
     interpreter spends about a second of CPU on its imports (more than half of a short run's start, and of a
     restarted worker's gap). The fork server only imports: it runs no torch op, opens no socket of zrl's and holds
     no CUDA context, so each fork starts as clean as a spawned process. Its roles hand back their copy of its
-    lifeline (zrl/roles/common.py), so that it exits when its launcher does, and its roles then get SIGTERM, their
+    lifeline (zrl/roles/lifecycle.py), so that it exits when its launcher does, and its roles then get SIGTERM, their
     parent-death signal. It is one per process, so a process has one Wiring open at a time; Wiring.open starts it
     (with its socket in the Wiring's private folder), or takes over the one zrl-launch started early (``begin``),
     and Wiring.close stops it."""

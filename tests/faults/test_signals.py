@@ -56,7 +56,7 @@ def test_a_second_ctrl_c_exits_within_3_s_and_leaves_a_loadable_checkpoint(tmp_p
 def test_sigusr1_makes_a_role_print_where_it_is():
     """The launcher sends SIGUSR1 to a role it declares hung before it kills it; a user can send it too."""
     code = (
-        "import os, time\nfrom zrl.roles.common import start_role\nstart_role('zrl-test-role', os.getppid())\n"
+        "import os, time\nfrom zrl.roles.lifecycle import start_role\nstart_role('zrl-test-role', os.getppid())\n"
         "def stuck_here():\n    print('ready', flush=True)\n    time.sleep(60)\nstuck_here()\n"
     )
     # 'ready' is printed inside stuck_here: the signal may land before print returns, and must still find it

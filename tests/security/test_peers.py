@@ -15,7 +15,7 @@ from test_remote import ingest_running
 from zrl import envs, protocol
 from zrl.config import load
 from zrl.launch.wiring import Wiring
-from zrl.roles.common import StatsOut
+from zrl.roles.reporting import StatsOut
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from zrl.gather import Unrolls
 from zrl.models import build_model, flat_parameters
 from zrl.optim import make_optimizer
 from zrl.replay.prioritized import ApexReplay
-from zrl.roles.common import finite_weights
+from zrl.roles.weights_feed import finite_weights
 
 pytestmark = pytest.mark.unit
 

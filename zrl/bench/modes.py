@@ -219,7 +219,7 @@ def _fixed_batch(cfg: Config, spec):
     from zrl.gather import Unrolls
     from zrl.models import build_model, resolve_device
     from zrl.optim import make_optimizer
-    from zrl.roles.common import keep_freed_memory
+    from zrl.roles.lifecycle import keep_freed_memory
 
     lcfg = cfg.learner
     if cfg.run.keep_freed_memory:  # the learner role's allocator setting too
@@ -413,7 +413,7 @@ def elite_mode(
 
     from zrl.bench.elite import Replay, prepare_time, time_learner_step
     from zrl.models import resolve_device
-    from zrl.roles.common import keep_freed_memory
+    from zrl.roles.lifecycle import keep_freed_memory
 
     torch.manual_seed(0)
     if cfg.run.keep_freed_memory:  # as the learner and broker roles have it

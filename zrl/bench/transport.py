@@ -351,7 +351,7 @@ def _remote_sender(gate: str, keys: str, frames: np.ndarray, unroll: int, action
     Reports (slots sent, bytes sent, CPU seconds of this process) once ``seconds`` are up."""
     import zstandard
 
-    from zrl.roles.common import make_ring_spec
+    from zrl.roles.run_wiring import make_ring_spec
     from zrl.roles.remote import deflate_slots
 
     transport.configure_client(keys)

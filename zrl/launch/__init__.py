@@ -13,6 +13,10 @@ The parts, one job each (none imports launcher.py, which puts them together):
   place (zrl-bench's pipelines use it too);
 - ``supervise``: start, heartbeats, restarts, signals and the stop in order;
 - ``tally``: what the roles report, the live line and the rows of metrics.csv and episodes.csv;
+- ``reports``: the stats channel, each report checked, then counted, written or passed on;
+- ``evaluations``: evaluation during training: when the evaluator is asked, its results, eval.final;
+- ``resuming``: where a launch starts from when not afresh: a run continued in its folder, --init-from;
+- ``page``: the live page (--dashboard), bound first and served once the run folder exists;
 - ``console``: what the launcher says on the terminal;
 - ``launcher``: ``launch`` and ``resume``, and the Launcher that runs the parts.
 """
@@ -25,7 +29,7 @@ from zrl.launch.network import Network, check_weights_fit
 from zrl.launch.supervise import EXIT_FAILED, EXIT_OK, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM, EXIT_USAGE
 from zrl.launch.wiring import Wiring, create_rings, sweep_stale
 from zrl.namespace import NAMESPACE_VAR, namespace, private_prefix, role_title, shm_prefix
-from zrl.roles.common import make_ring_spec, ring_slots
+from zrl.roles.run_wiring import make_ring_spec, ring_slots
 
 __all__ = [
     "EXIT_FAILED",

@@ -89,7 +89,7 @@ def check_shm_room(cfg: Config, spec: envs.EnvSpec, shm_dir: str = SHM_DIR) -> N
     """ConfigError when the rings (one per local worker and remote slot) would not fit the room ``shm_dir`` has
     free: found before the run folder is made, rather than as the rings are created."""
     from zrl.config import worker_slots
-    from zrl.roles.common import make_ring_spec
+    from zrl.roles.run_wiring import make_ring_spec
 
     need = worker_slots(cfg) * make_ring_spec(cfg, spec).nbytes
     try:

@@ -1,37 +1,41 @@
 """The launcher: a run from start to end, put together from the launch package's parts. ``launch`` starts a new
-run (from a checkpoint's weights with --init-from), ``resume`` continues one in its folder; both check
+run (from a checkpoint's weights with --init-from), ``resume`` continues one in its folder (resuming); both check
 everything they can first (checks), then a Launcher takes the run folder (folder), creates the wiring (rings,
 sockets, role processes: wiring), starts and watches the roles (supervise), counts what they report, prints the
-live line and writes the CSV files (tally), and stops in order: a final checkpoint, nothing left behind."""
+live line and writes the CSV files (reports, tally), asks for evaluations (evaluations), and stops in order: a
+final checkpoint, nothing left behind."""
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
-import math
 import os
-import re
 import time
-from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from zrl import __version__, agents, bounds, envs, forkserver, protocol, transport
+from zrl import __version__, agents, envs, forkserver, protocol
 from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
 from zrl.envs.trust import check_env_import, env_module
 from zrl.launch import network
-from zrl.launch.checks import (
-    check_resume_changes,
-    check_shm_room,
-    preflight,
-    resolve_model_kind,
-)
+from zrl.launch.checks import check_resume_changes, check_shm_room, preflight, resolve_model_kind
 from zrl.launch.console import Console
+from zrl.launch.evaluations import Evaluations
 from zrl.launch.folder import RunFolder, RunLock, check_entries, check_room, checkpoint_bytes, find_run, make_run_dir
 from zrl.launch.network import Network
+from zrl.launch.page import DASHBOARD_LINGER_S, bound_dashboard, serve
 from zrl.launch.ray_workers import RayWorkers
 from zrl.launch.ray_workers import check as check_ray
+from zrl.launch.reports import Reports
+from zrl.launch.resuming import (
+    SavedReplays,
+    continue_hint,
+    init_start,
+    restart_point,
+    resume_point,
+    start_text,
+    stored_config,
+)
 from zrl.launch.run_keys import run_keys
 from zrl.launch.supervise import (
     EVALUATOR,
@@ -46,10 +50,7 @@ from zrl.launch.supervise import (
 )
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
-from zrl.metrics import EVAL_COLUMNS
-from zrl.replay.snapshot import SnapshotMismatch
-from zrl.replay_checkpoint import ManifestError, check_manifest, new_stream, newest, replay_folder, restore_frames
-from zrl.roles.common import StartFrom, WorkerStart
+from zrl.roles.run_wiring import StartFrom, StopFlag, WorkerStart
 
 if TYPE_CHECKING:
     from zrl.dashboard import Dashboard
@@ -57,11 +58,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("zrl")
 
 REMOTE_GENERATIONS = 1000  # a remote slot's joins per generation of the ingest, at most, before seeds repeat
-CHECKPOINT_NAME = re.compile(r"ckpt_\d{9,}\.pt")  # checkpoint.PATTERN's names: the learner's periodic checkpoints
-FINAL_EXIT_S = 15.0  # how long the final evaluator has to exit after its result (its stats socket lingers 5 s)
-FRAMES_SEEN = 20_000  # the launcher's (time, frames) history kept for eval.csv: 2.8 hours of it
-FRAMES_SEEN_EVERY_S = 0.5
-DASHBOARD_LINGER_S = 2.5  # after the run, open pages have this long to show its end before the page server stops
 
 
 class Launcher:
@@ -102,14 +98,7 @@ class Launcher:
         self.sample_calls = sample_calls
         self.lock = lock  # a resumed run's folder is locked before its checkpoints are looked at
         self.stop_reason = "budget reached"
-        self.last_checkpoint = ""  # the last checkpoint the learner said it wrote
-        self.final_result: protocol.EvalResult | None = None  # eval.final's, once it came
-        self.solved: protocol.EvalResult | None = None  # the evaluation that reached eval.stop_at_score
-        self.replay_stream = ""  # run.checkpoint_replay: this launch's rings' token in replay file names
-        self.rings_hold = ""  # the replay checkpoint whose frames were put back into them
-        # eval.interval_frames: (unix time, env frames) every FRAMES_SEEN_EVERY_S as the run went, to place an
-        # evaluation at the frames when its weights were taken
-        self.frames_seen: deque = deque(maxlen=FRAMES_SEEN)
+        self.replays = SavedReplays(self.console)  # run.checkpoint_replay
 
     def run(self) -> int:
         cfg = self.cfg
@@ -128,7 +117,7 @@ class Launcher:
             try:
                 self._introduce(*swept)
                 if self.dashboard is not None:
-                    self._serve_dashboard()
+                    serve(self.dashboard, self.folder.path)
                 return self._run()
             finally:
                 try:
@@ -147,23 +136,9 @@ class Launcher:
             log.warning(note)
             say(note)
         if self.resume_dir is not None:
-            self.tally.seed(run_dir)
-            replays = (
-                "the replays start from the newest replay checkpoint (run.checkpoint_replay)"
-                if self.cfg.run.checkpoint_replay
-                else "the replays refill before learning resumes (run.checkpoint_replay = true keeps them)"
-            )
-            text = (
-                f"resuming {run_dir} from {self.start.path}: {self.tally.env_frames:,} env frames, "
-                f"{self.tally.episodes} episodes so far; {replays}"
-            )
-            log.info(text)
-            say(text)
-        elif self.start is not None:
-            text = (
-                f"starting from the weights{' and optimiser state' if self.start.optimizer else ''} of "
-                f"{self.start.path}"
-            )
+            self.tally.seed(run_dir)  # the run's counts, and episodes.csv's rows, go on
+        t = self.tally
+        if text := start_text(self.start, self.resume_dir, t.env_frames, t.episodes, self.cfg.run.checkpoint_replay):
             log.info(text)
             say(text)
         log.info("machine: %s", self.folder.record_start(self.tally.env_frames))
@@ -176,13 +151,6 @@ class Launcher:
         if skipped:
             say(f"left {len(skipped)} stray entries the stale sweep cannot judge (named in zrl.log)")
         say(f"run folder {run_dir}")
-
-    def _serve_dashboard(self) -> None:
-        """Serve the live page, and say where (even with --quiet: the address, and its token, are said once)."""
-        self.dashboard.serve(self.folder.path)
-        where = f"http://{self.dashboard.host}:{self.dashboard.port}/"
-        log.info("dashboard at %s%s", where, " (with a token, said on the terminal)" if self.dashboard.token else "")
-        print(f"dashboard: {self.dashboard.url}", flush=True)
 
     def _run(self) -> int:
         cfg, folder = self.cfg, self.folder
@@ -200,6 +168,8 @@ class Launcher:
             lambda i, start: wiring.worker(i, self.stop, start),
             lambda: wiring.evaluator(self.stop, str(self.folder.path)),
         )
+        self.evaluations = Evaluations(cfg, self.console, folder, sup, EVALUATOR)
+        self.reports = Reports(cfg, wiring, self.tally, sup, folder, self.evaluations)
         sup.catch_signals()
         code = EXIT_OK
         try:
@@ -230,7 +200,7 @@ class Launcher:
                 return code
             if cfg.run.checkpoint_replay:
                 try:
-                    self._replays_from_disk(start=True)
+                    wiring.roles = self.replays.roles(folder.path, wiring, start=True)
                 except ConfigError as err:  # a replay checkpoint's manifest the broker did not write
                     self.console.error(str(err))
                     code = EXIT_USAGE
@@ -267,9 +237,14 @@ class Launcher:
             log.info("stopping (%s)", reason)
             self.console.say(f"stopping ({reason}); waiting for the final checkpoint")
             self.stop.set()
-            sup.stop(self._drain)
+            sup.stop(self.reports.drain)
             if code == EXIT_OK and cfg.eval.interval_frames and cfg.eval.final:
-                code = self._final_evaluation()
+                last = self.reports.last_checkpoint
+                path = Path(last) if last else folder.latest_checkpoint()
+                final = self.evaluations.final(
+                    path, self.tally.env_frames, self.ray_workers, self.reports.drain, self._evaluator
+                )
+                code = final if final is not None else EXIT_OK
         except KeyboardInterrupt:
             code = exit_code(sup.signals[0]) if sup.signals else EXIT_SIGINT
             log.warning("second signal: stopping at once")
@@ -322,75 +297,28 @@ class Launcher:
         cfg, sup = self.cfg, self.supervisor
         sup.kill_role(name)
         self.stop.set()
-        sup.stop_for_restart(self._drain)
+        sup.stop_for_restart(self.reports.drain)
         if (code := sup.signal_code()) is not None:  # asked to stop meanwhile: no new roles to stop at once
             return code
         try:
-            path, state, skipped = forkserver.ask(network.newest_usable, self.folder.path, cfg, self.spec)
+            newest = forkserver.ask(network.newest_usable, self.folder.path, cfg, self.spec)
         except (OSError, RuntimeError) as err:  # the checkpoints folder cannot be read (or a damaged file set
             # aside), or the child of the fork server that reads them died
             self._died(name, f"{why}; the run's roles cannot be restarted: {err}")
             return EXIT_FAILED
-        for reason in skipped:
-            log.warning("skipped a checkpoint that cannot be used: %s", reason)
-        start = StartFrom(str(path)) if path is not None else self.start
+        start, calls, where = restart_point(newest, self.start, self.sample_calls)
         sup.announce(
             name,
-            f"{name} {why}; restarted the run's roles from "
-            f"{path.name if path is not None else 'where this launch began (no checkpoint yet)'} (restart "
+            f"{name} {why}; restarted the run's roles from {where} (restart "
             f"{len(sup.run_restarts)} of {cfg.run.max_restarts} allowed within {cfg.run.restart_window_s:g} s)",
         )
-        calls = state["sample_calls"] if state is not None else self.sample_calls
         self.wiring.roles = dataclasses.replace(self.wiring.roles, sample_calls=calls)
         if cfg.run.checkpoint_replay:  # the frames are still in the rings: the new broker takes the index
-            self._replays_from_disk(start=False)
+            self.wiring.roles = self.replays.roles(self.folder.path, self.wiring, start=False)
         self.stop = self.wiring.stop_flag()
         self.tally.restarted()
         self._start_roles(start, time.monotonic())
         return None
-
-    def _replays_from_disk(self, start: bool) -> None:
-        """run.checkpoint_replay: have the broker write replay checkpoints in the run folder and start with the
-        newest one there whose frames the rings hold. At the launch's ``start`` (new rings) a resumed run's newest
-        one has its frames put back into them first; one that does not fit (another ring layout) or cannot be read
-        is said, and the replays refill. At a restart of the roles the rings go on: the newest one is used if
-        these rings wrote it (its stream) or took its frames at the start. A manifest the broker did not write (a
-        name outside the folder, a symlink, a key of the wrong type) is a ConfigError at the start, and at a
-        restart the replays refill."""
-        folder, roles = replay_folder(self.folder.path), self.wiring.roles
-        if start:
-            self.replay_stream, self.rings_hold = new_stream(), ""
-        found, state, text = newest(folder), "", ""
-        if found is not None and start:
-            path, _ = found
-            try:
-                restored = restore_frames(path, self.wiring.rings, self.wiring.ring_spec)
-            except ManifestError as err:
-                raise ConfigError(
-                    f"{err} (not a replay checkpoint zrl wrote); --set run.checkpoint_replay=false starts without "
-                    "the saved replay"
-                ) from None
-            except SnapshotMismatch as err:
-                text = f"the replays refill: {err}"
-            else:
-                state = self.rings_hold = str(path)
-                text = f"the replays start from {path.name} ({restored:,} frames put back into the rings)"
-        elif found is not None:
-            path, manifest = found
-            if manifest.get("stream") != self.replay_stream and str(path) != self.rings_hold:
-                text = f"the replays refill: the frames of {path.name} are not in this launch's rings"
-            else:
-                try:
-                    check_manifest(path, manifest)
-                    state = str(path)
-                except ManifestError as err:
-                    text = f"the replays refill: {err}"
-        if text:
-            log.info(text)
-            self.console.say(text)
-        self.wiring.roles = dataclasses.replace(
-            roles, replay_dir=str(folder), replay_state=state, replay_stream=self.replay_stream
-        )
 
     def _admit_remote(self) -> None:
         """Say, and write to connect.txt, the line a remote host runs to work for this run."""
@@ -412,17 +340,15 @@ class Launcher:
         next_report = start + cfg.run.log_interval_s
         fill = [fill_target(cfg, r) for r in cfg.replay]
         t.rates(start)
-        interval = cfg.eval.interval_frames
-        next_eval = (t.env_frames // interval + 1) * interval if interval else 0
-        self.started_at = time.time() - (time.monotonic() - start)  # the launch's start, in unix time
+        self.evaluations.begin(t.env_frames, time.time() - (time.monotonic() - start))
         while True:
-            self._drain(cfg.transport.poll_timeout_ms)
+            self.reports.drain(cfg.transport.poll_timeout_ms)
             self.stop.live_workers = cfg.workers.count + (t.ingest.remote_workers if t.ingest else 0)
             code = sup.signal_code()  # after the drain: a process-group SIGTERM may already have stopped children
             if code is not None:
                 return code
             now = time.monotonic()
-            lost = sup.check(now, self._drain, lambda wid: t.workers[wid].env_frames if wid in t.workers else 0)
+            lost = sup.check(now, self.reports.drain, lambda wid: t.workers[wid].env_frames if wid in t.workers else 0)
             t.worker_restarts, t.role_restarts = sup.worker_restarts, sup.role_restarts
             if self.ray_workers is not None:
                 self.ray_workers.check()
@@ -435,8 +361,8 @@ class Launcher:
                 if (code := self._restart_roles(name, what)) is not None:
                     return code
             why = None
-            if self.solved is not None:
-                why = f"evaluation score {self.solved.mean:.2f} reached eval.stop_at_score"
+            if (solved := self.evaluations.solved) is not None:
+                why = f"evaluation score {solved.mean:.2f} reached eval.stop_at_score"
             elif self._budget_reached():
                 why = "budget reached"
             elif cfg.run.max_seconds and now - start >= cfg.run.max_seconds:
@@ -445,13 +371,7 @@ class Launcher:
                 self.stop_reason = why
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))  # the counters as the run ends
                 return EXIT_OK
-            if interval:
-                unix = time.time()
-                if not self.frames_seen or unix - self.frames_seen[-1][0] >= FRAMES_SEEN_EVERY_S:
-                    self.frames_seen.append((unix, t.env_frames))
-                if t.env_frames >= next_eval:
-                    self._ask_evaluation(t.env_frames // interval, t.env_frames)
-                    next_eval = (t.env_frames // interval + 1) * interval
+            self.evaluations.watch(t.env_frames, self.wiring.evaluations)
             if now >= next_report:
                 fps, sps = t.rates(now)
                 self.folder.write_metrics(t.metrics_row(now - start, fps, sps))
@@ -460,102 +380,11 @@ class Launcher:
                 self.console.line(line)
                 next_report = now + cfg.run.log_interval_s
 
-    def _final_evaluation(self) -> int:
-        """eval.final: once the run's roles are down (any left after their grace killed, Ray's actors let go), a
-        fresh evaluator plays the learner's final checkpoint under the run's evaluation terms; wait for its result
-        and its exit, saying how far it is. EXIT_OK also when it is skipped, fails or hangs (said: training ended
-        well); a signal's exit code when one stops it."""
-        cfg, sup, t = self.cfg, self.supervisor, self.tally
-        path = Path(self.last_checkpoint) if self.last_checkpoint else self.folder.latest_checkpoint()
-        skip = (
-            "a signal came while the run stopped"
-            if sup.signal_code() is not None
-            else "the evaluator was given up on during the run"
-            if sup.evaluator_lost
-            else "the learner wrote no checkpoint"
-            if path is None or not path.is_file()
-            else ""
-        )
-        if skip:
-            log.warning("no final evaluation: %s", skip)
-            self.console.say(f"no final evaluation: {skip}")
-            return EXIT_OK
-        sup.kill()  # a role that outlived its grace: killed and reaped, not left beside the evaluator
-        if self.ray_workers is not None:
-            self.ray_workers.close()
-        self._drain(200)  # the last words of the roles, before a new evaluator takes the name
-        text = (
-            f"final evaluation of {path.name} at {t.env_frames:,} env frames: {cfg.eval.episodes} episodes under "
-            f"{envs.run_protocol(cfg)}, the run's roles stopped (Ctrl-C skips it)"
-        )
-        log.info(text)
-        self.console.say(text)
-        request = protocol.EvalRequest(
-            index=t.env_frames // cfg.eval.interval_frames, env_frames=t.env_frames, checkpoint=str(path)
-        )
+    def _evaluator(self, request: protocol.EvalRequest, now: float) -> StopFlag:
+        """eval.final's evaluator on ``request``, started under a stop flag of its own (the roles' one is set)."""
         self.stop = self.wiring.stop_flag()
-        began = time.monotonic()
-        sup.start(EVALUATOR, self.wiring.evaluator(self.stop, str(self.folder.path), request), began)
-        next_line = began + cfg.run.log_interval_s
-        while self.final_result is None:
-            self._drain(cfg.transport.poll_timeout_ms)
-            if (code := sup.signal_code()) is not None:
-                log.warning("the final evaluation was stopped by a signal")
-                return code
-            now = time.monotonic()
-            why = sup.lost(EVALUATOR, now, self._drain) if self.final_result is None else None
-            if why is not None and self.final_result is None:  # not when its result came in with its last words
-                text = f"the final evaluation failed: {EVALUATOR} {why}" + sup.traceback_of(EVALUATOR)
-                log.warning(text)
-                self.console.say(text)
-                return EXIT_OK
-            if now >= next_line:
-                self.console.line(f"final evaluation: {now - began:,.0f} s")
-                next_line = now + cfg.run.log_interval_s
-        self.stop.set()
-        sup.stop(self._drain, grace=FINAL_EXIT_S)  # it exits once its result is out: not killed for it
-        return EXIT_OK
-
-    def _ask_evaluation(self, index: int, env_frames: int) -> None:
-        """Ask the evaluator for evaluation ``index`` of the learner's latest weights (eval.interval_frames); none
-        once it is lost for good."""
-        if EVALUATOR not in self.supervisor.procs:
-            return
-        request = protocol.EvalRequest(index=index, env_frames=env_frames)
-        if not transport.send_nowait(self.wiring.evaluations, request.encode()):
-            # no evaluator connected (it is restarting) or its queue is full: this one is skipped
-            log.warning(
-                "evaluation %d at %s env frames skipped: the evaluator is not taking requests", index, env_frames
-            )
-
-    def _frames_at(self, when: float, asked: int) -> int:
-        """The run's env frames at unix time ``when`` (from the recent history, sampled every FRAMES_SEEN_EVERY_S),
-        and never fewer than ``asked``, the frames its request was sent at (the weights were taken after it)."""
-        times = self.frames_seen
-        i = bisect.bisect_right(times, (when, float("inf"))) - 1
-        return max(asked, times[i][1]) if i >= 0 else asked
-
-    def _evaluated(self, msg: protocol.EvalResult) -> None:
-        """An evaluation's result: a row of eval.csv and TensorBoard's eval/* at the frames when its weights were
-        taken, said and logged."""
-        row = {
-            "wall_time": f"{msg.weights_time:.3f}",
-            "elapsed_s": round(msg.weights_time - self.started_at, 3),
-            **{name: getattr(msg, name) for name in EVAL_COLUMNS[2:]},
-            "env_frames": self._frames_at(msg.weights_time, msg.env_frames),
-        }
-        row = {k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        self.folder.write_evaluation(row)
-        normalised = f", human-normalised {msg.human_normalised:.3f}" if math.isfinite(msg.human_normalised) else ""
-        q = f", mean max-Q {msg.mean_max_q:.3f}" if math.isfinite(msg.mean_max_q) else ""
-        text = (
-            f"{'final ' if msg.final else ''}evaluation at {row['env_frames']:,} frames ({msg.protocol}, {msg.episodes} episodes, "
-            f"{msg.seconds:.0f} s): mean {msg.mean:.2f} [{msg.ci95_low:.2f}, {msg.ci95_high:.2f}]{normalised}{q}"
-            + ("; best.pt now holds these weights" if msg.best else "")
-        )
-        log.info(text)
-        self.console.line("")
-        self.console.say(text)
+        self.supervisor.start(EVALUATOR, self.wiring.evaluator(self.stop, str(self.folder.path), request), now)
+        return self.stop
 
     def _budget_reached(self) -> bool:
         """Frames played reach run.max_env_frames; in a deterministic run, frames trained do."""
@@ -565,84 +394,8 @@ class Launcher:
 
     def _died(self, name: str, what: str) -> None:
         """Say what died, why, its traceback when it sent one, and how to go on."""
-        latest = self.folder.latest_checkpoint()
-        hint = (
-            f"the last checkpoint is {latest}; continue with: zrl-launch --resume {self.folder.path}"
-            if latest
-            else "no checkpoint was written yet"
-        )
+        hint = continue_hint(self.folder.path, self.folder.latest_checkpoint())
         self.console.error(f"{what}; the run stopped ({hint})" + self.supervisor.traceback_of(name))
-
-    # -- the stats channel -------------------------------------------------------------------------------------
-    def _drain(self, timeout_ms: int) -> None:
-        """Take every message waiting on the stats channel, waiting up to ``timeout_ms`` for the first."""
-        data = self.wiring.take_stats(timeout_ms)
-        while data is not None:
-            self._take(data)
-            data = self.wiring.take_stats(0)
-        if self.wiring.stats_forged > self.tally.stats_forged:  # counted with the malformed, said at first
-            if not self.tally.stats_forged:
-                log.warning("dropped a stats message without this run's token: not from one of its roles")
-            self.tally.stats_errors += self.wiring.stats_forged - self.tally.stats_forged
-            self.tally.stats_forged = self.wiring.stats_forged
-
-    def _take(self, data: bytes) -> None:
-        t = self.tally
-        try:
-            msg = protocol.decode(data)
-            current = self.supervisor.heard(msg, time.monotonic())
-            if why := self._misfit(msg):
-                raise protocol.ProtocolError(why)
-        except protocol.ProtocolError as err:
-            t.stats_errors += 1
-            if t.stats_errors <= 10:  # counted in metrics.csv; logged only at first
-                log.warning("dropped a malformed stats message: %s", bounds.printable(str(err)))
-            return
-        if not current:  # late news from a worker that has been replaced
-            return
-        if isinstance(msg, protocol.EvalResult):
-            self._evaluated(msg)
-            if msg.final:
-                self.final_result = msg
-            elif msg.mean >= self.cfg.eval.stop_at_score and self.solved is None:
-                self.solved = msg
-            return
-        row = t.take(msg)
-        if row is not None:
-            self.folder.write_episode(row, t.mean_return())
-        if (
-            isinstance(msg, protocol.LearnerStats)
-            and msg.checkpoint_path
-            and msg.checkpoint_path != self.last_checkpoint
-        ):
-            self.last_checkpoint = msg.checkpoint_path
-            if self.cfg.run.best_by == "train":  # "eval": the evaluator keeps best.pt
-                self._maybe_best(Path(msg.checkpoint_path))
-
-    def _misfit(self, msg) -> str | None:
-        """Why a stats message from a role cannot be right, or None: an episode out of range (an infinite return
-        would hold best.pt for the rest of the run), a checkpoint that is not one of this run's (best.pt is copied
-        from it)."""
-        if isinstance(msg, protocol.Episode):
-            return bounds.episode_misfit(msg, self.cfg.workers.envs_per_worker)
-        if isinstance(msg, protocol.LearnerStats) and msg.checkpoint_path:
-            path = Path(msg.checkpoint_path)
-            own = self.folder.checkpoints.resolve()
-            if not (CHECKPOINT_NAME.fullmatch(path.name) and path.parent.resolve() == own and not path.is_symlink()):
-                return f"a checkpoint outside this run's {own}: {bounds.printable(msg.checkpoint_path)}"
-        return None
-
-    def _maybe_best(self, path: Path) -> None:
-        """Keep best.pt: the checkpoint written when the 100-episode mean raw score was at its best."""
-        record = self.tally.best_record(path.name)
-        if record is not None and self.folder.keep_best(path, record):
-            self.tally.best_return = record["mean_return_100"]
-            log.info(
-                "best.pt: %s, mean return(100) %.2f over %d episodes",
-                path.name,
-                record["mean_return_100"],
-                len(self.tally.returns),
-            )
 
     def _final_report(self, code: int) -> None:
         latest = self.folder.latest_checkpoint()  # the disk knows even if the last message was lost
@@ -654,16 +407,6 @@ class Launcher:
         self.console.say(f"last checkpoint: {ckpt or 'none'}")
         if ckpt and code not in (EXIT_OK, EXIT_USAGE):  # a usage error would meet the same error again
             self.console.say(f"continue this run with: zrl-launch --resume {self.folder.path}")
-
-
-def open_dashboard(where: tuple[str, int] | None) -> Dashboard | None:
-    """The dashboard's socket for ``(host, port)``, bound before anything else is made (a port in use is a
-    ConfigError that leaves nothing behind); None without --dashboard."""
-    if where is None:
-        return None
-    from zrl.dashboard import Dashboard  # the page's package reads run folders as this package lays them out
-
-    return Dashboard(*where)
 
 
 def _checked(cfg: Config, ray: tuple[str, str] | None) -> tuple[envs.EnvSpec, Network]:
@@ -687,30 +430,15 @@ def launch(
     """Check, then run; ConfigError before anything is created if the config cannot work.
     ``init_from``: a new run that starts from a checkpoint's weights (and optimiser state if asked);
     ``dashboard``: (host, port) of the live page, bound first."""
-    page = open_dashboard(dashboard)
-    try:
+    with bound_dashboard(dashboard) as page:
         check_env_import(cfg.env.id, None, data_dirs=[cfg.run.results_dir])  # the user's id, unless its module is data
         spec, net = _checked(cfg, ray)
         cfg = resolve_model_kind(cfg, net.kind)
         start = None
         if init_from is not None:
             held = forkserver.ask(network.start_checkpoint, Path(init_from), cfg, spec)
-            theirs = held["optimizer"]
-            if init_optimizer and not held["has_optimizer"]:
-                raise ConfigError(
-                    f"--init-optimizer: {init_from} holds a network's weights only (best.pt kept by the evaluator "
-                    "under run.best_by = eval); drop --init-optimizer, or start from one of the run's ckpt_*.pt"
-                )
-            if init_optimizer and theirs != cfg.learner.optimizer:
-                raise ConfigError(
-                    f"--init-optimizer: {init_from} holds {theirs} state and this run uses "
-                    f"learner.optimizer = {cfg.learner.optimizer!r}; drop --init-optimizer or use {theirs}"
-                )
-            start = StartFrom(str(init_from), resume=False, optimizer=init_optimizer)
+            start = init_start(init_from, init_optimizer, held, cfg)
         return Launcher(cfg, spec, net, quiet, start=start, dashboard=page, ray=ray).run()
-    finally:
-        if page is not None:
-            page.close()
 
 
 def resume(
@@ -726,8 +454,7 @@ def resume(
     """Continue a run in its own folder from its newest good checkpoint; only SAFE_ON_RESUME keys may change.
     The folder is locked first: a second launcher into it is refused, naming the one that holds it. ``trusted``:
     the env modules --trust-env-module named; the user's own config or --set naming the run's env.id trusts it too."""
-    page = open_dashboard(dashboard)
-    try:
+    with bound_dashboard(dashboard) as page:
         run_dir = find_run(ref, probe_cfg)
         check_entries(run_dir)  # no link or FIFO in it, before the lock or anything is written
         lock = RunLock(run_dir)
@@ -736,9 +463,6 @@ def resume(
             return _resume(run_dir, sets, options, quiet, lock, page, ray, trusted)
         finally:
             lock.release()
-    finally:
-        if page is not None:
-            page.close()
 
 
 def _resume(
@@ -751,30 +475,23 @@ def _resume(
     ray: tuple[str, str] | None = None,
     trusted: tuple[str, ...] = (),
 ) -> int:
-    from zrl import config as config_mod
-
-    stored = run_dir / "config.toml"
-    base = config_mod.load(stored, stored=True)
-    cfg = config_mod.load(stored, sets, options, stored=True)
+    stored, base, cfg = stored_config(run_dir, sets, options)
     check_resume_changes(run_dir, base, cfg)
     check_env_import(cfg.env.id, str(stored), [t for t in trusted if t], [cfg.run.results_dir, run_dir])
     spec, net = _checked(cfg, ray)
-    path, state, skipped = forkserver.ask(network.newest_usable, run_dir, cfg, spec)
-    if path is None:
-        reasons = "; ".join(skipped) if skipped else "there is none"
-        raise ConfigError(f"{run_dir / 'checkpoints'}: no usable checkpoint to resume from ({reasons})")
+    point = resume_point(run_dir, forkserver.ask(network.newest_usable, run_dir, cfg, spec))
     launcher = Launcher(
         cfg,
         spec,
         net,
         quiet,
         run_dir=run_dir,
-        start=StartFrom(str(path)),
-        env_frames_start=state["env_frames"],
-        sample_calls=state["sample_calls"],
+        start=point.start,
+        env_frames_start=point.env_frames,
+        sample_calls=point.sample_calls,
         lock=lock,
         dashboard=dashboard,
         ray=ray,
     )
-    launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in skipped]
+    launcher.notes += [f"skipped a checkpoint that cannot be used: {reason}" for reason in point.skipped]
     return launcher.run()

@@ -20,7 +20,7 @@ from zrl import protocol
 from zrl.bounds import printable
 from zrl.config import Config
 from zrl.launch.console import Console
-from zrl.roles.common import WorkerStart
+from zrl.roles.run_wiring import WorkerStart
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SIGHUP, EXIT_SIGINT, EXIT_SIGTERM = 0, 1, 2, 129, 130, 143
 TRACEBACK_CHARS = 20_000  # of a role's last traceback, as logged and shown

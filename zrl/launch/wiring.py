@@ -42,7 +42,7 @@ from zrl.forkserver import (
     taken,
 )
 from zrl.namespace import private_prefix, shm_prefix
-from zrl.roles.common import RunWiring, StartFrom, StopFlag, WorkerStart, make_ring_spec
+from zrl.roles.run_wiring import RunWiring, StartFrom, StopFlag, WorkerStart, make_ring_spec
 
 _open_wiring = None  # the Wiring open in this process: the one its fork server serves
 

@@ -20,19 +20,11 @@ from zrl import agents, protocol, replay_checkpoint, transport
 from zrl.config import Config
 from zrl.replay.snapshot import SnapshotMismatch
 from zrl.replay_checkpoint import ReplayWriter
-from zrl.roles.common import (
-    Decoder,
-    Every,
-    RunWiring,
-    SeqGaps,
-    StatsOut,
-    crash_report,
-    frames_past_ring,
-    keep_freed_memory,
-    should_stop,
-    start_role,
-    wait_for_weights,
-)
+from zrl.roles.inbound import Decoder, SeqGaps, frames_past_ring
+from zrl.roles.lifecycle import Every, keep_freed_memory, should_stop, start_role
+from zrl.roles.reporting import StatsOut, crash_report
+from zrl.roles.run_wiring import RunWiring
+from zrl.roles.weights_feed import wait_for_weights
 
 
 def run(cfg: Config, wiring: RunWiring, stop_event) -> None:

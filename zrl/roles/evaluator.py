@@ -37,15 +37,10 @@ from zrl.config import Config, ConfigError, EnvConfig, to_dict
 from zrl.envs import atari_rom, make_vector_env, run_protocol
 from zrl.gather import ActingStack
 from zrl.models import load_flat
-from zrl.roles.common import (
-    Every,
-    RunWiring,
-    StatsOut,
-    crash_report,
-    should_stop,
-    start_role,
-    wait_for_weights,
-)
+from zrl.roles.lifecycle import Every, should_stop, start_role
+from zrl.roles.reporting import StatsOut, crash_report
+from zrl.roles.run_wiring import RunWiring
+from zrl.roles.weights_feed import wait_for_weights
 
 NAME = "zrl-evaluator"
 PROTOCOLS = ("deepmind", "machado", "saber")

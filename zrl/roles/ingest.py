@@ -26,19 +26,11 @@ from shm.ring import Ring
 from zrl import __version__, agents, bounds, protocol, transport
 from zrl.config import Config, dumps
 from zrl.connections import ConnectionCap, raise_file_limit, source_fd
-from zrl.roles.common import (
-    Decoder,
-    Every,
-    RunWiring,
-    StatsOut,
-    WorkerStart,
-    crash_report,
-    env_spec_text,
-    finite_weights,
-    should_stop,
-    silence_limit,
-    start_role,
-)
+from zrl.roles.inbound import Decoder
+from zrl.roles.lifecycle import Every, should_stop, start_role
+from zrl.roles.reporting import StatsOut, crash_report
+from zrl.roles.run_wiring import RunWiring, WorkerStart, env_spec_text, silence_limit
+from zrl.roles.weights_feed import finite_weights
 
 NAME = "zrl-ingest"
 HOST_CHARS = 100  # of a remote worker's host name or version, as logged

@@ -19,18 +19,11 @@ from shm.ring import Ring
 from zrl import __version__, agents, checkpoint, protocol, transport
 from zrl.config import Config, learner_threads, to_dict
 from zrl.models import flat_parameters, resolve_device
-from zrl.roles.common import (
-    Decoder,
-    Every,
-    RunWiring,
-    StartFrom,
-    StatsOut,
-    crash_report,
-    keep_freed_memory,
-    next_batch,
-    should_stop,
-    start_role,
-)
+from zrl.roles.inbound import Decoder
+from zrl.roles.lifecycle import Every, keep_freed_memory, should_stop, start_role
+from zrl.roles.reporting import StatsOut, crash_report
+from zrl.roles.run_wiring import RunWiring, StartFrom
+from zrl.roles.weights_feed import next_batch
 
 # The longest the learner goes without asking the broker for its replay index (for checkpoints): IndexSchedule
 INDEX_EVERY_S = 10.0

@@ -25,20 +25,11 @@ import zstandard
 from shm.ring import Ring
 from zrl import __version__, protocol, transport
 from zrl.bounds import printable
-from zrl.roles.common import (
-    RunWiring,
-    StatsOut,
-    Weights,
-    WeightsFeed,
-    WorkerLink,
-    WorkerStart,
-    env_spec_text,
-    finite_weights,
-    make_ring_spec,
-    should_stop,
-    silence_limit,
-    worker_env,
-)
+from zrl.roles.lifecycle import should_stop
+from zrl.roles.reporting import StatsOut
+from zrl.roles.run_wiring import RunWiring, WorkerStart, env_spec_text, make_ring_spec, silence_limit
+from zrl.roles.weights_feed import Weights, WeightsFeed, finite_weights
+from zrl.roles.worker_link import WorkerLink, worker_env
 from zrl.transport import ENDPOINT_NAMES, Endpoints
 
 JOIN_WAIT_S = 5.0  # how long a join waits for the gate's answer before it tries again

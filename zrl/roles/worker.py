@@ -20,17 +20,11 @@ from zrl import agents, transport
 from zrl.config import Config, worker_slots
 from zrl.gather import ActingStack
 from zrl.models import load_flat
-from zrl.roles.common import (
-    EpisodeReporter,
-    Every,
-    RunWiring,
-    Weights,
-    WorkerLink,
-    WorkerStart,
-    crash_report,
-    should_stop,
-    start_role,
-)
+from zrl.roles.lifecycle import Every, should_stop, start_role
+from zrl.roles.reporting import EpisodeReporter, crash_report
+from zrl.roles.run_wiring import RunWiring, WorkerStart
+from zrl.roles.weights_feed import Weights
+from zrl.roles.worker_link import WorkerLink
 
 
 def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart = WorkerStart()) -> None:
