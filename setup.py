@@ -40,16 +40,16 @@ setup(
     },
     entry_points={
         "console_scripts": [
-            "zrl-launch=zrl.cli:launch_main",
-            "zrl-bench=zrl.cli:bench_main",
-            "zrl-eval=zrl.cli:eval_main",
-            "zrl-keys=zrl.cli:keys_main",
-            "zrl-worker=zrl.cli:worker_main",
-            "zrl-sweep=zrl.cli:sweep_main",
-            "zrl-report=zrl.cli:report_main",
-            "zrl-plot=zrl.cli:plot_main",
-            "zrl-dashboard=zrl.cli:dashboard_main",
-            "zrl-translate=zrl.cli:translate_main",
+            "zrl-launch=zrl.cli.launch:launch_main",
+            "zrl-bench=zrl.cli.bench:bench_main",
+            "zrl-eval=zrl.cli.eval:eval_main",
+            "zrl-keys=zrl.cli.keys:keys_main",
+            "zrl-worker=zrl.cli.worker:worker_main",
+            "zrl-sweep=zrl.cli.sweep:sweep_main",
+            "zrl-report=zrl.cli.report:report_main",
+            "zrl-plot=zrl.cli.plot:plot_main",
+            "zrl-dashboard=zrl.cli.dashboard:dashboard_main",
+            "zrl-translate=zrl.cli.translate:translate_main",
         ]
     },
 )

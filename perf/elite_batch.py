@@ -43,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from zrl import config as config_mod  # noqa: E402
 from zrl.agents.vtrace.broker import Broker, FeatureScorer  # noqa: E402
 from zrl.bench.elite import M, behaviour_outputs, drifted, fill_ring, time_learner_step  # noqa: E402
-from zrl.bench.modes import pipeline  # noqa: E402
+from zrl.bench.modes.harness import pipeline  # noqa: E402
 from zrl.envs import probe  # noqa: E402
 from zrl.models import build_model, flat_parameters, resolve_device  # noqa: E402
 from zrl.replay.elite import draw_pool, feature_distance, select  # noqa: E402

@@ -28,7 +28,7 @@ def main() -> None:
     from zrl import config
     from zrl.agents.vtrace.learner import choose_unroll_conv, sgd_step
     from zrl.bench.facts import machine
-    from zrl.bench.modes import _fixed_batch
+    from zrl.bench.modes.learner import _fixed_batch
     from zrl.envs import probe
 
     cfg = config.load(args.config)

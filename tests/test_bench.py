@@ -99,9 +99,9 @@ def test_learner_mode_compares_the_fed_learner_with_a_bare_loop(tmp_path, no_lea
 
 @pytest.mark.e2e
 def test_elite_mode_times_elite_and_attentive_batches_against_the_learner_step(tmp_path, no_leaks):
-    result = _bench(tmp_path, "elite", *TINY, "--capacity", 32, "--set", "model.feature_size=16", "--repeats", 2)[
-        "result"
-    ]
+    result = _bench(
+        tmp_path, "elite", "--config", SMOKE, "--capacity", 32, "--set", "model.feature_size=16", "--repeats", 2
+    )["result"]
     assert [r["sampler"] for r in result["rows"]] == ["elite", "attentive"]
     _positive(result["learner_step_s"], *(r["prepare_s"] for r in result["rows"]))
     assert result["feature_size"] == 16 and result["capacity"] == 32
@@ -250,10 +250,20 @@ def test_suggest_runs_its_grid_and_names_the_best(tmp_path, no_leaks):
     "args, expected",
     [
         ((), "give one of MODE"),
-        (("env", "--suggest"), "give one of MODE"),
+        (("nope",), "No such command 'nope'"),
+        (("env", "--suggest"), "No such option '--suggest'"),
+        (("env", "--remote"), "No such option '--remote'"),  # each mode takes only its own options
+        (("elite", "--seconds", "1"), "No such option '--seconds'"),
+        (("transport", "--workers", "2"), "No such option '--workers'"),
         (("env", "--workers", "two"), "--workers 'two': expected a positive integer"),
+        (("env", "--workers", "1,2"), "env: --workers takes one number, not a list"),
+        (("sampling", "--workers", "two"), "--workers 'two': expected a positive integer or a comma list"),
         (("sampling", "--envs-per-worker", "0"), "every value must be at least 1"),
         (("env", "--seconds", "0"), "--seconds must be > 0"),
+        (("env", "--seconds", "x"), "Invalid value for '--seconds'"),
+        (("elite", "--lambda", "0.5"), "--lambda must be >= 1"),
+        (("pipeline", "--rounds", "0"), "--rounds must be >= 1"),
+        (("pipeline", "--remote", "--observers"), "give one of --remote, --observers"),
         (("env", "--set", 'env.id="ALE/Nope-v5"'), "env.id"),
         (("learning", "--config", SMOKE), "learning needs a budget"),
         (("learning", "--runs", "no/such/run"), "not a zrl run folder"),
@@ -265,7 +275,7 @@ def test_bench_mistakes_exit_2_in_one_line(tmp_path, monkeypatch, args, expected
     """zrl-bench's command in this process (click's CliRunner): exit code 2, one line naming the mistake, no
     traceback (an exception would fail the test), nothing written. The installed command's own refusal is
     test_the_zrl_bench_command_refuses_a_mistake_in_one_line."""
-    from zrl.cli import bench_main
+    from zrl.cli.bench import bench_main
 
     monkeypatch.chdir(tmp_path)
     assert expected in refused(bench_main, *args)
@@ -274,11 +284,14 @@ def test_bench_mistakes_exit_2_in_one_line(tmp_path, monkeypatch, args, expected
 
 @pytest.mark.e2e
 def test_the_zrl_bench_command_refuses_a_mistake_in_one_line(tmp_path, no_leaks):
-    done = run_command("zrl-bench", "env", "--workers", "two", cwd=tmp_path, timeout=120)
+    done = run_command("zrl-bench", "sampling", "--workers", "two", cwd=tmp_path, timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "zrl-bench: error: --workers 'two': expected a positive integer or a comma list such as 1,2,4"
     ]
+    done = run_command("zrl-bench", "env", "--remote", cwd=tmp_path, timeout=120)  # an option env does not take
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "No such option '--remote'" in done.stderr, done.stderr
 
 
 @pytest.mark.e2e

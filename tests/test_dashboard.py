@@ -20,7 +20,8 @@ import psutil
 import pytest
 from conftest import REPO, command, refused
 
-from zrl.cli import dashboard_main, launch_main
+from zrl.cli.dashboard import dashboard_main
+from zrl.cli.launch import launch_main
 from zrl.config import ConfigError, dumps, load
 from zrl.dashboard import Dashboard, RunView
 from zrl.launch.folder import LOCK_NAME

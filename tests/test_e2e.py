@@ -17,7 +17,7 @@ from conftest import REPO, assert_loadable, command, csv_rows, reaped, refused, 
 from test_launch_refusals import BAD_INPUT
 
 from zrl import checkpoint, config
-from zrl.cli import launch_main
+from zrl.cli.launch import launch_main
 from zrl.machine import cpu_description
 
 pytestmark = pytest.mark.e2e

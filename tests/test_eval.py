@@ -136,7 +136,7 @@ def test_reference_scores_cover_the_57_games_with_their_source():
 def test_zrl_eval_cli_and_compare(pong, tmp_path, monkeypatch):
     """The real zrl-eval on a run and --compare of it with itself; its refusals through its click command."""
 
-    from zrl.cli import eval_main
+    from zrl.cli.eval import eval_main
 
     run = pong.parent.parent
     result = run_command(

@@ -183,7 +183,8 @@ def test_a_bad_sweep_file_exits_2_before_any_run(tmp_path, monkeypatch):
     """The real zrl-sweep on a bad sweep file; its other refusals, and zrl-report's, through their click commands in
     this process (CliRunner; an exception would fail the test): exit code 2, the reason, nothing made."""
 
-    from zrl.cli import report_main, sweep_main
+    from zrl.cli.report import report_main
+    from zrl.cli.sweep import sweep_main
 
     path = _sweep_file(tmp_path, f'[sweep]\nconfig = "{CARTPOLE}"\nseeds = ["a"]\n')
     out = tmp_path / "out"
@@ -271,7 +272,7 @@ def test_report_reads_every_run_at_the_common_frame_budget(tmp_path):
     assert "given with --frames" in report.markdown(built)
     with pytest.raises(ConfigError, match=r"--frames 150,000: 1 run stopped short of it: .*seed1/run \(100,000\)"):
         report.build([str(short), str(long)], reps=200, frames=150_000)
-    from zrl.cli import report_main
+    from zrl.cli.report import report_main
 
     assert "stopped short" in refused(report_main, str(short), "--frames", "150000")
     # the minutes are those in which the fastest run reached the budget, not the shortest run's end

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from conftest import REPO, refused
 
-from zrl.cli import launch_main
+from zrl.cli.launch import launch_main
 
 pytestmark = pytest.mark.integration
 

@@ -66,7 +66,7 @@ def test_a_run_whose_features_cannot_be_its_hidden_layer_is_refused_before_anyth
 ):
     """zrl-launch's click command in this process (CliRunner; an exception would fail the test): exit code 2 and
     the key named, no results folder."""
-    from zrl.cli import launch_main
+    from zrl.cli.launch import launch_main
 
     monkeypatch.chdir(tmp_path)
     args = ["--config", CARTPOLE, "--set", "model.feature_layer=false", "--set", "model.feature_size=7"]

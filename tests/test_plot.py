@@ -15,7 +15,7 @@ from PIL import Image
 
 from zrl import config
 from zrl.bench.learning import WINDOW
-from zrl.cli import plot_main
+from zrl.cli.plot import plot_main
 from zrl.experiment import plot
 from zrl.experiment.runs import curve, group_runs, load_run
 from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog

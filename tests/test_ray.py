@@ -91,7 +91,7 @@ def test_ray_without_remote_slots_or_a_cluster_is_a_usage_error(tmp_path, no_lea
     """No remote slots: refused by zrl-launch's click command in this process (CliRunner; an exception would fail
     the test). No cluster at the address, and no Ray installed: the real zrl-launch (the first starts the run's
     launcher before it finds out; the second needs an interpreter where `import ray` fails from the start)."""
-    from zrl.cli import launch_main
+    from zrl.cli.launch import launch_main
 
     monkeypatch.chdir(tmp_path)
     assert "workers.remote is 0" in refused(launch_main, "--config", CARTPOLE, "--ray", "auto")

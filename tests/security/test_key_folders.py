@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, refused
 
 from zrl import transport
-from zrl.cli import launch_main
+from zrl.cli.launch import launch_main
 from zrl.config import ConfigError
 
 pytestmark = pytest.mark.integration

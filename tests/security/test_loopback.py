@@ -17,7 +17,7 @@ from conftest import REPO, command, refused
 from remote_client import Client, connect_words, keyed_dealer
 
 from zrl import protocol
-from zrl.cli import worker_main
+from zrl.cli.worker import worker_main
 
 pytestmark = pytest.mark.e2e
 

@@ -18,7 +18,8 @@ import zmq
 from conftest import REPO, refused, run_command, start_command
 
 from zrl import checkpoint, protocol
-from zrl.cli import eval_main, launch_main
+from zrl.cli.eval import eval_main
+from zrl.cli.launch import launch_main
 from zrl.config import dumps, load, to_dict
 
 pytestmark = pytest.mark.integration

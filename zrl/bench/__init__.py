@@ -36,7 +36,7 @@ class Options:
 
 def run(mode: str, opt: Options, progress) -> dict:
     from zrl import config as config_mod
-    from zrl.bench import modes
+    from zrl.bench.modes import compare, data_path, learner, pipeline
     from zrl.envs import probe
 
     one = {}
@@ -51,38 +51,40 @@ def run(mode: str, opt: Options, progress) -> dict:
     if mode == "pipeline" or mode == "suggest":
         warmup = 15.0 if opt.warmup is None else opt.warmup
         if mode == "suggest":
-            return modes.suggest(
+            return pipeline.suggest(
                 opt.config_path, list(opt.sets), opt.seconds, warmup, progress, opt.workers, opt.envs_per_worker
             )
         if opt.remote:
-            return modes.remote_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
+            return compare.remote_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         if opt.replay_checkpoint:
-            return modes.replay_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
+            return compare.replay_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
         if opt.evaluation:
-            return modes.evaluation_mode(
+            return compare.evaluation_mode(
                 opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress
             )
         if opt.observers:
-            return modes.observers_mode(opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress)
-        return modes.pipeline_mode(
+            return compare.observers_mode(
+                opt.config_path, list(opt.sets), cfg, opt.seconds, warmup, opt.rounds, progress
+            )
+        return pipeline.pipeline_mode(
             cfg, spec, opt.config_path, list(opt.sets), opt.seconds, warmup, progress, limit=opt.ceiling
         )
     if mode == "env":
-        return modes.env_mode(cfg, workers[0], envs[0], opt.seconds, progress, peers=opt.peers)
+        return data_path.env_mode(cfg, workers[0], envs[0], opt.seconds, progress, peers=opt.peers)
     if mode == "sampling":
         warmup = 2.0 if opt.warmup is None else opt.warmup
         grid = [(w, m) for w in workers for m in envs]
-        return modes.sampling_mode(cfg, spec, grid, opt.seconds, warmup, opt.policy, opt.ceiling, progress)
+        return data_path.sampling_mode(cfg, spec, grid, opt.seconds, warmup, opt.policy, opt.ceiling, progress)
     if mode == "transport":
-        return modes.transport_mode(cfg, spec, opt.seconds, progress, remote=opt.remote)
+        return data_path.transport_mode(cfg, spec, opt.seconds, progress, remote=opt.remote)
     if mode == "learner":
-        return modes.learner_mode(cfg, spec, opt.seconds, opt.capacity, progress)
+        return learner.learner_mode(cfg, spec, opt.seconds, opt.capacity, progress)
     if mode == "elite":
         steps = opt.feature_steps
         if steps is None:
             feature_replays = (r.feature_steps for r in cfg.replay if r.type in ("elite", "attentive"))
             steps = next(feature_replays, config_mod.ReplayConfig().feature_steps)
-        return modes.elite_mode(cfg, spec, opt.capacity, opt.lam, steps, opt.precision, opt.repeats, progress)
+        return learner.elite_mode(cfg, spec, opt.capacity, opt.lam, steps, opt.precision, opt.repeats, progress)
     raise ValueError(f"unknown mode {mode!r}")
 
 

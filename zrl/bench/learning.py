@@ -114,7 +114,7 @@ def launcher() -> list[str]:
     return [
         sys.executable,
         "-Pc",
-        f"import sys; sys.path.insert(0, {root!r}); from zrl.cli import launch_main; launch_main()",
+        f"import sys; sys.path.insert(0, {root!r}); from zrl.cli.launch import launch_main; launch_main()",
     ]
 
 
