@@ -20,6 +20,8 @@ setup(
         # 4.52 needs a certifi newer than the package index here holds
         # hypothesis: tests/test_properties.py generates the untrusted inputs of every decoder (messages, weights,
         # checkpoints, configs, the reference's replay JSON)
+        # import-linter: the import contracts of pyproject.toml (tests/test_layering.py runs its lint-imports), the
+        # maintained tool for them rather than an import graph of our own
         "test": [
             "pytest==9.2.0",
             "pytest-timeout==2.4.0",
@@ -28,6 +30,7 @@ setup(
             "msgpack==1.2.4",
             "selenium==4.51.0",
             "hypothesis==6.170.17",
+            "import-linter==2.17",
         ],
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py

@@ -1,177 +1,81 @@
-"""The import layering of DESIGN.md's module map, held in code: no import cycles, shm/ knows nothing of zrl, the
-numerics and sampling rules import no role or program, agents import no role, and roles do not import each
-other. Imports inside functions count: a deferred import is still a dependency."""
+"""The import layering of DESIGN.md's module map, held in code. The contracts (layers, no cycles, roles and the
+launcher's parts independent, shm knowing nothing of zrl, the agents' leaves, no torch in the commands) are
+import-linter's, in pyproject.toml: run here, and each shown to fail on an import that breaks it. import-linter reads
+every import at any depth of a module's code; what a module loads when it is imported, which it cannot tell, is
+checked here too."""
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 from conftest import REPO
 
-pytestmark = pytest.mark.unit
+CONTRACTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
 
-PROGRAMS = ("zrl.roles", "zrl.launch", "zrl.bench", "zrl.cli", "zrl.evaluate", "zrl.experiment", "zrl.dashboard")
-
-
-def _modules() -> dict[str, Path]:
-    found = {}
-    for path in [*(REPO / "zrl").rglob("*.py"), *(REPO / "shm").rglob("*.py")]:
-        name = ".".join(path.relative_to(REPO).with_suffix("").parts)
-        found[name.removesuffix(".__init__")] = path
-    return found
-
-
-MODULES = _modules()
-
-
-def _imports(name: str, path: Path) -> set[str]:
-    """The zrl and shm modules that ``name`` imports, at any depth of its code."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(parts + ([node.module] if node.module else []))
-            targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names]
-        else:
-            continue
-        for target in targets:
-            while target not in MODULES and "." in target:
-                target = target.rpartition(".")[0]
-            if target in MODULES and target != name:
-                out.add(target)
-    return out
+# For each contract, an import that breaks it (and, today, no other contract): added to a copy of the tree.
+BREAKS = {
+    "layers": ("zrl/replay/queue.py", "zrl.models"),  # a sampling rule importing the networks
+    "acyclic": ("zrl/namespace.py", "zrl.forkserver"),  # which imports zrl.namespace
+    "roles": ("zrl/roles/learner.py", "zrl.roles.broker"),
+    "launch-parts": ("zrl/launch/tally.py", "zrl.launch.folder"),
+    "shm": ("shm/reaper.py", "zrl.errors"),
+    "agent-leaves": ("zrl/agents/vtrace/config.py", "zrl.protocol"),
+    "bench-roles": ("zrl/bench/roles.py", "zrl.roles.worker"),
+    "no-torch": ("zrl/launch/supervise.py", "torch"),
+}
 
 
-GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+def _lint_imports(cwd: Path) -> subprocess.CompletedProcess:
+    """import-linter's lint-imports on ``cwd``/pyproject.toml's contracts, over the packages under ``cwd``; its report
+    in lines wide enough to hold a contract's name whole."""
+    script = Path(sys.executable).with_name("lint-imports")
+    env = {**os.environ, "COLUMNS": "500"}
+    return subprocess.run(
+        [str(script), "--no-cache", "--no-logo"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
-def _within(name: str, prefix: str) -> bool:
-    return name == prefix or name.startswith(prefix + ".")
+@pytest.mark.integration
+def test_the_import_contracts_hold():
+    done = _lint_imports(REPO)
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan), a package's edges to its own modules and
-    theirs to it left out."""
-    edges = {v: {w for w in ws if not (_within(w, v) or _within(v, w))} for v, ws in graph.items()}
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    found = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        for w in edges[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while (w := stack.pop()) != v:
-                component.append(w)
-            if component:
-                found.append(sorted([v, *component]))
-
-    for v in edges:
-        if v not in index:
-            visit(v)
-    return found
+@pytest.mark.integration
+@pytest.mark.parametrize("contract", CONTRACTS, ids=lambda contract: contract["id"])
+def test_an_import_that_breaks_a_contract_fails_the_check(contract, tmp_path):
+    """A contract that no import can break holds nothing (a misspelt module, a wildcard that matches none): each is
+    broken here, in a copy of zrl/ and shm/ with one import more, and lint-imports must fail naming it."""
+    assert contract["id"] in BREAKS, f"contract {contract['id']!r}: add to BREAKS an import that breaks it"
+    path, imported = BREAKS[contract["id"]]
+    for package in ("zrl", "shm"):
+        shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", tmp_path)
+    assert (tmp_path / path).is_file(), f"{path} is gone: BREAKS needs another module to break {contract['id']!r}"
+    with open(tmp_path / path, "a") as fh:
+        fh.write(f"\nimport {imported}  # breaks {contract['id']}\n")
+    done = _lint_imports(tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"{contract['name']} BROKEN" in done.stdout, done.stdout
 
 
-def _offenders(sources: str, forbidden: tuple[str, ...]) -> list[str]:
-    return [
-        f"{name} imports {dep}"
-        for name, deps in GRAPH.items()
-        if _within(name, sources)
-        for dep in sorted(deps)
-        if any(_within(dep, f) for f in forbidden)
-    ]
-
-
-def test_the_graph_is_read():
-    assert len(MODULES) > 40
-    assert "zrl.config" in GRAPH["zrl.roles.learner"] and "shm.ring" in GRAPH["zrl.roles.learner"]
-
-
-def test_no_import_cycles():
-    assert _cycles(GRAPH) == []
-
-
-def test_a_cycle_is_found():
-    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
-
-
-def test_shm_knows_nothing_of_zrl():
-    assert _offenders("shm", ("zrl",)) == []
-
-
-AGENT_SECTIONS = [n for n in MODULES if n.startswith("zrl.agents.") and n.endswith(".config")]
-
-
-@pytest.mark.parametrize("layer", ["zrl.algos", "zrl.replay", "zrl.config", "zrl.protocol", "zrl.errors"])
-def test_the_pure_layer_imports_no_role_agent_or_program(layer):
-    """An agent's config section is the one part of an agent the config may import: it composes the sections."""
-    assert _offenders(layer, PROGRAMS) == []
-    agents = [n for n in MODULES if n.startswith("zrl.agents.") and n not in AGENT_SECTIONS]
-    assert [f"{n} imports {d}" for n in GRAPH if _within(n, layer) for d in GRAPH[n] if d in agents] == []
-
-
-def test_an_agents_config_section_is_a_leaf():
-    """zrl.config imports each agent's section, so a section imports nothing of zrl but the error type."""
-    assert sorted(AGENT_SECTIONS) == [
-        "zrl.agents.apex_iqn.config",
-        "zrl.agents.impact.config",
-        "zrl.agents.vtrace.config",
-    ]
-    for section in AGENT_SECTIONS:
-        assert GRAPH[section] <= {"zrl.errors"}, section
-
-
-def test_agents_import_no_role_or_program():
-    assert _offenders("zrl.agents", PROGRAMS) == []
-
-
-# A role in more than one module: the remote worker (zrl-worker) is the worker loop with its frames sent over TCP.
-SAME_ROLE = {"zrl.roles.remote": "zrl.roles.worker"}
-
-
-def test_roles_do_not_import_each_other():
-    shared = {"inbound", "lifecycle", "reporting", "run_wiring", "weights_feed", "worker_link"}  # what every role uses
-    roles = [n for n in MODULES if _within(n, "zrl.roles") and n.rpartition(".")[2] not in ("roles", *shared)]
-    for role in roles:
-        assert not [d for d in GRAPH[role] if d in roles and SAME_ROLE.get(role) != d], role
-
-
-def test_the_launchers_parts_do_not_import_the_launcher():
-    """zrl/launch/launcher.py puts the parts together; a part (run folder, wiring, supervision, tally, ...) imports
-    no other part but the console, so that zrl-bench can take the wiring, supervision's stop or the tally alone."""
-    parts = [n for n in MODULES if n.startswith("zrl.launch.") and n != "zrl.launch.launcher"]
-    assert {"zrl.launch.folder", "zrl.launch.wiring", "zrl.launch.supervise", "zrl.launch.tally"} <= set(parts)
-    for part in parts:
-        assert [d for d in GRAPH[part] if _within(d, "zrl.launch") and d != "zrl.launch.console"] == [], part
-
-
-def test_the_bench_reuses_the_launchers_wiring():
-    assert "zrl.launch.wiring" in GRAPH["zrl.bench.roles"]
-    assert "zrl.roles.worker" not in GRAPH["zrl.bench.roles"]  # the wiring makes the role processes
-
-
+@pytest.mark.unit
 def test_importing_the_config_loads_only_the_agents_leaves():
     """Importing an agent's section runs its package's __init__ first, so what zrl.config loads at import time is
     that __init__'s module-level imports too: only the registry, the error type and its own section (its parts
     and the models are imported inside functions, when a role asks for them)."""
-    for section in AGENT_SECTIONS:
-        package = section.rpartition(".")[0]
-        body = ast.parse(MODULES[package].read_text()).body
+    sections = sorted((REPO / "zrl" / "agents").glob("*/config.py"))
+    assert sections, "no agent's config section found"
+    for path in sections:
+        package = f"zrl.agents.{path.parent.name}"
+        body = ast.parse((path.parent / "__init__.py").read_text()).body
         found = {
             node.module
             for node in body
@@ -183,19 +87,17 @@ def test_importing_the_config_loads_only_the_agents_leaves():
             for alias in node.names
             if alias.name.split(".")[0] in ("zrl", "shm")
         }
-        assert found <= {"zrl.agents", "zrl.errors", section}, (package, found)
+        assert found <= {"zrl.agents", "zrl.errors", f"{package}.config"}, (package, found)
 
 
+@pytest.mark.integration
 def test_zrl_launch_imports_no_torch():
     """zrl-launch's process never imports torch (seconds of CPU and hundreds of MB a launch; perf/README.md): what
     only torch can tell it asks a child of its fork server (zrl/launch/network.py), its roles run in children of
     it, and its TensorBoard events go through TensorBoard's own writer. Checked in a fresh interpreter, on every
     module the launch path imports."""
-    import subprocess
-    import sys
-
     script = (
-        "import sys, zrl.cli, zrl.launch, zrl.launch.network, zrl.metrics, zrl.checkpoint; "
+        "import sys, zrl.cli.launch, zrl.launch, zrl.launch.network, zrl.metrics, zrl.checkpoint; "
         "zrl.metrics.ScalarWriter; print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
