@@ -16,15 +16,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zrl import protocol  # noqa: E402
 from zrl.agents.vtrace.broker import misfit  # noqa: E402
+from zrl.agents.vtrace.messages import Unroll
 from zrl.config import Config, load  # noqa: E402
 
 
-def unroll(cfg: Config, features: int) -> protocol.Unroll:
+def unroll(cfg: Config, features: int) -> Unroll:
     m, t, a = cfg.workers.envs_per_worker, cfg.learner.unroll_length, 6
     rng = np.random.default_rng(0)
-    return protocol.Unroll(
+    return Unroll(
         worker_id=0, seq=0, policy_version=0, first_frame=0, num_envs=m, length=t, env_frames=0,
         actions=rng.integers(0, a, (m, t)).astype(np.int32), rewards=rng.normal(size=(m, t)).astype(np.float32),
         discounts=np.ones((m, t), np.float32), behaviour_logits=rng.normal(size=(m, t, a)).astype(np.float32),

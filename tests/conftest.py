@@ -19,6 +19,8 @@ import pytest
 from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import protocol
+from zrl.agents.apex_iqn.messages import Transitions
+from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.config import Config
 from zrl.namespace import NAMESPACE_VAR, namespace, private_prefix, role_title, shm_prefix
 
@@ -57,7 +59,7 @@ def make_config(**sections) -> Config:
     return dataclasses.replace(base, **changes)
 
 
-def unroll_message(num_envs: int = 2, length: int = 4, num_actions: int = 3, **fields) -> protocol.Unroll:
+def unroll_message(num_envs: int = 2, length: int = 4, num_actions: int = 3, **fields) -> Unroll:
     """A well-formed Unroll from worker 0 of ``num_envs`` x ``length`` steps over ``num_actions`` actions: action 0,
     no reward, discount 1, zero logits and values, no features; ``fields`` change any of them."""
     m, t = num_envs, length
@@ -76,10 +78,10 @@ def unroll_message(num_envs: int = 2, length: int = 4, num_actions: int = 3, **f
         behaviour_values=np.zeros((m, t), np.float32),
         features=np.zeros((0, 0, 0), np.float32),
     )
-    return protocol.Unroll(**{**message, **fields})
+    return Unroll(**{**message, **fields})
 
 
-def batch_message(size: int = 2, length: int = 4, num_actions: int = 3, **fields) -> protocol.Batch:
+def batch_message(size: int = 2, length: int = 4, num_actions: int = 3, **fields) -> Batch:
     """A well-formed Batch of ``size`` units of ``length`` steps, each worker 0's env 0 from frame 0, zeros
     elsewhere (discounts 1); ``fields`` change any of them."""
     b, t = size, length
@@ -98,10 +100,10 @@ def batch_message(size: int = 2, length: int = 4, num_actions: int = 3, **fields
         behaviour_values=np.zeros((b, t), np.float32),
         replay_index=np.zeros(b, np.int32),
     )
-    return protocol.Batch(**{**message, **fields})
+    return Batch(**{**message, **fields})
 
 
-def transitions_message(frames=(0, 1, 2, 3), n_step: int = 3, **fields) -> protocol.Transitions:
+def transitions_message(frames=(0, 1, 2, 3), n_step: int = 3, **fields) -> Transitions:
     """A well-formed Ape-X Transitions message from worker 0, env 0: one transition per frame number in
     ``frames``, action 0, return 0, bootstrap discount 1, s_(t+n) ``n_step`` frames on, priority 1; ``fields``
     change any of them."""
@@ -121,7 +123,7 @@ def transitions_message(frames=(0, 1, 2, 3), n_step: int = 3, **fields) -> proto
         next_frame=frame + n_step,
         priority=np.ones(n, np.float32),
     )
-    return protocol.Transitions(**{**message, **fields})
+    return Transitions(**{**message, **fields})
 
 
 def worker_stats_message(**fields) -> protocol.WorkerStats:

@@ -117,6 +117,7 @@ def test_a_third_agent_is_one_package_and_one_registry_line(monkeypatch):
         actor=vtrace.AGENT.actor,
         broker=vtrace.AGENT.broker,
         learner=vtrace.AGENT.learner,
+        messages=vtrace.AGENT.messages,
     )
     monkeypatch.setitem(sys.modules, "zrl_tiny_agent", tiny)
     monkeypatch.setitem(agents.REGISTRY, "tiny", "zrl_tiny_agent")

@@ -16,12 +16,13 @@ from shm.ring import Ring, RingSpec
 from zrl import protocol
 from zrl.agents.apex_iqn.actor import _first_priorities
 from zrl.agents.apex_iqn.learner import apex_sgd_step
+from zrl.agents.apex_iqn.messages import PriorityUpdate, Transitions
+from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.algos.apex import NStepBuilder
 from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, ModelConfig, load
 from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_iqn_model
-from zrl.replay.prioritized import ApexReplay
 
 PONG = REPO / "config" / "apex_iqn_pong.toml"
 
@@ -56,7 +57,7 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
         priority = _first_priorities(net, gatherer, cols, apex, torch.Generator().manual_seed(2))
         n = len(priority)
         assert n == 2 * (12 - 2) and np.isfinite(priority).all() and (priority > 0).all()
-        sent = protocol.Transitions(
+        sent = Transitions(
             worker_id=0,
             seq=0,
             policy_version=0,
@@ -88,7 +89,7 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
             10.0,
         )
         before = replay.replay.tree.priorities[batch.slots].copy()
-        update = protocol.PriorityUpdate(
+        update = PriorityUpdate(
             batch_id=1,
             size=8,
             slots=batch.slots,

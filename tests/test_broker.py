@@ -8,8 +8,8 @@ import pytest
 from conftest import make_config, unroll_message
 
 from shm.ring import Ring
-from zrl import protocol
 from zrl.agents.vtrace.broker import Broker, make_batch
+from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.config import (
     Config,
     LearnerConfig,
@@ -36,7 +36,7 @@ def _write(ring: Ring, count: int) -> None:
         ring.write(frame=np.zeros((M, 2), np.uint8), episode_step=np.zeros(M, np.int32))
 
 
-def _unroll(worker: int, seq: int, first: int) -> protocol.Unroll:
+def _unroll(worker: int, seq: int, first: int) -> Unroll:
     return unroll_message(
         num_envs=M,
         length=T,
@@ -49,7 +49,7 @@ def _unroll(worker: int, seq: int, first: int) -> protocol.Unroll:
     )
 
 
-def _next_batch(broker: Broker) -> protocol.Batch | None:
+def _next_batch(broker: Broker) -> Batch | None:
     taken = broker.next_units()
     return None if taken is None else make_batch(1, *taken)
 

@@ -14,6 +14,7 @@ from conftest import make_config, unroll_message
 
 from zrl import protocol
 from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch
+from zrl.agents.vtrace.messages import Unroll
 from zrl.config import Config, ModelConfig
 from zrl.gather import Gatherer, stack_observations
 from zrl.replay.elite import feature_distance
@@ -59,7 +60,7 @@ def _behaviour_features(model, ring, first_frame: int) -> np.ndarray:
         return model(obs.reshape(-1, S, *SHAPE).to(device), with_features=True).features.view(M, T, F).cpu().numpy()
 
 
-def _unroll(seq: int, features: np.ndarray) -> protocol.Unroll:
+def _unroll(seq: int, features: np.ndarray) -> Unroll:
     return unroll_message(
         num_envs=M,
         length=T,

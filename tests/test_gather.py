@@ -8,7 +8,8 @@ import torch
 from conftest import batch_message
 
 from shm.ring import Ring
-from zrl import protocol
+from zrl.agents.apex_iqn.messages import TransitionBatch
+from zrl.agents.vtrace.messages import Batch
 from zrl.gather import ActingStack, Gatherer, stack_observations
 
 pytestmark = pytest.mark.integration
@@ -37,7 +38,7 @@ def _act(ring: Ring, steps: int, seed: int):
     return np.stack(seen)  # [steps+1, M, S, *SHAPE]
 
 
-def _batch(worker_ids, env_index, first_frame) -> protocol.Batch:
+def _batch(worker_ids, env_index, first_frame) -> Batch:
     return batch_message(
         size=len(worker_ids),
         length=T,
@@ -87,7 +88,7 @@ def test_transition_stacks_equal_the_stacks_the_worker_acted_on(rings):
     picks = [(0, 0, 0, 3, 0.97), (0, 2, 10, 13, 0.97), (1, 1, 30, 33, 0.0), (1, 0, 37, 40, 0.97)]
     w, e, f, nf, d = (np.array(c) for c in zip(*picks))
     b = len(picks)
-    batch = protocol.TransitionBatch(
+    batch = TransitionBatch(
         batch_id=1,
         env_frames=0,
         size=b,
@@ -115,7 +116,7 @@ def test_a_transition_whose_next_stack_is_not_there_is_ok_only_without_bootstrap
 
     _act(rings[0], 20, seed=0)  # frames 0..20 written; frame 22 does not exist yet
     b = 3
-    batch = protocol.TransitionBatch(
+    batch = TransitionBatch(
         batch_id=1,
         env_frames=0,
         size=b,

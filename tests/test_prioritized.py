@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import transitions_message
 
+from zrl.agents.apex_iqn.messages import PriorityUpdate, TransitionBatch
 from zrl.replay.prioritized import PrioritizedReplay, Transitions
 
 pytestmark = pytest.mark.unit
@@ -129,7 +130,7 @@ def _message(worker=0, frames=(10, 11, 12), priority=(1.0, 2.0, -1.0), **change)
 
 def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
     from zrl import protocol
-    from zrl.replay.prioritized import ApexReplay
+    from zrl.agents.apex_iqn.replay import ApexReplay
 
     apex = ApexReplay(
         capacity=100,
@@ -147,12 +148,12 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
     assert apex.next_batch(1, 0, np.zeros(2, np.int64)) is None  # 3 < learn_start
     assert apex.insert(_message(worker=1, frames=(50, 51, 52), policy_version=7)) is None
     batch = apex.next_batch(2, 123, np.zeros(2, np.int64))
-    assert isinstance(batch, protocol.TransitionBatch) and batch.size == 4 and batch.env_frames == 123
+    assert isinstance(batch, TransitionBatch) and batch.size == 4 and batch.env_frames == 123
     np.testing.assert_array_equal(batch.next_frame, batch.frame + 3)
     # each transition keeps the weights version its worker played it with (the learner's sample ages)
     np.testing.assert_array_equal(batch.policy_version, np.where(batch.worker_ids == 1, 7, 0))
     assert protocol.decode(batch.encode()).batch_id == 2  # it crosses the wire as any message
-    update = protocol.PriorityUpdate(
+    update = PriorityUpdate(
         batch_id=2, size=4, slots=batch.slots, stamps=batch.stamps, priorities=np.full(4, 9.0, np.float32)
     )
     assert apex.update(update) is None
@@ -164,17 +165,17 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
         b = apex.next_batch(3 + i, 0, np.array([20, 0]))
         assert (b.worker_ids == 1).all()
     for bad in (
-        protocol.PriorityUpdate(
+        PriorityUpdate(
             batch_id=1, size=1, slots=np.array([100]), stamps=np.ones(1, np.int64), priorities=np.ones(1, np.float32)
         ),
-        protocol.PriorityUpdate(
+        PriorityUpdate(
             batch_id=1,
             size=1,
             slots=np.array([0]),
             stamps=np.ones(1, np.int64),
             priorities=np.array([np.nan], np.float32),
         ),
-        protocol.PriorityUpdate(
+        PriorityUpdate(
             batch_id=1,
             size=1,
             slots=np.array([0]),
@@ -186,7 +187,7 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
 
 
 def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
-    from zrl.replay.prioritized import ApexReplay
+    from zrl.agents.apex_iqn.replay import ApexReplay
 
     apex = ApexReplay(
         capacity=100,

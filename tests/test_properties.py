@@ -39,9 +39,10 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from zrl import checkpoint, config, protocol
+from zrl import agents, checkpoint, config, protocol
 from zrl.agents import REGISTRY as AGENTS
 from zrl.agents import get as get_agent
+from zrl.agents.vtrace.messages import Unroll
 from zrl.checkpoint import CheckpointError
 from zrl.config import ConfigError, reference
 from zrl.config import checks as config_checks
@@ -152,14 +153,9 @@ def pack(value) -> bytes:
 
 
 def message_kinds() -> list[type]:
-    """Every message type zrl.protocol declares, found in the module rather than listed here, so that a new one
-    is covered as soon as it is declared: each msgspec Struct to which the message metaclass gave a wire tag."""
-    found = {
-        obj
-        for obj in vars(protocol).values()
-        if isinstance(obj, type) and issubclass(obj, msgspec.Struct) and isinstance(getattr(obj, "TAG", None), str)
-    }
-    return sorted(found, key=lambda kind: kind.TAG)
+    """Every message type of the wire, the core's and each registered agent's, as the registry finds them rather
+    than listed here, so that a new one is covered as soon as it is declared."""
+    return sorted(agents.message_types(), key=lambda kind: kind.TAG)
 
 
 KINDS = message_kinds()
@@ -1082,7 +1078,7 @@ def test_the_brokers_range_checks_take_exactly_the_experience_within_range(data)
             ("discounts", (m, t)),
         )
     }
-    msg = protocol.Unroll(
+    msg = Unroll(
         worker_id=0, seq=0, policy_version=0, first_frame=0, num_envs=m, length=t, env_frames=0,
         actions=np.zeros((m, t), np.int32), features=np.zeros((0, 0, 0), np.float32), **arrays,
     )  # fmt: skip

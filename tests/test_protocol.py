@@ -12,12 +12,12 @@ import pytest
 from conftest import broker_stats_message, learner_stats_message, worker_stats_message
 
 from zrl import protocol as P
+from zrl.agents.apex_iqn.messages import PriorityUpdate, TransitionBatch, Transitions
+from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.protocol import (
     FORMAT_VERSION,
     MAX_MESSAGE_BYTES,
-    MESSAGE_TYPES,
     Ack,
-    Batch,
     BrokerStats,
     Credit,
     Episode,
@@ -30,16 +30,12 @@ from zrl.protocol import (
     LearnerStats,
     Leave,
     Notice,
-    PriorityUpdate,
     ProtocolError,
     Refused,
     RemoteData,
     ReplayIndex,
     RoleError,
     SaveReplay,
-    TransitionBatch,
-    Transitions,
-    Unroll,
     WeightsRequest,
     Welcome,
     WorkerStats,
@@ -320,6 +316,14 @@ def expect_error(data, *fragments):
 # ---------------------------------------------------------------------------
 
 
+def test_a_duplicate_tag_is_refused():
+    """A tag names one type on the wire: an agent that declares a message with a core tag fails at import."""
+    with pytest.raises(TypeError, match="duplicate message tag 'batch'"):
+
+        class Again(P.Message, tag="batch"):
+            n: int
+
+
 def test_an_evaluation_figure_that_does_not_apply_travels_as_nan():
     """EvalResult's human_normalised (a game without reference scores) and mean_max_q (a policy agent)."""
     msg = FACTORIES["EvalResult"](np.random.default_rng(0))
@@ -434,7 +438,7 @@ def test_construction_is_validated():
 def test_encode_refuses_oversized(monkeypatch):
     rng = np.random.default_rng(5)
     msg = make_unroll(rng, M=4, T=20, A=6, F=64)
-    monkeypatch.setattr(P, "MAX_MESSAGE_BYTES", 4096)
+    monkeypatch.setattr(P.framework, "MAX_MESSAGE_BYTES", 4096)
     with pytest.raises(ProtocolError, match="Unroll"):
         msg.encode()
 
@@ -563,7 +567,7 @@ def test_bit_flip_fuzz_never_crashes():
         except ProtocolError:
             errors += 1
         else:
-            assert isinstance(msg, MESSAGE_TYPES)
+            assert isinstance(msg, P.Message)
             ok += 1
     assert errors > 0 and ok > 0
 

@@ -10,7 +10,8 @@ import pytest
 import zmq
 from test_protocol import assert_msg_equal, make_episode, make_learner_stats, make_unroll, make_worker_stats
 
-from zrl.protocol import ProtocolError, Unroll, decode, encode_weights
+from zrl.agents.vtrace.messages import Unroll
+from zrl.protocol import ProtocolError, decode, encode_weights
 
 pytestmark = pytest.mark.integration
 

@@ -22,6 +22,7 @@ from conftest import REPO, transitions_message, worker_stats_message
 from remote_client import Client, M, T, deflate, remote_data, slots
 
 from zrl import envs, protocol, transport
+from zrl.agents.vtrace.messages import Unroll
 from zrl.config import TransportConfig, load
 from zrl.launch.wiring import Wiring
 
@@ -53,7 +54,7 @@ class Harness:
         self.socks.append(sock)
         return Client(sock)
 
-    def forwarded(self, wait_ms: int = 300) -> list[protocol.Unroll]:
+    def forwarded(self, wait_ms: int = 300) -> list[Unroll]:
         out = []
         while self.broker.poll(wait_ms, zmq.POLLIN):
             out.append(protocol.decode(self.broker.recv()))

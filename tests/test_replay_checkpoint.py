@@ -9,7 +9,8 @@ import pytest
 import torch
 from conftest import transitions_message
 
-from zrl.replay.prioritized import ApexReplay
+from zrl.agents.apex_iqn.messages import PriorityUpdate
+from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, UniformReplay
 from zrl.replay.snapshot import SnapshotMismatch
@@ -102,7 +103,6 @@ def _apex(seed: int = 3, capacity: int = 64) -> ApexReplay:
 
 
 def test_an_apex_replays_transitions_priorities_and_beta_round_trip_and_it_samples_on_the_same():
-    from zrl import protocol
 
     replay = _apex()
     for w in range(2):
@@ -112,7 +112,7 @@ def test_an_apex_replays_transitions_priorities_and_beta_round_trip_and_it_sampl
         assert replay.insert(msg) is None
     batch = replay.next_batch(1, 0, np.zeros(2, np.int64))
     replay.update(
-        protocol.PriorityUpdate(
+        PriorityUpdate(
             batch_id=1,
             size=len(batch.slots),
             slots=batch.slots,

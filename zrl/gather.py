@@ -11,13 +11,46 @@ blanks its own stacks the same way when it acts).
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import torch
 
 from shm.ring import Ring
-from zrl import protocol
+
+
+class Units(Protocol):
+    """What a gather reads of a batch: each unit's worker (its ring), env (its column) and first frame, ``[B]``
+    each (a V-trace Batch; a view of a TransitionBatch)."""
+
+    @property
+    def worker_ids(self) -> np.ndarray: ...
+
+    @property
+    def env_index(self) -> np.ndarray: ...
+
+    @property
+    def first_frame(self) -> np.ndarray: ...
+
+
+class Transitions(Protocol):
+    """What a transition gather reads of a batch: each transition's worker, env, the frame of s_t and of s_{t+n},
+    and the discount of its bootstrap, ``[B]`` each (Ape-X's TransitionBatch)."""
+
+    @property
+    def worker_ids(self) -> np.ndarray: ...
+
+    @property
+    def env_index(self) -> np.ndarray: ...
+
+    @property
+    def frame(self) -> np.ndarray: ...
+
+    @property
+    def next_frame(self) -> np.ndarray: ...
+
+    @property
+    def bootstrap_discount(self) -> np.ndarray: ...
 
 
 class Gatherer:
@@ -42,7 +75,7 @@ class Gatherer:
         self.episode_steps = self._steps_t.numpy()
         self._offsets = np.arange(self.window, dtype=np.int64) - (stack - 1)
 
-    def gather(self, batch: protocol.Batch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    def gather(self, batch: Units) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """Frames ``[B, T+S, *shape]``, episode steps ``[B, T+S]`` (views of the buffers) and ok ``[B]``.
 
         A unit is not ok when any of its frames was overwritten while or before it was read; its rows
@@ -138,7 +171,7 @@ class TransitionGatherer:
         self._now = Gatherer(rings, stack, 0, max_batch, frame_shape, frame_dtype, pin_memory)
         self._next = Gatherer(rings, stack, 0, max_batch, frame_shape, frame_dtype, pin_memory)
 
-    def gather(self, batch: protocol.TransitionBatch) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    def gather(self, batch: Transitions) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """``obs [B, S, *shape]``, ``next_obs [B, S, *shape]`` and ok ``[B]``: False where a frame of s_t was
         overwritten, or one of s_{t+n} that the target needs (its bootstrap discount is not 0)."""
         now = SimpleNamespace(worker_ids=batch.worker_ids, env_index=batch.env_index, first_frame=batch.frame)

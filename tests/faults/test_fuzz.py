@@ -27,6 +27,7 @@ from conftest import (
 )
 
 from zrl import checkpoint, protocol
+from zrl.agents.apex_iqn.messages import PriorityUpdate, TransitionBatch
 from zrl.namespace import private_prefix
 
 SMOKE = REPO / "config" / "smoke.toml"
@@ -112,7 +113,7 @@ def _apex_forgeries() -> list[bytes]:
             policy_version=np.zeros(b, np.int64),
         )
         fields.update(change)
-        return protocol.TransitionBatch(**fields).encode()
+        return TransitionBatch(**fields).encode()
 
     def update(**change) -> bytes:
         fields = dict(
@@ -123,7 +124,7 @@ def _apex_forgeries() -> list[bytes]:
             priorities=np.ones(b, np.float32),
         )
         fields.update(change)
-        return protocol.PriorityUpdate(**fields).encode()
+        return PriorityUpdate(**fields).encode()
 
     return [
         transitions(worker_id=7),  # no such worker or ring

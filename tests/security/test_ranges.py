@@ -11,6 +11,7 @@ import torch
 from conftest import make_config, transitions_message, unroll_message
 
 from zrl import protocol
+from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.agents.vtrace.broker import misfit
 from zrl.agents.vtrace.learner import sgd_step
 from zrl.bounds import printable
@@ -18,7 +19,6 @@ from zrl.config import LearnerConfig, ModelConfig
 from zrl.gather import Unrolls
 from zrl.models import build_model, flat_parameters
 from zrl.optim import make_optimizer
-from zrl.replay.prioritized import ApexReplay
 from zrl.roles.weights_feed import finite_weights
 
 pytestmark = pytest.mark.unit

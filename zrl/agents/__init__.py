@@ -116,6 +116,9 @@ class Agent:
     #   take(message) -> bool: keeps a message that is not a batch;
     #   gather(batch) -> (gathered or None, torn units); step(gathered, learner_step, policy_version) -> Trained
     learner: str
+    # the module that declares the agent's messages (zrl.protocol's framework): what its workers send, what its
+    # broker sends its learner and the learner's replies; importing it adds them to the wire's union
+    messages: str
 
     def model_shapes(self, cfg: Any, frame_shape: tuple, frame_dtype: str, num_actions: int) -> Any:
         """The network ``build_model`` makes, on PyTorch's meta device: parameters with their shapes but no memory
@@ -139,6 +142,15 @@ class Agent:
     def part(ref: str) -> Any:
         module, _, name = ref.partition(":")
         return getattr(importlib.import_module(module), name)
+
+
+def message_types() -> tuple[type, ...]:
+    """Every message type of the wire: the core's and every registered agent's (their modules imported)."""
+    from zrl import protocol
+
+    for name in REGISTRY:
+        importlib.import_module(get(name).messages)
+    return protocol.message_types()
 
 
 def get(name: str) -> Agent:

@@ -22,9 +22,9 @@ import torch
 from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import config as config_mod
-from zrl import protocol
 from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch, units_of
 from zrl.agents.vtrace.learner import batch_tensors, choose_unroll_conv, sgd_step
+from zrl.agents.vtrace.messages import Unroll
 from zrl.envs import make_vector_env
 from zrl.gather import ActingStack, Gatherer, Unrolls, stack_observations
 from zrl.launch import shm_prefix
@@ -34,7 +34,7 @@ from zrl.optim import make_optimizer
 M = 8  # envs in the one ring that holds the replay's frames
 
 
-def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
+def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[Unroll]]:
     """Play Pong with random actions into a ring; one Unroll (without features yet) per T steps."""
     t_len = cfg.learner.unroll_length
     messages = -(-units // M)
@@ -61,7 +61,7 @@ def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
                 stack.push(step.frames, step.game_over)
                 last = ring.write(frame=step.frames, episode_step=stack.episode_step)
             out.append(
-                protocol.Unroll(
+                Unroll(
                     worker_id=0,
                     seq=seq,
                     policy_version=0,
@@ -86,7 +86,7 @@ def fill_ring(cfg, spec, units: int) -> tuple[Ring, list[protocol.Unroll]]:
     return ring, out
 
 
-def behaviour_outputs(model, ring, cfg, spec, msg: protocol.Unroll) -> protocol.Unroll:
+def behaviour_outputs(model, ring, cfg, spec, msg: Unroll) -> Unroll:
     """The message as a worker acting with ``model`` would have sent it: logits, values, features."""
     t_len, s = cfg.learner.unroll_length, cfg.env.frame_stack
     where = SimpleNamespace(

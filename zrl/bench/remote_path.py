@@ -13,6 +13,7 @@ import zmq
 
 from shm.ring import Ring
 from zrl import protocol, transport
+from zrl.agents.vtrace.messages import Unroll
 from zrl.bench.transport import unroll_message
 from zrl.config import Config
 
@@ -77,7 +78,7 @@ def _remote_sender(gate: str, keys: str, frames: np.ndarray, unroll: int, action
                 k += 1
                 steps += 1
                 ring.write(frame=frames[k % len(frames)], episode_step=steps)
-            message = protocol.Unroll(
+            message = Unroll(
                 **{f: getattr(base, f) for f in base.FIELDS if f not in ("worker_id", "seq", "first_frame")},
                 worker_id=welcome.worker_id,
                 seq=seq,

@@ -18,6 +18,7 @@ import zmq
 import shm
 from shm.ring import Ring, RingSpec
 from zrl import protocol, transport
+from zrl.agents.vtrace.messages import Unroll
 from zrl.config import Config
 from zrl.launch import private_prefix, shm_prefix
 
@@ -114,9 +115,9 @@ def queue_bandwidth(envs: int, seconds: float) -> dict:
     return {"slot_bytes": first.nbytes, "messages": count, "gb_per_s": round(count * first.nbytes / elapsed / 1e9, 3)}
 
 
-def unroll_message(envs: int, unroll: int, actions: int) -> protocol.Unroll:
+def unroll_message(envs: int, unroll: int, actions: int) -> Unroll:
     """An index message as a worker sends it: frame numbers, actions, rewards, behaviour logits and values."""
-    return protocol.Unroll(
+    return Unroll(
         worker_id=0,
         seq=0,
         policy_version=1,

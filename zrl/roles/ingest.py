@@ -378,16 +378,10 @@ class Ingest:
         if inner.worker_id != session.worker_id:
             raise Refusal(f"its message names worker {inner.worker_id}, not {session.worker_id}")
         low, high = session.start, ring.head + msg.count  # the frames it may name: this session's, once written
-        if isinstance(inner, protocol.Unroll):
-            first = inner.first_frame + offset
-            if not (low <= first and first + inner.length < high):
-                raise Refusal("its unroll names frames it has not sent")
-            out = msgspec.structs.replace(inner, seq=self.slot_seq[session.slot], first_frame=first)
-        else:
-            frame, next_frame = inner.frame + offset, inner.next_frame + offset
-            if inner.count and not (low <= frame.min() and next_frame.max() < high and (next_frame >= frame).all()):
-                raise Refusal("its transitions name frames it has not sent")
-            out = msgspec.structs.replace(inner, seq=self.slot_seq[session.slot], frame=frame, next_frame=next_frame)
+        try:
+            out = inner.renumbered(self.slot_seq[session.slot], offset, low, high)
+        except ValueError as err:
+            raise Refusal(f"its message {err}") from None
         data = out.encode()
         for k in range(msg.count):
             ring.write(**{name: values[k] for name, values in fields.items()})

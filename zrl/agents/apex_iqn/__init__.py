@@ -59,4 +59,5 @@ AGENT = Agent(
     actor="zrl.agents.apex_iqn.actor:ApexActor",
     broker="zrl.agents.apex_iqn.broker:ApexBroker",
     learner="zrl.agents.apex_iqn.learner:ApexLearner",
+    messages="zrl.agents.apex_iqn.messages",
 )

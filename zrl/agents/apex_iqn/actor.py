@@ -13,8 +13,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from zrl import protocol
 from zrl.agents import Outgoing
+from zrl.agents.apex_iqn.messages import Transitions
 from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
 from zrl.algos.iqn import NStep
 from zrl.config import Config, worker_slots
@@ -89,7 +89,7 @@ class ApexActor:
             t0 = time.perf_counter()
             priority = _first_priorities(self.model, self.gatherer, cols, self.apex, self.generator)
             inference_s = time.perf_counter() - t0  # forward passes, not sending
-        message = protocol.Transitions(
+        message = Transitions(
             worker_id=self.worker_id,
             seq=worker.seq,
             policy_version=worker.policy_version,

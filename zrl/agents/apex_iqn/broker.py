@@ -14,15 +14,15 @@ import time
 import numpy as np
 
 from shm.ring import Ring
-from zrl import protocol
+from zrl.agents.apex_iqn.messages import PriorityUpdate, Transitions
+from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.config import Config, apex_anneal_steps, worker_slots
-from zrl.replay.prioritized import ApexReplay
 
 
 class ApexBroker:
-    message_type = protocol.Transitions
+    message_type = Transitions
     inbox_per_turn = 64
-    reply_type = protocol.PriorityUpdate  # the learner's new priorities, on the priorities socket
+    reply_type = PriorityUpdate  # the learner's new priorities, on the priorities socket
     wants_weights = False
 
     def __init__(self, cfg: Config, wiring, rings: list[Ring]) -> None:
@@ -46,13 +46,13 @@ class ApexBroker:
         self.pace_from = apex.learn_start  # env steps of this launch before the learner's share counts
         self.prepare_time_s = 0.0
 
-    def units(self, msg: protocol.Transitions) -> int:
+    def units(self, msg: Transitions) -> int:
         return msg.count
 
-    def insert(self, msg: protocol.Transitions) -> str | None:
+    def insert(self, msg: Transitions) -> str | None:
         return self.replay.insert(msg)
 
-    def reply(self, msg: protocol.PriorityUpdate) -> str | None:
+    def reply(self, msg: PriorityUpdate) -> str | None:
         return self.replay.update(msg)
 
     def next_batch(self, batch_id: int, env_frames: int, env_steps: int):

@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from zrl import protocol
 from zrl.agents import Trained, finite_update
+from zrl.agents.apex_iqn.messages import PriorityUpdate, TransitionBatch
 from zrl.algos.apex import transition_losses
 from zrl.algos.iqn import NStep
 from zrl.config import ApexConfig, Config, apex_anneal_steps
@@ -58,7 +58,7 @@ def apex_sgd_step(
     return ApexStep(float(loss.detach()), grad_norm, priorities)
 
 
-def transition_misfit(batch: protocol.TransitionBatch, cfg: Config, rings: int, num_actions: int) -> str | None:
+def transition_misfit(batch: TransitionBatch, cfg: Config, rings: int, num_actions: int) -> str | None:
     """Why a well-formed TransitionBatch cannot be from this run's broker (forged or damaged), or None."""
     b = batch.size
     if not 1 <= b <= cfg.learner.batch_size:
@@ -83,7 +83,7 @@ class ApexLearner:
     """Ape-X's part of the learner: the online and target networks, the optimiser and schedule, and the gatherer
     of transitions."""
 
-    batch_types = (protocol.TransitionBatch,)
+    batch_types = (TransitionBatch,)
     asks_replay_index = False
     replies = True  # each step's new priorities go back to the broker
 
@@ -125,13 +125,13 @@ class ApexLearner:
             "scheduler": self.scheduler.state_dict(),
         }
 
-    def misfit(self, batch: protocol.TransitionBatch) -> str | None:
+    def misfit(self, batch: TransitionBatch) -> str | None:
         return transition_misfit(batch, self.cfg, len(self.rings), self.num_actions)
 
     def take(self, message) -> bool:
         return False
 
-    def gather(self, batch: protocol.TransitionBatch) -> tuple[Any, int]:
+    def gather(self, batch: TransitionBatch) -> tuple[Any, int]:
         """Both stacks of the transitions whose frames were intact, and their columns (None if none were); how many
         were torn."""
         obs, next_obs, ok = self.gatherer.gather(batch)
@@ -172,7 +172,7 @@ class ApexLearner:
             metrics = {"total_loss": step.loss, "grad_norm": step.grad_norm}
             return Trained(samples=0, frames=0, metrics=metrics)
         self.scheduler.step()
-        reply = protocol.PriorityUpdate(
+        reply = PriorityUpdate(
             batch_id=batch.batch_id,
             size=len(keep),
             slots=batch.slots[keep],

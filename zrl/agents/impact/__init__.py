@@ -38,4 +38,5 @@ AGENT = Agent(
     actor="zrl.agents.vtrace.actor:VtraceActor",
     broker="zrl.agents.vtrace.broker:VtraceBroker",
     learner="zrl.agents.impact.learner:ImpactLearner",
+    messages="zrl.agents.vtrace.messages",
 )

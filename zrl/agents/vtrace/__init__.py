@@ -72,4 +72,5 @@ AGENT = Agent(
     actor="zrl.agents.vtrace.actor:VtraceActor",
     broker="zrl.agents.vtrace.broker:VtraceBroker",
     learner="zrl.agents.vtrace.learner:VtraceLearner",
+    messages="zrl.agents.vtrace.messages",
 )

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import torch
 
-from zrl import protocol
 from zrl.agents import Outgoing
+from zrl.agents.vtrace.messages import Unroll
 from zrl.config import Config, needs_features, unrolls_banked, unrolls_per_version
 from zrl.models import build_model
 
@@ -89,7 +89,7 @@ class VtraceActor:
         self.t = t + 1
         if self.t < self.t_len:
             return None
-        message = protocol.Unroll(
+        message = Unroll(
             worker_id=self.worker_id,
             seq=worker.seq,
             policy_version=worker.policy_version,

@@ -19,6 +19,7 @@ import torch
 
 from shm.ring import Ring
 from zrl import protocol
+from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.bounds import out_of_range, within_unit
 from zrl.config import (
     Config,
@@ -40,7 +41,7 @@ from zrl.replay.store import Unit
 SCORE_CHUNK = 64  # units per feature forward pass (bounds the broker's frame buffer)
 
 
-def units_of(msg: protocol.Unroll) -> list[Unit]:
+def units_of(msg: Unroll) -> list[Unit]:
     """Split one worker message into its M per-env units."""
     return [
         Unit(
@@ -58,7 +59,7 @@ def units_of(msg: protocol.Unroll) -> list[Unit]:
     ]
 
 
-def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
+def misfit(msg: Unroll, cfg: Config, num_actions: int) -> str | None:
     """Why a well-formed unroll message cannot be from this run's workers (a forged or damaged message), or None.
     The schema checks types and shapes; this checks them against the run."""
     if not 0 <= msg.worker_id < worker_slots(cfg):
@@ -85,14 +86,12 @@ def misfit(msg: protocol.Unroll, cfg: Config, num_actions: int) -> str | None:
     )
 
 
-def make_batch(
-    batch_id: int, units: list[Unit], replay_index: list[int] | None = None, env_frames: int = 0
-) -> protocol.Batch:
+def make_batch(batch_id: int, units: list[Unit], replay_index: list[int] | None = None, env_frames: int = 0) -> Batch:
     """Units sorted by worker, so that the learner gathers each ring's frames into one contiguous block."""
     source = np.zeros(len(units), np.int32) if replay_index is None else np.asarray(replay_index, np.int32)
     order = sorted(range(len(units)), key=lambda i: units[i].worker_id)
     units = [units[i] for i in order]
-    return protocol.Batch(
+    return Batch(
         batch_id=batch_id,
         length=len(units[0].actions),
         env_frames=env_frames,
@@ -220,7 +219,7 @@ class Broker:
         """Every replay holds its fill: one batch's share for a queue, fill_fraction x capacity otherwise."""
         return all(len(r) >= s if isinstance(r, QueueReplay) else r.ready() for r, s in zip(self.replays, self.shares))
 
-    def insert(self, msg: protocol.Unroll) -> None:
+    def insert(self, msg: Unroll) -> None:
         """Every unit of the message into every replay (the loop has checked that it fits the run)."""
         units = units_of(msg)
         features = msg.features if msg.features.size else None
@@ -348,7 +347,7 @@ class Broker:
 class VtraceBroker:
     """V-trace's part of the broker: the replays (and the feature scorer elite and attentive replays need)."""
 
-    message_type = protocol.Unroll
+    message_type = Unroll
     inbox_per_turn = 1024  # messages taken per turn of the loop
     reply_type = None  # the learner sends nothing back
 
@@ -364,10 +363,10 @@ class VtraceBroker:
     def load_weights(self, version: int, flat: np.ndarray) -> None:
         self.scorer.load(version, flat)
 
-    def units(self, msg: protocol.Unroll) -> int:
+    def units(self, msg: Unroll) -> int:
         return msg.num_envs
 
-    def insert(self, msg: protocol.Unroll) -> str | None:
+    def insert(self, msg: Unroll) -> str | None:
         why = misfit(msg, self.cfg, self.wiring.num_actions)
         if why is None:
             self.broker.insert(msg)

@@ -15,6 +15,7 @@ import torch
 
 from zrl import protocol
 from zrl.agents import Trained, finite_update
+from zrl.agents.vtrace.messages import Batch
 from zrl.algos.losses import vtrace_loss
 from zrl.config import Config, LearnerConfig, VtraceConfig, entropy_cost, lr_decay_steps
 from zrl.gather import Gatherer, Unrolls
@@ -136,7 +137,7 @@ def sgd_step(
     return Step(*(float(x.detach()) for x in parts), grad_norm=grad_norm)
 
 
-def batch_misfit(batch: protocol.Batch, cfg: Config, rings: int, num_actions: int) -> str | None:
+def batch_misfit(batch: Batch, cfg: Config, rings: int, num_actions: int) -> str | None:
     """Why a well-formed batch message cannot be from this run's broker (a forged or damaged message), or None:
     the learner would index rings, envs or actions outside the run, or train on non-finite numbers."""
     b = len(batch.worker_ids)
@@ -186,7 +187,7 @@ def index_misfit(index: protocol.ReplayIndex, cfg: Config, rings: int) -> str | 
     return None
 
 
-def batch_tensors(batch: protocol.Batch, ok: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
+def batch_tensors(batch: Batch, ok: np.ndarray, device: torch.device) -> dict[str, torch.Tensor]:
     """The batch's per-step arrays for the units that gathered cleanly, time-major ``[T, B]``."""
     pick = np.flatnonzero(ok)
 
@@ -256,7 +257,7 @@ class Ages(NamedTuple):
     max: float = 0.0
 
 
-def sample_ages(policy_version: int, batch: protocol.Batch, ok: np.ndarray, queues: np.ndarray) -> Ages:
+def sample_ages(policy_version: int, batch: Batch, ok: np.ndarray, queues: np.ndarray) -> Ages:
     ages = (policy_version - batch.policy_versions[ok]).astype(np.float64)
     fresh = ages[np.isin(batch.replay_index[ok], queues)] if len(queues) else ages
     return Ages(float(fresh.mean()) if len(fresh) else 0.0, float(ages.mean()), float(ages.max()))
@@ -266,7 +267,7 @@ class VtraceLearner:
     """V-trace's part of the learner: one network, its optimiser and schedule, the gatherer of unrolls, the
     broker's latest replay index and (run.deterministic) the trained actions, both for checkpoints."""
 
-    batch_types = (protocol.Batch, protocol.ReplayIndex)  # what the broker sends on the batches socket
+    batch_types = (Batch, protocol.ReplayIndex)  # what the broker sends on the batches socket
     asks_replay_index = True  # the loop asks the broker for its replay index (roles/learner.py, INDEX_EVERY_S)
     replies = False  # nothing goes back to the broker
 
@@ -335,7 +336,7 @@ class VtraceLearner:
             return True
         return False
 
-    def gather(self, batch: protocol.Batch) -> tuple[Any, int]:
+    def gather(self, batch: Batch) -> tuple[Any, int]:
         """The batch's observations and tensors for its units whose frames were intact (None if none were), and
         how many were torn. A deterministic run cannot lose a unit: a torn one ends it."""
         frames, steps, ok = self.gatherer.gather(batch)
