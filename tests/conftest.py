@@ -163,17 +163,14 @@ def broker_stats_message(**fields) -> protocol.BrokerStats:
         prepare_time_s=1.5,
         feature_time_s=1.0,
         insert_time_s=0.25,
-        elite_lambda=5.5,
-        elite_distance_pool=3.0,
-        elite_distance_chosen=2.0,
-        elite_distance_min=0.5,
-        elite_distance_max=9.0,
+        figures={"elite_lambda": 5.5, "elite_distance_pool": 3.0, "elite_distance_min": 0.5},
     )
     return protocol.BrokerStats(**{**message, **fields})
 
 
 def learner_stats_message(**fields) -> protocol.LearnerStats:
-    """A LearnerStats at learner step 100 whose step figures (the agent's) are all 0.5; ``fields`` change any."""
+    """A LearnerStats at learner step 100 whose step figures (every agent's, and two of V-trace's own) are all 0.5;
+    ``fields`` change any."""
     message = dict(
         pid=99,
         time=1.0,
@@ -191,6 +188,7 @@ def learner_stats_message(**fields) -> protocol.LearnerStats:
         decode_errors=3,
         checkpoint_path="/tmp/ckpt/step_100.npz",
         **{name: 0.5 for name, stat in protocol.LearnerStats.STATS if stat.step},
+        figures={"pg_loss": 0.5, "entropy_cost": 0.5},
     )
     return protocol.LearnerStats(**{**message, **fields})
 

@@ -20,12 +20,13 @@ import psutil
 import pytest
 from conftest import REPO, command, refused
 
+from zrl.agents import get as get_agent
 from zrl.cli.dashboard import dashboard_main
 from zrl.cli.launch import launch_main
 from zrl.config import ConfigError, dumps, load
 from zrl.dashboard import Dashboard, RunView
 from zrl.launch.folder import LOCK_NAME
-from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog
+from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, SECTIONS, CsvLog, metric_columns
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +58,7 @@ def run_dir(tmp_path) -> Path:
     folder = tmp_path / "ALE-Pong-v5_1700000000"
     (folder / "checkpoints").mkdir(parents=True)
     (folder / "config.toml").write_text(dumps(load(None, ["workers.count=2"], {})))
-    metrics = CsvLog(folder / "metrics.csv", METRIC_COLUMNS)
+    metrics = CsvLog(folder / "metrics.csv", metric_columns(get_agent("vtrace")))
     for i in range(1, 21):
         metrics.write(_metrics_row(i))
     metrics.close()
@@ -112,7 +113,7 @@ def test_the_state_agrees_with_the_run_folder_files(page, run_dir):
     assert state["run"]["status"] == "stopped" and state["run"]["workers"] == 2
     assert any("restarted it" in line for line in state["restarts"])
     # A row written now shows at the next read, and a half-written one does not.
-    log = CsvLog(run_dir / "metrics.csv", METRIC_COLUMNS)
+    log = CsvLog(run_dir / "metrics.csv", metric_columns(get_agent("vtrace")))
     log.write(_metrics_row(21))
     log.close()
     with open(run_dir / "metrics.csv", "a") as fh:

@@ -201,12 +201,12 @@ def _frames_in_csv(browser, run_dir: Path) -> bool:
 
 
 def _schedules_in_csv(browser, run_dir: Path) -> bool:
-    """The page's learning rate and entropy weight are a row of metrics.csv's (shown to 3 figures)."""
+    """The page's learning rate and entropy weight (an agent's own figure, entropy_cost) are a row of
+    metrics.csv's (shown to 3 figures)."""
     lines = _text(browser, "replay").splitlines()
-    key = "learning rate / entropy weight"
-    if key not in lines or "–" in lines[lines.index(key) + 1]:
+    if any(key not in lines or "–" in lines[lines.index(key) + 1] for key in ("learning rate", "entropy_cost")):
         return False
-    lr, entropy = (float(v) for v in lines[lines.index(key) + 1].split(" / "))
+    lr, entropy = (float(lines[lines.index(key) + 1]) for key in ("learning rate", "entropy_cost"))
     rows = [(float(r["learning_rate"] or 0), float(r["entropy_cost"] or 0)) for r in csv_rows(run_dir / "metrics.csv")]
     return any(abs(lr / a - 1) <= 0.005 and abs(entropy / b - 1) <= 0.005 for a, b in rows if a > 0 and b > 0)
 

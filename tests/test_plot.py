@@ -14,11 +14,12 @@ from click.testing import CliRunner, Result
 from PIL import Image
 
 from zrl import config
+from zrl.agents import get as get_agent
 from zrl.bench.learning import WINDOW
 from zrl.cli.plot import plot_main
 from zrl.experiment import plot
 from zrl.experiment.runs import curve, group_runs, load_run
-from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, METRIC_COLUMNS, SECTIONS, CsvLog
+from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, SECTIONS, CsvLog, metric_columns
 
 START = 1_700_000_000.0  # the fake runs' start, unix seconds
 INTERVAL_S = 2.0  # their metrics rows' interval
@@ -44,7 +45,7 @@ def _run(folder: Path, seed: int = 1, returns=(), rows: int = 30, sets=(), close
                 "env_index": 0,
             }
         )
-    metrics = CsvLog(folder / "metrics.csv", METRIC_COLUMNS)
+    metrics = CsvLog(folder / "metrics.csv", metric_columns(get_agent("vtrace")))
     for i in range(rows):
         elapsed = (i + 1) * INTERVAL_S
         row = {

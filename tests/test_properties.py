@@ -188,6 +188,9 @@ def declared(kind: type) -> list[Field]:
         if array is not None:
             out.append(Field(name, np.ndarray, array=array, required=required[name]))
             continue
+        if typing.get_origin(base) is dict:  # a Figures map: names to floats
+            out.append(Field(name, dict, required=required[name]))
+            continue
         assert base in (int, float, str), f"{kind.__name__}.{name}: {base!r}, a field kind this test does not know"
         low = high = max_length = None
         for meta in (e for e in extras if isinstance(e, msgspec.Meta)):
@@ -212,6 +215,8 @@ def scalar_values(field: Field) -> st.SearchStrategy:
         return st.integers(low, high)
     if field.kind is float:
         return st.floats(field.low, field.high)
+    if field.kind is dict:
+        return st.dictionaries(st.text(max_size=8), st.floats(), max_size=4)
     longest = (
         st.builds(lambda c: c * field.max_length, st.characters(codec="utf-8")) if field.max_length else st.nothing()
     )
@@ -259,6 +264,8 @@ def same_value(x, y) -> bool:
         return False
     if isinstance(x, float):
         return (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(same_value(x[k], y[k]) for k in x)
     return x == y
 
 

@@ -114,7 +114,11 @@ def make_broker_stats(rng) -> BrokerStats:
 def make_learner_stats(rng, path="/tmp/ckpt/step_100.npz") -> LearnerStats:
     f = lambda: float(rng.standard_normal())  # noqa: E731
     return learner_stats_message(
-        time=time.time(), total_loss=f(), pg_loss=f(), grad_norm=abs(f()), mean_rho=0.97, checkpoint_path=path
+        time=time.time(),
+        total_loss=f(),
+        grad_norm=abs(f()),
+        checkpoint_path=path,
+        figures={"pg_loss": f(), "mean_rho": 0.97},
     )
 
 

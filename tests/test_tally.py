@@ -11,8 +11,9 @@ import pytest
 from conftest import broker_stats_message, learner_stats_message
 
 from zrl import protocol
+from zrl.agents import get as get_agent
 from zrl.launch.tally import RATIO_ROWS, Tally, progress_line
-from zrl.metrics import METRIC_COLUMNS, METRIC_DOCS
+from zrl.metrics import METRIC_DOCS, agent_figures, metric_columns
 from zrl.roles.learner import STEP_METRICS
 
 pytestmark = pytest.mark.unit
@@ -135,12 +136,14 @@ def test_the_live_line_shows_the_replays_filling_before_the_first_step():
 def test_every_role_figure_is_one_declaration_the_tally_writes():
     """A role's figure is declared once, as a protocol.Stat on its stats message's field: that gives its
     metrics.csv column, how the workers' reports combine, what it means, and whether the agent's learner step
-    reports it. Once every role has reported, a row fills every column."""
-    t = Tally()
+    reports it; an agent's own figures are its declaration. Once every role has reported, a row fills every column
+    its reports carry, and no figure the agent does not declare becomes one."""
+    vtrace = get_agent("vtrace")
+    t = Tally(figures=tuple(agent_figures(vtrace)))
     t.take(worker_stats(0, 500))
     t.take(msgspec.structs.replace(worker_stats(1, 300), policy_version=7))
     t.take(broker_stats_message())
-    t.take(learner_stats_message())
+    t.take(learner_stats_message(figures={"pg_loss": 0.25, "forged": 1.0}))
     t.take(
         protocol.IngestStats(
             pid=9,
@@ -157,7 +160,11 @@ def test_every_role_figure_is_one_declaration_the_tally_writes():
     )
     t.take(protocol.EvaluatorStats(pid=10, time=1.0, evaluations=2, episodes=20, skipped=1))
     row = t.metrics_row(10.0, 1.0, 2.0)
-    assert set(row) | {"replay_ratio"} == set(METRIC_COLUMNS)  # the ratio needs two rows (its own test below)
+    carried = {"pg_loss", "elite_lambda", "elite_distance_pool", "elite_distance_min"}  # of the agent's figures
+    missing = set(agent_figures(vtrace)) - carried
+    # the replay ratio needs two rows (its own test below)
+    assert set(row) | {"replay_ratio"} == set(metric_columns(vtrace)) - missing
+    assert (row["pg_loss"], row["elite_lambda"]) == (0.25, 5.5) and "forged" not in row
     assert (row["evaluations"], row["eval_episodes"], row["eval_skipped"]) == (2, 20, 1)
     assert (row["remote_workers"], row["remote_refused"], row["remote_auth_refused"]) == (1, 6, 7)
     assert (row["worker_policy_version_min"], row["worker_policy_version_max"]) == (3, 7)
@@ -173,7 +180,7 @@ def test_every_role_figure_is_one_declaration_the_tally_writes():
         protocol.EvaluatorStats,
     ):
         for _, stat in message.STATS:
-            assert stat.column in METRIC_COLUMNS and METRIC_DOCS[stat.column] == stat.doc != ""
+            assert stat.column in metric_columns(vtrace) and METRIC_DOCS[stat.column] == stat.doc != ""
     assert STEP_METRICS == tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)
     assert {"total_loss", "grad_norm", "policy_lag", "sample_age_max"} <= set(STEP_METRICS)
     assert "learning_rate" not in STEP_METRICS
@@ -220,4 +227,4 @@ def test_the_replay_ratio_achieved_is_frames_trained_per_frame_played_over_the_l
         t.take(learner_stats_message(learner_step=step, env_frames=played + 50_000, env_frames_trained=trained))
         row = t.metrics_row(100.0 + step, 0.0, 0.0)
     assert row["replay_ratio"] == pytest.approx(4.0)  # from the restarted learner's batches alone
-    assert {"replay_ratio", "replay_ratio_target"} <= set(METRIC_COLUMNS)
+    assert {"replay_ratio", "replay_ratio_target"} <= set(metric_columns(get_agent("apex_iqn")))

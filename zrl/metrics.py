@@ -45,29 +45,40 @@ STATS_MESSAGES = (
 column's name, how the launcher combines the workers' reports, and what it means (``METRIC_DOCS``)."""
 
 METRIC_DOCS = {stat.column: stat.doc for message in STATS_MESSAGES for _, stat in message.STATS}
+"""The columns every run's metrics.csv has, from the roles' reports, and what each means; an agent adds its own
+(``agent_figures``)."""
 
-METRIC_COLUMNS = (
-    "wall_time",
-    "elapsed_s",
-    "env_frames",
-    "frames_per_s",
-    "samples_per_s",
-    *(column for column in METRIC_DOCS if not column.startswith("time_")),
-    "learner_wait_fraction",
-    "learner_step_s",
-    "broker_prepare_s",
-    "broker_feature_s",
-    "replay_ratio",
-    "replay_ratio_target",
-    "episodes",
-    "mean_return_100",
-    "worker_restarts",
-    "role_restarts",
-    "stats_decode_errors",
-    *(column for column in METRIC_DOCS if column.startswith("time_")),
-)
-"""The launcher's own figures, the roles' (their Stat fields; the time_* columns last: seconds each named section
-has taken since this launch began, summed over the workers) and the interval's time shares."""
+
+def agent_figures(agent: Any) -> dict[str, str]:
+    """The metrics.csv columns an agent adds, its learner's figures then its broker's, and what each means."""
+    return {**agent.learner_figures, **agent.broker_figures}
+
+
+def metric_columns(agent: Any) -> tuple[str, ...]:
+    """metrics.csv's header for a run of ``agent`` (an ``zrl.agents.Agent``): the launcher's own figures, the roles'
+    (their Stat fields, then the agent's figures; the time_* columns last: seconds each named section has taken
+    since this launch began, summed over the workers) and the interval's time shares."""
+    return (
+        "wall_time",
+        "elapsed_s",
+        "env_frames",
+        "frames_per_s",
+        "samples_per_s",
+        *(column for column in METRIC_DOCS if not column.startswith("time_")),
+        *agent_figures(agent),
+        "learner_wait_fraction",
+        "learner_step_s",
+        "broker_prepare_s",
+        "broker_feature_s",
+        "replay_ratio",
+        "replay_ratio_target",
+        "episodes",
+        "mean_return_100",
+        "worker_restarts",
+        "role_restarts",
+        "stats_decode_errors",
+        *(column for column in METRIC_DOCS if column.startswith("time_")),
+    )
 
 
 # starts.csv: one row each time a launcher starts the run (resumes included), so that its wall times name their machine
@@ -276,10 +287,15 @@ _ROLE_OF = {
 _NOT_SCALARS = {"wall_time", "elapsed_s", "env_frames"}
 
 
-def tensorboard_tag(column: str) -> str:
-    """A metrics.csv column's TensorBoard tag: ``<role>/<column>`` for the roles' figures, ``run/<column>`` for the
-    launcher's own."""
-    return f"{_ROLE_OF.get(column, 'run')}/{column}"
+def figure_roles(agent: Any) -> dict[str, str]:
+    """Each metrics.csv column an agent adds and the role it comes from (learner, broker)."""
+    return {**dict.fromkeys(agent.learner_figures, "learner"), **dict.fromkeys(agent.broker_figures, "broker")}
+
+
+def tensorboard_tag(column: str, roles: dict[str, str] | None = None) -> str:
+    """A metrics.csv column's TensorBoard tag: ``<role>/<column>`` for the roles' figures (an agent's: ``roles``,
+    from ``figure_roles``), ``run/<column>`` for the launcher's own."""
+    return f"{_ROLE_OF.get(column) or (roles or {}).get(column, 'run')}/{column}"
 
 
 def _quiet_tensorboard_thread() -> None:
@@ -347,8 +363,10 @@ class TensorBoardLog:
         episodes_after: int = -1,
         flush_s: float = 5.0,
         tell: Callable[[str], None] = tell_stderr,
+        roles: dict[str, str] | None = None,
     ) -> None:
         _quiet_tensorboard_thread()
+        self.roles = roles or {}  # the agent's columns and their roles (figure_roles)
         self._open = lambda: ScalarWriter(str(run_dir), max(1, round(flush_s)))
         self._writer = self._open()
         self._metrics_step, self._episode_step = metrics_after, episodes_after
@@ -398,7 +416,7 @@ class TensorBoardLog:
                 continue
             value = number(row, column)
             if value is not None and not column.startswith("time_"):
-                points.append((tensorboard_tag(column), value, step, wall))
+                points.append((tensorboard_tag(column, self.roles), value, step, wall))
         shares = time_shares(last, row) if last is not None else None
         for group, sections in SECTIONS.items() if shares else ():
             for section in sections:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 # algo -> the package whose AGENT declares it
@@ -119,6 +119,12 @@ class Agent:
     # the module that declares the agent's messages (zrl.protocol's framework): what its workers send, what its
     # broker sends its learner and the learner's replies; importing it adds them to the wire's union
     messages: str
+    # the agent's own figures, name -> what it is with its unit: each is a column of metrics.csv (and a TensorBoard
+    # scalar, and a figure on the dashboard) for this agent's runs, beside the ones every run has. The learner's
+    # are the figures of Trained.metrics by these names (0 where a step has none); the broker's, its part's
+    # stats()["figures"]
+    learner_figures: Mapping[str, str] = field(default_factory=dict)
+    broker_figures: Mapping[str, str] = field(default_factory=dict)
 
     def model_shapes(self, cfg: Any, frame_shape: tuple, frame_dtype: str, num_actions: int) -> Any:
         """The network ``build_model`` makes, on PyTorch's meta device: parameters with their shapes but no memory

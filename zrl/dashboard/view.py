@@ -14,16 +14,20 @@ import time
 import tomllib
 from collections import deque
 from pathlib import Path
+from types import SimpleNamespace
 
 import psutil
 
+from zrl import agents
 from zrl.metrics import (
     SECTION_LABELS,
     SECTIONS,
     CsvFollower,
     LineFollower,
+    agent_figures,
     bottleneck,
     learner_wait_share,
+    metric_columns,
     number,
     time_shares,
 )
@@ -52,20 +56,10 @@ _LATEST = (
     "replay_size",
     "ready_batches",
     "unrolls_received",
-    "elite_lambda",
-    "elite_distance_pool",
-    "elite_distance_chosen",
-    "elite_distance_min",
-    "elite_distance_max",
-    "laser_masked_fraction",
     "learner_wait_fraction",
     "replay_ratio",
     "replay_ratio_target",
-    "clip_fraction",
-    "target_kl",
     "total_loss",
-    "entropy_loss",
-    "entropy_cost",
     "grad_norm",
     "learning_rate",
     "worker_restarts",
@@ -81,9 +75,20 @@ _LATEST = (
     *_DROPS,
 )
 
+_NO_AGENT = SimpleNamespace(learner_figures={}, broker_figures={})
+_CORE = {*metric_columns(_NO_AGENT), "learner_steps_per_s"}  # every run's columns: the rest are its agent's
+
 
 def is_run(folder: Path) -> bool:
     return (folder / "config.toml").is_file()
+
+
+def _figure_docs(algo) -> dict[str, str]:
+    """The figures the run's agent adds to metrics.csv and what each means; none for an agent not registered here."""
+    try:
+        return agent_figures(agents.get(algo)) if isinstance(algo, str) and algo in agents.REGISTRY else {}
+    except Exception:  # an agent package that fails to import: its figures still show, without their meaning
+        return {}
 
 
 class _Curve:
@@ -412,6 +417,7 @@ class RunView:
             latest["episodes_in_mean"] = len(self._returns)
         cfg = self._config
         workers = cfg.get("workers", {})
+        docs = _figure_docs(cfg.get("algo"))
         replays = " + ".join(
             f"{r.get('type', '?')} x {r.get('sample_ratio', 0):g}" for r in cfg.get("replay", []) if isinstance(r, dict)
         )
@@ -431,6 +437,11 @@ class RunView:
             },
             "updated": time.time(),
             "latest": latest,
+            # the agent's own columns of metrics.csv (Agent.learner_figures and broker_figures), as its last row has
+            # them: a run of an agent this process does not know still shows its figures, without their meaning
+            "agent_figures": [
+                {"name": k, "doc": docs.get(k, ""), "value": number(last, k)} for k in last if k not in _CORE
+            ],
             "curve": self._curve.columns(),
             "evaluations": self._eval_curve.columns(),
             "last_evaluation": self._last_eval,

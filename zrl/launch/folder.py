@@ -21,20 +21,21 @@ import shutil
 import time
 from pathlib import Path
 
-from zrl import __version__, checkpoint
+from zrl import __version__, agents, checkpoint
 from zrl.config import Config, ConfigError, dumps, usable_cores
 from zrl.machine import cpu_description, ram_gib
 from zrl.metrics import (
     EPISODE_COLUMNS,
     EVAL_COLUMNS,
-    METRIC_COLUMNS,
     START_COLUMNS,
     AppendHandler,
     CsvLog,
     TensorBoardLog,
     drop_torn_tail,
     episode_steps,
+    figure_roles,
     first_row,
+    metric_columns,
     number,
     read_csv,
     tell_stderr,
@@ -210,7 +211,8 @@ class RunFolder:
     def open_csvs(self) -> None:
         try:
             self.episodes = CsvLog(self.path / "episodes.csv", EPISODE_COLUMNS, _tell_and_log)
-            self.metrics = CsvLog(self.path / "metrics.csv", METRIC_COLUMNS, _tell_and_log)
+            columns = metric_columns(agents.get(self.cfg.algo))
+            self.metrics = CsvLog(self.path / "metrics.csv", columns, _tell_and_log)
             if self.cfg.eval.interval_frames:
                 self.evaluations = CsvLog(self.path / "eval.csv", EVAL_COLUMNS, _tell_and_log)
         except checkpoint.UnsafeFile as err:
@@ -224,7 +226,8 @@ class RunFolder:
         metrics_after = max((int(number(r, "env_frames") or 0) for r in metrics), default=-1)
         episodes_after = (episode_steps(episodes) or [-1])[-1]
         try:
-            self.events = TensorBoardLog(self.path, metrics_after, episodes_after, flush_s, _tell_and_log)
+            roles = figure_roles(agents.get(self.cfg.algo))
+            self.events = TensorBoardLog(self.path, metrics_after, episodes_after, flush_s, _tell_and_log, roles)
         except ImportError as err:
             return (
                 f"run.tensorboard: no TensorBoard events ({err}); install the tensorboard package, or set "

@@ -50,6 +50,7 @@ from zrl.launch.supervise import (
 )
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
+from zrl.metrics import agent_figures
 from zrl.roles.run_wiring import StartFrom, StopFlag, WorkerStart
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class Launcher:
             frames_start=env_frames_start,
             live_window_s=max(5.0, 5 * cfg.workers.stats_interval_s),
             replay_ratio_target=agents.get(cfg.algo).replay_ratio(cfg),
+            figures=tuple(agent_figures(agents.get(cfg.algo))),
         )
         self.resume_dir = run_dir
         self.start = start

@@ -33,14 +33,17 @@ _COMBINE = {"value": lambda values: values[-1], "sum": sum, "min": min, "max": m
 RATIO_ROWS = 12  # rows of metrics.csv the replay ratio achieved is measured over
 
 
-def stat_columns(reports: list) -> dict:
+def stat_columns(reports: list, figures: tuple[str, ...] = ()) -> dict:
     """The metrics.csv columns of the latest reports of one kind of role (every worker's, or the broker's, or
     the learner's), as their message's ``protocol.Stat`` fields declare them; an array is written as its
-    numbers, space-separated."""
+    numbers, space-separated. And of the agent's own ``figures`` (its declared names: nothing else a report
+    carries becomes a column), those in the last report (the broker's and the learner's: there is one)."""
     out: dict = {}
     for name, stat in type(reports[0]).STATS if reports else ():
         value = _COMBINE[stat.combine]([getattr(r, name) for r in reports])
         out[stat.column] = " ".join(str(int(n)) for n in value) if isinstance(value, np.ndarray) else value
+    carried = getattr(reports[-1], "figures", {}) if reports else {}
+    out.update({name: carried[name] for name in figures if name in carried})
     return out
 
 
@@ -70,6 +73,7 @@ class Tally:
     live_window_s: float = 5.0
     heard: dict[int, float] = field(default_factory=dict)  # each worker's last stats, monotonic time
     replay_ratio_target: float = 0.0  # samples trained per fresh sample the run asks for (the agent's)
+    figures: tuple[str, ...] = ()  # the agent's own columns (zrl.metrics.agent_figures), from its roles' reports
     _last_interval: dict | None = None
     _ratio_marks: deque = field(default_factory=lambda: deque(maxlen=RATIO_ROWS))  # (frames played, trained)
     # the learner step of the first learner report since the start or a restart: that report (sent before any
@@ -219,7 +223,7 @@ class Tally:
             "stats_decode_errors": self.stats_errors,
         }
         for reports in (self.live_workers(), [self.broker], [self.learner], [self.ingest], [self.evaluator]):
-            row.update(stat_columns([r for r in reports if r is not None]))
+            row.update(stat_columns([r for r in reports if r is not None], self.figures))
         row.update(self.interval_figures())
         row["replay_ratio_target"] = self.replay_ratio_target
         return row

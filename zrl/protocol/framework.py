@@ -47,6 +47,7 @@ from msgspec import Meta
 FORMAT_VERSION = 1
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # 64 MiB
 TRACEBACK_CHARS = 16_000
+MAX_FIGURES = 64  # names in a stats message's Figures map
 
 # Limits on what a hostile header can declare (the input itself is at most MAX_MESSAGE_BYTES).
 _MAX_STR_LEN = 64 * 1024
@@ -74,6 +75,13 @@ class Length:
     """``Annotated[Count, Length("M")]``: the count is also the length of every array axis named ``"M"``."""
 
     symbol: str
+
+
+class Figures:
+    """``figures: Figures``: a stats message's map of figure names to floats, for the figures an agent declares
+    (``Agent.learner_figures``, ``Agent.broker_figures``) rather than the protocol: each is a column of
+    metrics.csv for the runs of that agent. At most MAX_FIGURES names; a message built here may omit the field
+    (an empty map)."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +147,7 @@ class _MessageMeta(msgspec.StructMeta):
         if tag in _REGISTRY:
             raise TypeError(f"duplicate message tag {tag!r}")
         hints = namespace.get("__annotations__", {})
-        scalars, arrays, lengths, stats = [], [], [], []
+        scalars, arrays, lengths, stats, figures = [], [], [], [], []
         for field, hint in hints.items():
             kind, *extras = typing.get_args(hint) if typing.get_origin(hint) is Annotated else (hint,)
             stats += [(field, replace(e, column=e.column or field)) for e in extras if isinstance(e, Stat)]
@@ -150,6 +158,9 @@ class _MessageMeta(msgspec.StructMeta):
                 minimum = max([_INT_MIN] + [e.ge for e in extras if isinstance(e, Meta) and e.ge is not None])
                 scalars.append((field, kind, minimum))
                 lengths += [(e.symbol, field) for e in extras if isinstance(e, Length)]
+            elif kind is Figures:
+                figures.append(field)
+                hints[field] = Annotated[dict[Text, float], Meta(max_length=MAX_FIGURES), *extras]
             elif typing.get_origin(kind) is not ClassVar:
                 raise TypeError(f"{name}.{field}: {kind!r} is not a wire type")
         cls = super().__new__(mcls, name, bases, namespace, **config)
@@ -158,6 +169,7 @@ class _MessageMeta(msgspec.StructMeta):
         cls._SCALARS = tuple(scalars)
         cls._ARRAYS = tuple(arrays)
         cls._LENGTHS = tuple(lengths)
+        cls._FIGURES = tuple(figures)
         cls.STATS = tuple(stats)
         _REGISTRY[tag] = cls
         return cls
@@ -176,6 +188,7 @@ class Message(msgspec.Struct, metaclass=_MessageMeta, frozen=True, tag_field="t"
     _SCALARS: ClassVar[tuple[tuple[str, type, int], ...]]
     _ARRAYS: ClassVar[tuple[tuple[str, Array], ...]]
     _LENGTHS: ClassVar[tuple[tuple[str, str], ...]]
+    _FIGURES: ClassVar[tuple[str, ...]]
 
     v: Literal[FORMAT_VERSION]
 
@@ -189,6 +202,8 @@ class Message(msgspec.Struct, metaclass=_MessageMeta, frozen=True, tag_field="t"
                 value = getattr(self, name)
                 if type(value) is not kind or (kind is int and not minimum <= value <= _INT_MAX):
                     _force_setattr(self, name, _scalar(f"{cls.__name__}.{name}", kind, minimum, value))
+            for name in cls._FIGURES:
+                _force_setattr(self, name, _figures(f"{cls.__name__}.{name}", getattr(self, name)))
         bound = {symbol: getattr(self, field) for symbol, field in cls._LENGTHS}
         for name, spec in arrays:
             arr = getattr(self, name)
@@ -240,6 +255,21 @@ class Message(msgspec.Struct, metaclass=_MessageMeta, frozen=True, tag_field="t"
                 f"{type(self).__name__}: encoded size {len(out)} exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}"
             )
         return out
+
+
+def _figures(where: str, value: Any) -> dict[str, float]:
+    """A ``Figures`` field's mapping as it travels (at most MAX_FIGURES names, each a str, each value a float), or
+    the ProtocolError that says why not."""
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where}: expected a map of names to figures, got {type(value).__name__}")
+    if len(value) > MAX_FIGURES:
+        raise ProtocolError(f"{where}: {len(value)} figures, at most {MAX_FIGURES}")
+    out = {}
+    for key, figure in value.items():
+        if type(key) is not str or len(key) > _MAX_STR_LEN:
+            raise ProtocolError(f"{where}: a figure's name must be a str of at most {_MAX_STR_LEN} characters")
+        out[key] = _scalar(f"{where}[{key!r}]", float, _INT_MIN, figure)
+    return out
 
 
 def _scalar(where: str, kind: type, minimum: int, value: Any) -> Any:

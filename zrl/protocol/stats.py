@@ -5,7 +5,7 @@ from typing import Annotated
 
 import numpy as np
 
-from zrl.protocol.framework import Array, Count, Message, Stat, Text
+from zrl.protocol.framework import Array, Count, Figures, Message, Stat, Text
 
 
 class WorkerStats(Message, tag="worker_stats"):
@@ -64,21 +64,17 @@ class BrokerStats(Message, tag="broker_stats", eq=False):
     insert_time_s: Annotated[
         float, Stat("seconds decoding unroll messages and inserting their units", column="time_broker_insert_s")
     ]
-    elite_lambda: Annotated[float, Stat("the first elite/attentive replay's batch multiplier (0: none)")]
-    elite_distance_pool: Annotated[float, Stat("mean feature distance over its last candidate pool")]
-    elite_distance_chosen: Annotated[float, Stat("mean distance of the units it chose from that pool")]
-    elite_distance_min: Annotated[float, Stat("least distance in that pool")]
-    elite_distance_max: Annotated[float, Stat("greatest distance in that pool")]
     replay_saves: Annotated[int, Stat("replay checkpoints written (run.checkpoint_replay)")] = 0
     replay_save_s: Annotated[float, Stat("seconds the last replay checkpoint took, in the broker's writer thread")] = (
         0.0
     )
     replay_bytes: Annotated[int, Stat("bytes the kept replay checkpoints take on disk")] = 0
+    figures: Figures = {}  # the agent's broker part's own figures (Agent.broker_figures)
 
 
 class LearnerStats(Message, tag="learner_stats"):
     """learner -> launcher, every log interval and at the end: its counts (cumulative) and its last step's
-    figures (``step=True``: what the agent's learner step reports, 0 where it reports nothing)."""
+    figures: those every agent's step reports (``step=True``) and the agent's own (``figures``)."""
 
     pid: int
     time: float
@@ -91,23 +87,8 @@ class LearnerStats(Message, tag="learner_stats"):
     env_frames: int
     units_dropped_torn: Annotated[int, Stat("units dropped because their frames were overwritten as they were read")]
     total_loss: Annotated[float, Stat("the last step's loss", step=True)]
-    pg_loss: Annotated[float, Stat("its policy-gradient term", step=True)]
-    baseline_loss: Annotated[float, Stat("its value term", step=True)]
-    entropy_loss: Annotated[float, Stat("its entropy term", step=True)]
-    entropy_cost: Annotated[
-        float,
-        Stat("V-trace family: the entropy weight that step used (learner.entropy_decay_frames moves it)", step=True),
-    ]
     learning_rate: Annotated[float, Stat("the optimiser's learning rate")]
     grad_norm: Annotated[float, Stat("the gradient norm before clipping", step=True)]
-    mean_rho: Annotated[float, Stat("the mean importance ratio pi/mu (IMPACT: pi_target/mu)", step=True)]
-    policy_cloning_loss: Annotated[float, Stat("CLEAR's policy-cloning term", step=True)]
-    value_cloning_loss: Annotated[float, Stat("CLEAR's value-cloning term", step=True)]
-    laser_masked_fraction: Annotated[float, Stat("the share of steps LASER masked", step=True)]
-    clip_fraction: Annotated[
-        float, Stat("IMPACT: the share of steps whose ratio to the target network left the surrogate's clip", step=True)
-    ]
-    target_kl: Annotated[float, Stat("IMPACT: the mean KL from the target network to the policy", step=True)]
     policy_lag: Annotated[
         float,
         Stat(
@@ -133,6 +114,7 @@ class LearnerStats(Message, tag="learner_stats"):
     nonfinite_steps: Annotated[
         int, Stat("learner steps skipped: their loss or gradient norm was not finite (learner.max_nonfinite_steps)")
     ] = 0
+    figures: Figures = {}  # the agent's own step figures (Agent.learner_figures)
 
 
 class IngestStats(Message, tag="ingest_stats"):

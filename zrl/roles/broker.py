@@ -220,13 +220,6 @@ class BrokerLoop:
             replay_saves=self.saver.saves if self.saver else 0,
             replay_save_s=self.saver.last_s if self.saver else 0.0,
             replay_bytes=self.saver.bytes if self.saver else 0,
-            **{
-                "elite_lambda": 0.0,
-                "elite_distance_pool": 0.0,
-                "elite_distance_chosen": 0.0,
-                "elite_distance_min": 0.0,
-                "elite_distance_max": 0.0,
-                **self.part.stats(),
-            },
+            **self.part.stats(),
         )
         self.stats.send(message.encode())

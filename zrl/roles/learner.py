@@ -28,7 +28,7 @@ from zrl.roles.weights_feed import next_batch
 # The longest the learner goes without asking the broker for its replay index (for checkpoints): IndexSchedule
 INDEX_EVERY_S = 10.0
 
-# An agent's step figures, by their LearnerStats names (declared there); those an agent does not report stay 0
+# The step figures every agent reports, by their LearnerStats names (declared there); one a step lacks stays 0
 STEP_METRICS = tuple(field for field, stat in protocol.LearnerStats.STATS if stat.step)
 
 
@@ -84,7 +84,9 @@ class Learner:
         self.cfg, self.wiring, self.stop_event = cfg, wiring, stop_event
         self.device = resolve_device(cfg.learner.device)
         self.rings = [Ring.attach(name, wiring.ring_spec) for name in wiring.ring_names]
-        self.part = agents.get(cfg.algo).learner_part()(cfg, wiring, self.rings, self.device)
+        agent = agents.get(cfg.algo)
+        self.part = agent.learner_part()(cfg, wiring, self.rings, self.device)
+        self.figures = tuple(agent.learner_figures)  # the agent's own step figures, beside STEP_METRICS
         self.ckpt_dir = Path(run_dir) / "checkpoints"
         self.learner_step = self.policy_version = self.samples = self.frames_trained = 0
         self.dropped_torn = self.env_frames = 0
@@ -227,6 +229,7 @@ class Learner:
 
     def _report(self) -> None:
         step = {name: float(self.metrics.get(name, 0.0)) for name in STEP_METRICS}
+        figures = {name: float(self.metrics.get(name, 0.0)) for name in self.figures}
         message = protocol.LearnerStats(
             pid=os.getpid(),
             time=time.time(),
@@ -244,6 +247,7 @@ class Learner:
             decode_errors=self.decoded.errors,
             checkpoint_path=self.last_ckpt,
             nonfinite_steps=self.nonfinite_steps,
+            figures=figures,
             **step,
         )
         self.stats.send(message.encode())

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from zrl.agents import Agent, get
 from zrl.agents.impact.config import check as impact_check
+from zrl.agents.vtrace import BROKER_FIGURES
+from zrl.agents.vtrace import LEARNER_FIGURES as VTRACE_FIGURES
 
 
 def _vtraces(name: str):
@@ -25,6 +27,13 @@ def check(cfg) -> None:
     impact_check(cfg)
 
 
+LEARNER_FIGURES = {
+    **VTRACE_FIGURES,
+    "mean_rho": "the mean importance ratio pi_target/mu",
+    "clip_fraction": "the share of steps whose ratio to the target network left the surrogate's clip",
+    "target_kl": "the mean KL from the target network to the policy",
+}
+
 AGENT = Agent(
     name="impact",
     summary="IMPACT: V-trace against a target network with a clipped surrogate, each fresh unit trained on K times",
@@ -39,4 +48,6 @@ AGENT = Agent(
     broker="zrl.agents.vtrace.broker:VtraceBroker",
     learner="zrl.agents.impact.learner:ImpactLearner",
     messages="zrl.agents.vtrace.messages",
+    learner_figures=LEARNER_FIGURES,
+    broker_figures=BROKER_FIGURES,
 )

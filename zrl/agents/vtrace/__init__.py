@@ -59,6 +59,25 @@ def slots_per_message(cfg) -> int:
     return cfg.learner.unroll_length + 1
 
 
+LEARNER_FIGURES = {
+    "pg_loss": "the last step's policy-gradient term",
+    "baseline_loss": "its value term",
+    "entropy_loss": "its entropy term",
+    "entropy_cost": "the entropy weight that step used (learner.entropy_decay_frames moves it)",
+    "mean_rho": "the mean importance ratio pi/mu",
+    "policy_cloning_loss": "CLEAR's policy-cloning term",
+    "value_cloning_loss": "CLEAR's value-cloning term",
+    "laser_masked_fraction": "the share of steps LASER masked",
+}
+
+BROKER_FIGURES = {
+    "elite_lambda": "the first elite/attentive replay's batch multiplier (0: none)",
+    "elite_distance_pool": "mean feature distance over its last candidate pool",
+    "elite_distance_chosen": "mean distance of the units it chose from that pool",
+    "elite_distance_min": "least distance in that pool",
+    "elite_distance_max": "greatest distance in that pool",
+}
+
 AGENT = Agent(
     name="vtrace",
     summary="IMPALA's V-trace actor-critic, with CLEAR and LASER, on a mix of queue, uniform, elite and attentive replay",
@@ -73,4 +92,6 @@ AGENT = Agent(
     broker="zrl.agents.vtrace.broker:VtraceBroker",
     learner="zrl.agents.vtrace.learner:VtraceLearner",
     messages="zrl.agents.vtrace.messages",
+    learner_figures=LEARNER_FIGURES,
+    broker_figures=BROKER_FIGURES,
 )

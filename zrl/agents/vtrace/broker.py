@@ -434,5 +434,5 @@ class VtraceBroker:
             "replay_sizes": sizes,
             "prepare_time_s": b.prepare_time_s,
             "feature_time_s": self.scorer.time_s if self.scorer else 0.0,
-            **b.elite_stats(),
+            "figures": b.elite_stats(),
         }
