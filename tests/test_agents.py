@@ -59,10 +59,10 @@ def test_the_launchers_shape_only_network_is_the_one_its_roles_build(path, sets)
 
 
 def test_an_unknown_agent_is_refused_with_the_registered_names():
-    with pytest.raises(ValueError, match="no agent 'ppo'; the agents are vtrace, apex_iqn, impact"):
+    with pytest.raises(ValueError, match="no agent 'ppo'; the agents are vtrace, impact, apex_iqn"):
         agents.get("ppo")
     with pytest.raises(
-        ConfigError, match=r"algo: 'apex' is not one of vtrace, apex_iqn, impact \(did you mean 'apex_iqn'\?\)"
+        ConfigError, match=r"algo: 'apex' is not one of vtrace, impact, apex_iqn \(did you mean 'apex_iqn'\?\)"
     ):
         load(None, ["algo=apex"])
 
@@ -107,12 +107,15 @@ def test_a_third_agent_is_one_package_and_one_registry_line(monkeypatch):
     tiny.AGENT = agents.Agent(
         name="tiny",
         summary="V-trace with a ring of 999 slots",
+        section=vtrace.AGENT.section,
+        config=vtrace.AGENT.config,
         check=vtrace.check,
         build_model=vtrace.build_model,
         ring_slots=lambda cfg: 999,
         slots_per_message=lambda cfg: 21,
         action_scores=vtrace.action_scores,
         acts_greedily=True,
+        replay_fill=vtrace.replay_fill,
         replay_ratio=vtrace.replay_ratio,
         actor=vtrace.AGENT.actor,
         broker=vtrace.AGENT.broker,

@@ -15,12 +15,13 @@ from conftest import REPO, assert_loadable, csv_rows, run_command, transitions_m
 from shm.ring import Ring, RingSpec
 from zrl import protocol
 from zrl.agents.apex_iqn.actor import _first_priorities
+from zrl.agents.apex_iqn.config import ApexConfig
 from zrl.agents.apex_iqn.learner import apex_sgd_step
 from zrl.agents.apex_iqn.messages import PriorityUpdate, Transitions
 from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.algos.apex import NStepBuilder
 from zrl.algos.iqn import NStep
-from zrl.config import ApexConfig, ModelConfig, load
+from zrl.config import ModelConfig, load
 from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_iqn_model
 

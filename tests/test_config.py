@@ -136,8 +136,8 @@ def test_resolved_config_round_trips(tmp_path):
             "algo = 'apex_iqn'\n[vtrace]\nclear_value_loss = 'l1'\n[[replay]]\ntype = 'prioritized'\ncapacity = 100000\n",
             ["vtrace.clear_value_loss", "squared, l2_norm"],
         ),
-        ("[algo]\nlaser = true\n", ["[algo] is now [vtrace]", 'algo = "vtrace" or "apex_iqn"']),
-        ("algo = 'dqn'\n", ["algo", "vtrace, apex_iqn"]),
+        ("[algo]\nlaser = true\n", ["[algo] is now [vtrace]", 'algo = "vtrace" or "impact" or "apex_iqn"']),
+        ("algo = 'dqn'\n", ["algo", "vtrace, impact, apex_iqn"]),
         ("[[replay]]\ntype = 'prioritized'\ncapacity = 1000\n", ["replay[0].type", 'needs algo = "apex_iqn"']),
         ("algo = 'apex_iqn'\n", ["replay", 'exactly one [[replay]], of type "prioritized"']),
         (
@@ -472,9 +472,11 @@ def test_bounds_are_the_declarations_and_hold_for_a_config_built_in_code():
 def test_every_key_is_declared_with_a_description():
     from zrl.config.defaults import descriptions
 
-    for cls in [config.Config, *config.SECTIONS.values(), config.ReplayConfig]:
+    for cls in [config.Config, *config.sections().values(), config.ReplayConfig]:
         docs = descriptions(cls)
-        assert set(docs) >= {f.name for f in dataclasses.fields(cls) if f.name not in (*config.SECTIONS, "replay")}, cls
+        assert set(docs) >= {
+            f.name for f in dataclasses.fields(cls) if f.name not in (*config.sections(), "replay", "agent_sections")
+        }, cls
         assert all(len(text) > 10 for text in docs.values()), cls
 
 

@@ -252,8 +252,8 @@ def test_epsilon_greedy_explores_at_its_rate_and_is_greedy_otherwise():
 
 
 def test_worker_priorities_are_the_losses_to_the_power_omega():
+    from zrl.agents.apex_iqn.config import ApexConfig
     from zrl.algos.apex import first_priorities
-    from zrl.config import ApexConfig
 
     net = _net()
     net.eval()
@@ -336,7 +336,8 @@ def test_a_state_layer_narrows_what_the_heads_take_and_zero_keeps_the_papers_net
     """apex.state_size = 256 puts a 2,592 -> 256 layer after the small conv torso, so each quantile row of the
     dueling heads costs 256 x hidden instead of 2,592 x hidden; 0 is the papers' network, parameter for
     parameter (a checkpoint of a run from before the key still loads)."""
-    from zrl.config import ApexConfig, ModelConfig
+    from zrl.agents.apex_iqn.config import ApexConfig
+    from zrl.config import ModelConfig
     from zrl.models import SMALL_CONV_OUT
     from zrl.models.iqn import build_apex_model
 

@@ -237,7 +237,7 @@ def test_kept_freed_memory_is_reused_without_page_faults():
 def _iqn_setup(noisy=False, head="iqn"):
     import copy
 
-    from zrl.config import ApexConfig
+    from zrl.agents.apex_iqn.config import ApexConfig
     from zrl.models.iqn import build_apex_model
 
     apex = ApexConfig(noisy=noisy, quantiles=8, target_quantiles=8, acting_quantiles=4, embedding_dim=16, head=head)
@@ -285,7 +285,7 @@ def test_iqn_step_with_zero_importance_weights_changes_nothing():
 
 @pytest.mark.unit
 def test_the_atari_iqn_network_takes_stacked_frames():
-    from zrl.config import ApexConfig
+    from zrl.agents.apex_iqn.config import ApexConfig
     from zrl.models.iqn import build_iqn_model
 
     net = build_iqn_model(ModelConfig(), ApexConfig(), (84, 84), "uint8", 4, 6)

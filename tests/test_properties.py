@@ -42,6 +42,7 @@ from hypothesis.extra import numpy as hnp
 from zrl import agents, checkpoint, config, protocol
 from zrl.agents import REGISTRY as AGENTS
 from zrl.agents import get as get_agent
+from zrl.agents.apex_iqn.config import APEX_HEADS
 from zrl.agents.vtrace.messages import Unroll
 from zrl.checkpoint import CheckpointError
 from zrl.config import ConfigError, reference
@@ -387,6 +388,11 @@ WRONG_TYPE = {
     | st.lists(st.integers(0, 9), max_size=3),
     float: st.text(max_size=8) | st.binary(max_size=8) | st.booleans() | st.none() | st.lists(st.floats(), max_size=3),
     str: st.integers(_INT_LOW, _INT_HIGH) | st.floats() | st.binary(max_size=8) | st.booleans() | st.none(),
+    dict: st.integers(_INT_LOW, _INT_HIGH)
+    | st.text(max_size=8)
+    | st.lists(st.floats(), max_size=3)
+    | st.dictionaries(st.text(max_size=4), st.text(max_size=4), min_size=1, max_size=2)
+    | st.dictionaries(st.integers(0, 9), st.floats(), min_size=1, max_size=2),
     np.ndarray: st.integers(_INT_LOW, _INT_HIGH)
     | st.floats()
     | st.text(max_size=8)
@@ -684,7 +690,7 @@ CHOICES = sorted(
         *config.TRANSPORT_KINDS,
         *config.WORKER_POLICIES,
         *config.LOOPBACK_HOSTS,
-        *config.APEX_HEADS,
+        *APEX_HEADS,
         *config_checks.RESTART_POLICIES,
         *AGENTS,
         *reference.REFERENCE_TYPES,
@@ -731,7 +737,7 @@ def key_values(draw, cls: type, name: str):
     return draw(st.lists(st.integers(-1, 2**63 - 1) | st.sampled_from([0, 1, 64]), max_size=4))  # tuple[int, ...]
 
 
-SECTION_FIELDS = {name: [f.name for f in fields(cls)] for name, cls in config.SECTIONS.items()}
+SECTION_FIELDS = {name: [f.name for f in fields(cls)] for name, cls in config.sections().items()}
 REPLAY_FIELDS = [f.name for f in fields(config.ReplayConfig)]
 STRAY_KEYS = st.sampled_from([key.split(".")[1] for key in config.MOVED_KEYS]) | st.text(min_size=1, max_size=8)
 
@@ -770,8 +776,8 @@ def documents(draw) -> dict:
     """A run file's tables: up to 3 sections of the schema with their keys, [[replay]] tables, the top-level
     algo key, and one time in 20 a stray table or a section that is not a table."""
     doc = {}
-    for name in draw(st.lists(st.sampled_from(list(config.SECTIONS)), max_size=3, unique=True)):
-        doc[name] = draw(tables(config.SECTIONS[name], SECTION_FIELDS[name]), label=name)
+    for name in draw(st.lists(st.sampled_from(list(config.sections())), max_size=3, unique=True)):
+        doc[name] = draw(tables(config.sections()[name], SECTION_FIELDS[name]), label=name)
     if draw(st.booleans()):
         if one_in(draw, 8, "replay of any value"):
             doc["replay"] = draw(TOML_VALUES)
@@ -780,7 +786,7 @@ def documents(draw) -> dict:
     if draw(st.booleans()):
         doc["algo"] = draw(TOML_VALUES) if one_in(draw, 8, "algo of any value") else draw(st.sampled_from(list(AGENTS)))
     if one_in(draw, 20, "stray table"):
-        doc[draw(st.sampled_from([*config.SECTIONS, "replay"]) | st.text(min_size=1, max_size=8))] = draw(TOML_VALUES)
+        doc[draw(st.sampled_from([*config.sections(), "replay"]) | st.text(min_size=1, max_size=8))] = draw(TOML_VALUES)
     return doc
 
 
@@ -868,7 +874,7 @@ def set_items(draw) -> str:
         dotted, value = "algo", inline(draw(st.sampled_from(list(AGENTS)) | TOML_VALUES))
     else:
         section, name = draw(st.sampled_from(SET_KEYS))
-        dotted, value = f"{section}.{name}", inline(draw(key_values(config.SECTIONS[section], name)))
+        dotted, value = f"{section}.{name}", inline(draw(key_values(config.sections()[section], name)))
     if one_in(draw, 8, "any value"):
         value = draw(st.text(max_size=16))
     return draw(st.sampled_from([f"{dotted}={value}", f" {dotted} = {value} "]))

@@ -20,16 +20,48 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-# algo -> the package whose AGENT declares it
+# algo -> the package whose AGENT declares it: zrl's own, and those named in $ZRL_AGENTS (``register``)
 REGISTRY: dict[str, str] = {
     "vtrace": "zrl.agents.vtrace",
-    "apex_iqn": "zrl.agents.apex_iqn",
     "impact": "zrl.agents.impact",
+    "apex_iqn": "zrl.agents.apex_iqn",
 }
+ENV_VAR = "ZRL_AGENTS"  # "name=package,name=package": agents outside zrl, in this process and every one it starts
+
+
+def _from_environment() -> None:
+    for entry in filter(None, os.environ.get(ENV_VAR, "").split(",")):
+        name, _, package = entry.partition("=")
+        REGISTRY.setdefault(name.strip(), package.strip())
+
+
+def register(name: str, package: str) -> None:
+    """Register the agent that ``package`` declares (its ``AGENT``) as ``name``, in this process and in the processes
+    it starts from now on (through $ZRL_AGENTS, which they read at import): an agent kept outside zrl, a user's or a
+    test's. The package is imported when the agent is first asked for."""
+    if not name.isidentifier() or not all(part.isidentifier() for part in package.split(".")):
+        raise ValueError(f"agent {name!r} = {package!r}: a name and a dotted package path are needed")
+    if REGISTRY.get(name, package) != package:
+        raise ValueError(f"agent {name!r} is already registered, as {REGISTRY[name]}")
+    REGISTRY[name] = package
+    others = [e for e in os.environ.get(ENV_VAR, "").split(",") if e and e.partition("=")[0] != name]
+    os.environ[ENV_VAR] = ",".join([*others, f"{name}={package}"])
+
+
+def config_sections() -> dict[str, type]:
+    """Every registered agent's config section, table name -> its dataclass, in registry order (agents that share
+    a section, as IMPACT shares V-trace's, name it once)."""
+    out: dict[str, type] = {}
+    for name in REGISTRY:
+        agent = get(name)
+        out.setdefault(agent.section, agent.config)
+    return out
+
 
 ROLES = ("worker", "broker", "learner")  # the processes of a run beside the launcher
 
@@ -72,6 +104,10 @@ class Agent:
 
     name: str
     summary: str  # one line, for docs and errors
+    # the agent's config table ([vtrace], [apex]) and its frozen dataclass: a leaf module of the agent's package that
+    # imports nothing of zrl but zrl.errors; zrl.config composes every registered agent's into the run's config
+    section: str
+    config: type
     # cfg -> None, or a ConfigError naming the key: what the agent's own section and replay must be (run by
     # zrl.config's checks once every section is valid on its own)
     check: Callable[[Any], None]
@@ -87,6 +123,8 @@ class Agent:
     # evaluation: logits (sampled, or argmax with --greedy) or Q-values (argmax, always: ``acts_greedily``)
     action_scores: Callable[..., Any]
     acts_greedily: bool
+    # (cfg, one of cfg.replay) -> the units (unrolls, transitions) that replay holds before the learner starts
+    replay_fill: Callable[[Any, Any], int]
     # cfg -> samples trained per fresh sample (env step) that the run asks for, metrics.csv's replay_ratio_target
     # beside the replay_ratio achieved; 0 where nothing paces the run to one
     replay_ratio: Callable[[Any], float]
@@ -157,6 +195,9 @@ def message_types() -> tuple[type, ...]:
     for name in REGISTRY:
         importlib.import_module(get(name).messages)
     return protocol.message_types()
+
+
+_from_environment()
 
 
 def get(name: str) -> Agent:

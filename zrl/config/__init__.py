@@ -18,9 +18,6 @@ Every mistake is a :class:`ConfigError` that names the file (or ``--set`` / the 
 would be valid. Nothing here starts a process or touches the disk beyond reading.
 """
 
-from zrl.agents.apex_iqn.config import APEX_HEADS, ApexConfig
-from zrl.agents.impact.config import ImpactConfig
-from zrl.agents.vtrace.config import CLONING_KL, CLONING_VALUE, VtraceConfig
 from zrl.config.checks import (
     DISTANCES,
     FEATURE_REPLAYS,
@@ -63,9 +60,9 @@ from zrl.config.schema import (
     RunConfig,
     TransportConfig,
     WorkersConfig,
+    sections,
 )
 from zrl.config.sizing import (
-    apex_anneal_steps,
     entropy_cost,
     fill_target,
     fresh_share,
@@ -85,10 +82,7 @@ from zrl.config.sizing import (
 from zrl.errors import ConfigError
 
 __all__ = [
-    "APEX_HEADS",
     "BUILTIN",
-    "CLONING_KL",
-    "CLONING_VALUE",
     "DISTANCES",
     "FEATURE_REPLAYS",
     "LOOPBACK_HOSTS",
@@ -101,24 +95,21 @@ __all__ = [
     "REPLAY_TYPES",
     "SAFE_ON_RESUME",
     "SECTIONS",
+    "sections",
     "TOP_KEYS",
     "TRANSPORT_KINDS",
     "WORKER_POLICIES",
-    "ApexConfig",
     "BrokerConfig",
     "Config",
     "ConfigError",
     "EnvConfig",
     "EvalConfig",
-    "ImpactConfig",
     "LearnerConfig",
     "ModelConfig",
     "ReplayConfig",
     "RunConfig",
     "TransportConfig",
-    "VtraceConfig",
     "WorkersConfig",
-    "apex_anneal_steps",
     "check",
     "declared",
     "devices",

@@ -100,10 +100,10 @@ def devices(cfg) -> tuple[tuple[str, str], ...]:
 
 def check(cfg) -> None:
     """Raise ConfigError for impossible values and combinations (no I/O)."""
-    for part in dataclasses.fields(cfg):  # each section's bounds, also where a config was built in code
-        section = getattr(cfg, part.name)
+    parts = [(part.name, getattr(cfg, part.name)) for part in dataclasses.fields(cfg)]
+    for name, section in [*parts, *cfg.agent_sections]:  # each section's bounds, also in a config built in code
         if dataclasses.is_dataclass(section):
-            declared(type(section), msgspec.to_builtins(section), part.name)
+            declared(type(section), msgspec.to_builtins(section), name)
             if hasattr(section, "check"):  # a section's own rules (an agent's: its names), for every run
                 section.check()
     for i, rep in enumerate(cfg.replay):

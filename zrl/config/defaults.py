@@ -10,7 +10,7 @@ import tomli_w
 
 from zrl.config.checks import REPLAY_KEYS
 from zrl.config.loading import to_dict
-from zrl.config.schema import SECTIONS, TOP_KEYS, Config, ReplayConfig
+from zrl.config.schema import TOP_KEYS, Config, ReplayConfig, sections
 
 MAX_DESCRIPTION = 200  # characters: what a key does, its unit and its values; the why belongs in the README
 
@@ -48,7 +48,7 @@ def defaults_toml() -> str:
     top = descriptions(Config)
     for key in TOP_KEYS:
         lines += ["", f"# {top[key]}", _line(key, data[key])]
-    for name, cls in SECTIONS.items():
+    for name, cls in sections().items():
         docs = descriptions(cls)
         lines.append(f"\n[{name}]")
         for key, value in data[name].items():

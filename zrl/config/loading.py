@@ -16,7 +16,7 @@ import tomli_w
 from zrl.agents import REGISTRY as agent_registry
 from zrl.config.checks import REPLAY_KEYS, declared
 from zrl.config.reference import replays_from_json
-from zrl.config.schema import BUILTIN, SECTIONS, TOP_KEYS, Config, ReplayConfig
+from zrl.config.schema import BUILTIN, SECTIONS, TOP_KEYS, Config, ReplayConfig, sections
 from zrl.errors import ConfigError
 
 MOVED_KEYS = {
@@ -79,9 +79,10 @@ def _unknown(source: str, key: str, valid: list[str]) -> ConfigError:
 
 
 def _all_keys() -> list[str]:
-    keys = [f"{name}.{f.name}" for name, cls in SECTIONS.items() for f in fields(cls)]
+    tables = sections()
+    keys = [f"{name}.{f.name}" for name, cls in tables.items() for f in fields(cls)]
     keys += [f"replay.{f.name}" for f in fields(ReplayConfig)]
-    return keys + list(SECTIONS) + ["replay"] + list(TOP_KEYS)
+    return keys + list(tables) + ["replay"] + list(TOP_KEYS)
 
 
 def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> None:
@@ -114,11 +115,12 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
             base["replay"] = [dict(t) for t in body]
             sources["replay"] = source
             continue
-        if section not in SECTIONS:
+        tables = sections()
+        if section not in tables:
             raise _unknown(source, section, _all_keys())
         if not isinstance(body, dict):
             raise ConfigError(f"{source}: {section} must be a table ([{section}])")
-        valid = {f.name for f in fields(SECTIONS[section])}
+        valid = {f.name for f in fields(tables[section])}
         for key, value in body.items():
             if f"{section}.{key}" in MOVED_KEYS:
                 to = MOVED_KEYS[f"{section}.{key}"]
@@ -138,16 +140,18 @@ def _build(raw: dict, sources: dict[str, str]) -> Config:
     """The Config of merged raw values: each section converted and bounded by its declaration, then the rules
     between keys; a mistake names the file or option that set the key."""
     try:
-        sections: dict[str, Any] = {name: declared(cls, raw.get(name, {}), name) for name, cls in SECTIONS.items()}
+        built = {name: declared(cls, raw.get(name, {}), name) for name, cls in sections().items()}
+        parts: dict[str, Any] = {name: built.pop(name) for name in SECTIONS}
+        parts["agent_sections"] = tuple(built.items())
         if "replay" in raw:  # else the schema's default replays
             tables = raw["replay"]
-            sections["replay"] = tuple(declared(ReplayConfig, t, f"replay[{i}]") for i, t in enumerate(tables))
+            parts["replay"] = tuple(declared(ReplayConfig, t, f"replay[{i}]") for i, t in enumerate(tables))
         for key in TOP_KEYS:
             if key in raw:
-                sections[key] = raw[key]
+                parts[key] = raw[key]
                 if not isinstance(raw[key], str):
                     raise ConfigError(f"{key} = {raw[key]!r} must be a string", key)
-        return Config(**sections)
+        return Config(**parts)
     except ConfigError as err:
         raise ConfigError(f"{_source_of(sources, err.key or str(err).split(':', 1)[0])}: {err}", err.key) from None
 
@@ -244,7 +248,7 @@ def load(
 
 def to_dict(cfg: Config) -> dict[str, Any]:
     out: dict[str, Any] = {key: getattr(cfg, key) for key in TOP_KEYS}
-    for name in SECTIONS:
+    for name in sections():
         out[name] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(getattr(cfg, name)).items()}
     out["replay"] = [{k: v for k, v in asdict(r).items() if k in REPLAY_KEYS[r.type]} for r in cfg.replay]
     return out
@@ -305,6 +309,6 @@ def dumps(cfg: Config) -> str:
     Config: the top keys, the sections in order, then one ``[[replay]]`` table per replay, as run files have them."""
     data = to_dict(cfg)
     parts = ["# zrl resolved config: every key, as this run used it.\n" + tomli_w.dumps({k: data[k] for k in TOP_KEYS})]
-    parts += [tomli_w.dumps({name: data[name]}) for name in SECTIONS]
+    parts += [tomli_w.dumps({name: data[name]}) for name in sections()]
     parts += ["[[replay]]\n" + tomli_w.dumps(rep) for rep in data["replay"]]
     return "\n".join(parts)

@@ -8,13 +8,11 @@ is declared in its package (``zrl/agents/<name>/config.py``) and composed here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 from msgspec import Meta
 
-from zrl.agents.apex_iqn.config import ApexConfig
-from zrl.agents.impact.config import ImpactConfig
-from zrl.agents.vtrace.config import VtraceConfig
+from zrl import agents
 from zrl.config.checks import check
 
 BUILTIN = "<built-in defaults>"
@@ -722,9 +720,6 @@ class Config:
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
-    vtrace: VtraceConfig = field(default_factory=VtraceConfig)
-    impact: ImpactConfig = field(default_factory=ImpactConfig)
-    apex: ApexConfig = field(default_factory=ApexConfig)
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     replay: tuple[ReplayConfig, ...] = (
         ReplayConfig(type="queue", capacity=64, sample_ratio=0.5),
@@ -732,21 +727,42 @@ class Config:
     )
     transport: TransportConfig = field(default_factory=TransportConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    # every registered agent's section (zrl.agents.config_sections), (table, section) pairs; cfg.<table> reads one
+    agent_sections: tuple[tuple[str, Any], ...] = field(default_factory=lambda: default_agent_sections())
 
     def __post_init__(self) -> None:
         check(self)
 
+    def __getattr__(self, name: str) -> Any:
+        """An agent's section by its table's name (``cfg.vtrace``, ``cfg.apex``): called only for a name that is not
+        a field, so the core's sections are plain attributes."""
+        for table, section in self.__dict__.get("agent_sections", ()):
+            if table == name:
+                return section
+        raise AttributeError(f"{type(self).__name__} has no section or key {name!r}")
 
-# The tables of a run file, in the order config.toml and defaults.toml write them ([[replay]] comes last).
+
+def default_agent_sections() -> tuple[tuple[str, Any], ...]:
+    """Every registered agent's section at its defaults."""
+    return tuple((table, cls()) for table, cls in agents.config_sections().items())
+
+
+def sections() -> dict[str, type]:
+    """Every table of a run file but [[replay]], in the order config.toml and defaults.toml write them: the core's,
+    with the registered agents' sections after [learner]."""
+    core = list(SECTIONS.items())
+    at = [name for name, _ in core].index("learner") + 1
+    return dict(core[:at] + list(agents.config_sections().items()) + core[at:])
+
+
+# The core's tables of a run file, in the order config.toml and defaults.toml write them ([[replay]] comes last;
+# ``sections()`` adds the agents').
 SECTIONS: dict[str, type] = {
     "run": RunConfig,
     "env": EnvConfig,
     "workers": WorkersConfig,
     "model": ModelConfig,
     "learner": LearnerConfig,
-    "vtrace": VtraceConfig,
-    "impact": ImpactConfig,
-    "apex": ApexConfig,
     "broker": BrokerConfig,
     "transport": TransportConfig,
     "eval": EvalConfig,

@@ -17,20 +17,9 @@ def replay_share(cfg: Config, rep: ReplayConfig) -> int:
     return round(cfg.learner.batch_size * rep.sample_ratio)
 
 
-def apex_anneal_steps(cfg: Config, frames_per_step: int) -> int:
-    """Learner steps over which Ape-X's importance exponent beta reaches 1: apex.beta_anneal_steps, or from the
-    budget, one step per apex.replay_ratio env steps after learn_start (4 when the ratio is off, Rainbow's)."""
-    if cfg.apex.beta_anneal_steps:
-        return cfg.apex.beta_anneal_steps
-    steps = cfg.run.max_env_frames // frames_per_step - cfg.apex.learn_start
-    return max(1, int(steps // (cfg.apex.replay_ratio or 4)))
-
-
 def fill_target(cfg: Config, rep: ReplayConfig) -> int:
-    """Units a replay must hold before training starts: one batch's share for a queue, apex.learn_start
-    transitions for a prioritized replay, else fill_fraction x capacity (and never less than the share)."""
-    if rep.type == "prioritized":
-        return cfg.apex.learn_start
+    """Units a sampled replay must hold before training starts: one batch's share for a queue, else fill_fraction x
+    capacity (and never less than the share). V-trace's rule; an agent says its own (``Agent.replay_fill``)."""
     share = replay_share(cfg, rep)
     return share if rep.type == "queue" else max(share, math.ceil(rep.fill_fraction * rep.capacity - 1e-9))
 

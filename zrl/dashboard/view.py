@@ -86,8 +86,8 @@ def is_run(folder: Path) -> bool:
 def _figure_docs(algo) -> dict[str, str]:
     """The figures the run's agent adds to metrics.csv and what each means; none for an agent not registered here."""
     try:
-        return agent_figures(agents.get(algo)) if isinstance(algo, str) and algo in agents.REGISTRY else {}
-    except Exception:  # an agent package that fails to import: its figures still show, without their meaning
+        return agent_figures(agents.get(str(algo)))
+    except Exception:  # not registered here, or its package fails to import: its figures show without meaning
         return {}
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zrl import __version__, agents, envs, forkserver, protocol
-from zrl.config import Config, ConfigError, fill_target, queue_capacity, split_note
+from zrl.config import Config, ConfigError, queue_capacity, split_note
 from zrl.envs.trust import check_env_import, env_module
 from zrl.launch import network
 from zrl.launch.checks import check_resume_changes, check_shm_room, preflight, resolve_model_kind
@@ -219,7 +219,7 @@ class Launcher:
                     f"{r.type} of {queue_capacity(cfg, r) if r.type == 'queue' else r.capacity} x {r.sample_ratio:g}"
                     for r in cfg.replay
                 ),
-                " + ".join(str(fill_target(cfg, r)) for r in cfg.replay),
+                " + ".join(str(agents.get(cfg.algo).replay_fill(cfg, r)) for r in cfg.replay),
             )
             if cfg.workers.remote:
                 self._admit_remote()
@@ -340,7 +340,7 @@ class Launcher:
         run.log_interval_s, until the budget or the time limit is reached, a signal comes or a role is lost."""
         cfg, sup, t = self.cfg, self.supervisor, self.tally
         next_report = start + cfg.run.log_interval_s
-        fill = [fill_target(cfg, r) for r in cfg.replay]
+        fill = [agents.get(cfg.algo).replay_fill(cfg, r) for r in cfg.replay]
         t.rates(start)
         self.evaluations.begin(t.env_frames, time.time() - (time.monotonic() - start))
         while True:

@@ -27,7 +27,7 @@ from typing import Any
 import tomli_w
 
 from zrl.config import ConfigError, load
-from zrl.config.schema import SECTIONS
+from zrl.config.schema import sections as config_sections
 from zrl.translate import ebv, rainbow
 from zrl.translate.translation import Option, Translation
 
@@ -107,7 +107,7 @@ def render(tr: Translation) -> str:
         sections.setdefault(section, []).extend(entry)
     if "" in sections:  # the top keys (algo)
         lines += ["", *sections.pop("")]
-    for section in SECTIONS:
+    for section in config_sections():
         if section in sections:
             lines += ["", f"[{section}]", *sections[section]]
     for rep in tr.replays:

@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from zrl.agents import Agent
-from zrl.agents.apex_iqn.config import check
+from zrl.agents.apex_iqn.config import SECTION, ApexConfig, check
 
 
 def build_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions: int):
@@ -39,6 +39,20 @@ def replay_ratio(cfg) -> float:
     return cfg.learner.batch_size / cfg.apex.replay_ratio if cfg.apex.replay_ratio else 0.0
 
 
+def replay_fill(cfg, rep) -> int:
+    """Transitions the prioritized replay holds before the learner starts: apex.learn_start."""
+    return cfg.apex.learn_start
+
+
+def anneal_steps(cfg, frames_per_step: int) -> int:
+    """Learner steps over which the importance exponent beta reaches 1: apex.beta_anneal_steps, or from the budget,
+    one step per apex.replay_ratio env steps after learn_start (4 when the ratio is off, Rainbow's)."""
+    if cfg.apex.beta_anneal_steps:
+        return cfg.apex.beta_anneal_steps
+    steps = cfg.run.max_env_frames // frames_per_step - cfg.apex.learn_start
+    return max(1, int(steps // (cfg.apex.replay_ratio or 4)))
+
+
 def slots_per_message(cfg) -> int:
     """The steps until ``apex.priority_batch`` transitions are done (each step finishes at most one per env, once
     the n-step window is full), and the reset's frame."""
@@ -49,12 +63,15 @@ def slots_per_message(cfg) -> int:
 AGENT = Agent(
     name="apex_iqn",
     summary="Rainbow-IQN Ape-X: distributed prioritized replay of n-step transitions, IQN or C51 heads",
+    section=SECTION,
+    config=ApexConfig,
     check=check,
     build_model=build_model,
     ring_slots=ring_slots,
     slots_per_message=slots_per_message,
     action_scores=action_scores,
     acts_greedily=True,
+    replay_fill=replay_fill,
     replay_ratio=replay_ratio,
     actor="zrl.agents.apex_iqn.actor:ApexActor",
     broker="zrl.agents.apex_iqn.broker:ApexBroker",

@@ -14,9 +14,10 @@ import time
 import numpy as np
 
 from shm.ring import Ring
+from zrl.agents.apex_iqn import anneal_steps as apex_anneal_steps
 from zrl.agents.apex_iqn.messages import PriorityUpdate, Transitions
 from zrl.agents.apex_iqn.replay import ApexReplay
-from zrl.config import Config, apex_anneal_steps, worker_slots
+from zrl.config import Config, worker_slots
 
 
 class ApexBroker:

@@ -13,10 +13,12 @@ import numpy as np
 import torch
 
 from zrl.agents import Trained, finite_update
+from zrl.agents.apex_iqn import anneal_steps as apex_anneal_steps
+from zrl.agents.apex_iqn.config import ApexConfig
 from zrl.agents.apex_iqn.messages import PriorityUpdate, TransitionBatch
 from zrl.algos.apex import transition_losses
 from zrl.algos.iqn import NStep
-from zrl.config import ApexConfig, Config, apex_anneal_steps
+from zrl.config import Config
 from zrl.gather import TransitionGatherer
 from zrl.models.iqn import build_apex_model
 from zrl.models.target import TargetNetwork

@@ -6,6 +6,7 @@ config imports no other agent); its learner part is V-trace's with IMPACT's upda
 from __future__ import annotations
 
 from zrl.agents import Agent, get
+from zrl.agents.impact.config import SECTION, ImpactConfig
 from zrl.agents.impact.config import check as impact_check
 from zrl.agents.vtrace import BROKER_FIGURES
 from zrl.agents.vtrace import LEARNER_FIGURES as VTRACE_FIGURES
@@ -37,12 +38,15 @@ LEARNER_FIGURES = {
 AGENT = Agent(
     name="impact",
     summary="IMPACT: V-trace against a target network with a clipped surrogate, each fresh unit trained on K times",
+    section=SECTION,
+    config=ImpactConfig,
     check=check,
     build_model=_vtraces("build_model"),
     ring_slots=_vtraces("ring_slots"),
     slots_per_message=_vtraces("slots_per_message"),
     action_scores=_vtraces("action_scores"),
     acts_greedily=False,
+    replay_fill=_vtraces("replay_fill"),
     replay_ratio=_vtraces("replay_ratio"),
     actor="zrl.agents.vtrace.actor:VtraceActor",
     broker="zrl.agents.vtrace.broker:VtraceBroker",

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from zrl.agents import Agent
-from zrl.agents.vtrace.config import check
+from zrl.agents.vtrace.config import SECTION, VtraceConfig, check
 
 
 def build_model(cfg, frame_shape: tuple[int, ...], frame_dtype: str, num_actions: int):
@@ -54,6 +54,12 @@ def replay_ratio(cfg) -> float:
     return asked(cfg)
 
 
+def replay_fill(cfg, rep) -> int:
+    from zrl.config import fill_target
+
+    return fill_target(cfg, rep)
+
+
 def slots_per_message(cfg) -> int:
     """An unroll's T steps, and the reset's frame before the first."""
     return cfg.learner.unroll_length + 1
@@ -81,12 +87,15 @@ BROKER_FIGURES = {
 AGENT = Agent(
     name="vtrace",
     summary="IMPALA's V-trace actor-critic, with CLEAR and LASER, on a mix of queue, uniform, elite and attentive replay",
+    section=SECTION,
+    config=VtraceConfig,
     check=check,
     build_model=build_model,
     ring_slots=ring_slots,
     slots_per_message=slots_per_message,
     action_scores=action_scores,
     acts_greedily=False,
+    replay_fill=replay_fill,
     replay_ratio=replay_ratio,
     actor="zrl.agents.vtrace.actor:VtraceActor",
     broker="zrl.agents.vtrace.broker:VtraceBroker",

@@ -18,12 +18,11 @@ import numpy as np
 import torch
 
 from shm.ring import Ring
-from zrl import protocol
+from zrl import agents, protocol
 from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.bounds import out_of_range, within_unit
 from zrl.config import (
     Config,
-    fill_target,
     lr_decay_steps,
     needs_features,
     queue_capacity,
@@ -159,7 +158,7 @@ def make_replays(cfg: Config, frames_per_step: int, scorer: Scorer | None, seed:
     for i, rep in enumerate(cfg.replay):
         share = replay_share(cfg, rep)
         rng = np.random.default_rng([seed, 7919, i])
-        min_fill = fill_target(cfg, rep)
+        min_fill = agents.get(cfg.algo).replay_fill(cfg, rep)  # the run's agent's rule (V-trace's: fill_target)
         if rep.type == "queue":
             replays.append(QueueReplay(queue_capacity(cfg, rep), rep.discard, queue_uses(cfg, rep)))
         elif rep.type == "uniform":

@@ -15,9 +15,10 @@ import torch
 
 from zrl import protocol
 from zrl.agents import Trained, finite_update
+from zrl.agents.vtrace.config import VtraceConfig
 from zrl.agents.vtrace.messages import Batch
 from zrl.algos.losses import vtrace_loss
-from zrl.config import Config, LearnerConfig, VtraceConfig, entropy_cost, lr_decay_steps
+from zrl.config import Config, LearnerConfig, entropy_cost, lr_decay_steps
 from zrl.gather import Gatherer, Unrolls
 from zrl.models import build_model, pick_unroll_conv
 from zrl.optim import load_optimizer_state, make_optimizer
