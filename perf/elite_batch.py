@@ -8,7 +8,7 @@ fidelity when fewer steps (or bf16) are compared, and the learner's wait in a re
    features of every unit are what a Nature CNN computed on its observations (F = model.feature_size),
    as a worker sends them. The current policy is that network after a few V-trace steps on the replay,
    so the stored and current features differ as they do in training.
-2. The broker's batch preparation, ``Broker.next_units`` with a real FeatureScorer (pool of lambda x B
+2. The broker's batch preparation, ``VtraceBroker.next_units`` with a real FeatureScorer (pool of lambda x B
    units drawn, frames gathered from the ring, features recomputed in one batched pass, distances,
    strategy 3), timed for each ``feature_steps`` / precision setting, with the broker's 1 thread.
 3. The learner's V-trace step on a B x T batch (fp32, the learner's threads), in the same process.
@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from zrl import config as config_mod  # noqa: E402
-from zrl.agents.vtrace.broker import Broker, FeatureScorer  # noqa: E402
+from zrl.agents.vtrace.broker import FeatureScorer, VtraceBroker  # noqa: E402
 from zrl.bench.elite import M, behaviour_outputs, drifted, fill_ring, time_learner_step  # noqa: E402
 from zrl.bench.modes.harness import pipeline  # noqa: E402
 from zrl.envs import probe  # noqa: E402
@@ -153,9 +153,11 @@ def main() -> None:
             )
             scorer = FeatureScorer(ecfg, wiring, [ring])
             scorer.load(1, weights)
-            broker = Broker(ecfg, [ring], scorer)
+            broker = VtraceBroker(
+                ecfg, SimpleNamespace(**vars(wiring), frames_per_step=1, sample_calls=()), [ring], scorer
+            )
             for msg in messages:
-                broker.insert(msg)
+                broker.store(msg)
             broker.next_units()  # warm-up
             times = []
             for _ in range(args.repeats):

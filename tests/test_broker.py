@@ -3,12 +3,14 @@ sorted by worker, the queue bounded, replays mixed by ratio, elite features reco
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from conftest import make_config, unroll_message
 
 from shm.ring import Ring
-from zrl.agents.vtrace.broker import Broker, make_batch
+from zrl.agents.vtrace.broker import VtraceBroker, make_batch
 from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.config import (
     Config,
@@ -24,6 +26,7 @@ from zrl.config import (
 pytestmark = pytest.mark.integration
 
 M, T, A = 2, 4, 3
+WIRING = SimpleNamespace(num_actions=A, frames_per_step=1, sample_calls=())  # what the broker reads of a run's
 
 
 @pytest.fixture
@@ -49,27 +52,27 @@ def _unroll(worker: int, seq: int, first: int) -> Unroll:
     )
 
 
-def _next_batch(broker: Broker) -> Batch | None:
+def _next_batch(broker: VtraceBroker) -> Batch | None:
     taken = broker.next_units()
     return None if taken is None else make_batch(1, *taken)
 
 
-def _broker(rings, batch=4, capacity=8) -> Broker:
+def _broker(rings, batch=4, capacity=8) -> VtraceBroker:
     cfg = make_config(
         learner={"batch_size": batch, "unroll_length": T, "replay_ratio": 0.0},
         workers={"produce_ratio": 0.0},
         replay=[{"capacity": capacity}],
     )
-    return Broker(cfg, rings)
+    return VtraceBroker(cfg, WIRING, rings)
 
 
 def test_batches_are_sorted_by_worker_and_take_the_oldest_first(rings):
     for ring in rings:
         _write(ring, 20)
     broker = _broker(rings)
-    broker.insert(_unroll(1, 0, 4))
-    broker.insert(_unroll(0, 0, 4))
-    broker.insert(_unroll(0, 1, 8))
+    broker.store(_unroll(1, 0, 4))
+    broker.store(_unroll(0, 0, 4))
+    broker.store(_unroll(0, 1, 8))
     batch = _next_batch(broker)
     assert batch.worker_ids.tolist() == [0, 0, 1, 1]
     assert sorted(zip(batch.worker_ids.tolist(), batch.env_index.tolist())) == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -79,8 +82,8 @@ def test_batches_are_sorted_by_worker_and_take_the_oldest_first(rings):
 def test_units_whose_frames_were_overwritten_are_dropped_and_counted(rings):
     _write(rings[0], 60)  # a 32-slot ring: frames before 28 are gone
     broker = _broker(rings, batch=2)
-    broker.insert(_unroll(0, 0, 4))  # stale: its oldest stacked frame is 1
-    broker.insert(_unroll(0, 1, 40))
+    broker.store(_unroll(0, 0, 4))  # stale: its oldest stacked frame is 1
+    broker.store(_unroll(0, 1, 40))
     batch = _next_batch(broker)
     assert broker.dropped_stale == 2
     assert batch.first_frame.tolist() == [40, 40]
@@ -89,8 +92,8 @@ def test_units_whose_frames_were_overwritten_are_dropped_and_counted(rings):
 def test_too_few_fresh_units_are_kept_for_the_next_batch(rings):
     _write(rings[0], 60)
     broker = _broker(rings, batch=4)
-    broker.insert(_unroll(0, 0, 40))
-    broker.insert(_unroll(0, 1, 4))
+    broker.store(_unroll(0, 0, 40))
+    broker.store(_unroll(0, 1, 4))
     assert _next_batch(broker) is None
     assert broker.dropped_stale == 2 and len(broker.replays[0]) == 2
 
@@ -99,7 +102,7 @@ def test_the_queue_is_bounded_and_drops_the_oldest(rings):
     _write(rings[0], 20)
     broker = _broker(rings, batch=2, capacity=4)
     for seq in range(4):
-        broker.insert(_unroll(0, seq, 4 + seq))
+        broker.store(_unroll(0, seq, 4 + seq))
     assert len(broker.replays[0]) == 4 and broker.dropped_full == 4
     assert _next_batch(broker).policy_versions.tolist() == [2, 2]
 
@@ -108,7 +111,7 @@ def test_a_batch_that_could_not_be_sent_goes_back_first(rings):
     _write(rings[0], 20)
     broker = _broker(rings, batch=2)
     for seq in range(3):
-        broker.insert(_unroll(0, seq, 4 + seq))
+        broker.store(_unroll(0, seq, 4 + seq))
     taken = broker.next_units()
     batch = make_batch(1, *taken)
     broker.put_back(taken)  # as the broker does when the learner cannot take the batch
@@ -169,13 +172,13 @@ def test_workers_send_the_fresh_samples_a_replay_ratio_asks_for_and_bank_their_s
     assert replay_ratio(auto) == 4 and queue_uses(auto, auto.replay[0]) == 1  # 0: once through the queue
 
 
-def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> Broker:
+def _mixed_broker(rings, replays, batch=32, scorer=None, **learner) -> VtraceBroker:
     cfg = make_config(
         learner={"batch_size": batch, "unroll_length": T, "replay_ratio": 0.0, **learner},
         workers={"produce_ratio": 0.0},
         replay=replays,
     )
-    return Broker(cfg, rings, scorer)
+    return VtraceBroker(cfg, WIRING, rings, scorer)
 
 
 def test_a_batch_takes_each_replays_share(rings):
@@ -189,14 +192,14 @@ def test_a_batch_takes_each_replays_share(rings):
         ],
     )
     for seq in range(8):  # 8 messages of M=2 units: 16 units, exactly the queue's share
-        broker.insert(_unroll(seq % 2, seq // 2, 4 + seq // 2))
+        broker.store(_unroll(seq % 2, seq // 2, 4 + seq // 2))
     assert broker.ready() and broker.sizes().tolist() == [16, 16]
     batch = _next_batch(broker)
     assert len(batch.worker_ids) == 32
     assert np.bincount(batch.replay_index, minlength=2).tolist() == [16, 16]
     assert broker.sizes().tolist() == [0, 16]  # the queue hands its units out, the uniform replay keeps them
     assert _next_batch(broker) is None  # the queue has nothing fresh left
-    index = broker.index()
+    index = broker.replay_index()
     assert index.replay.tolist() == [1] * 16 and index.counts.sum() == 16 and index.features.size == 0
 
 
@@ -211,9 +214,9 @@ def test_training_waits_until_every_replay_holds_its_fill(rings):
         batch=4,
     )
     for seq in range(9):  # 18 units: the uniform replay wants 20
-        broker.insert(_unroll(0, seq, 4 + seq))
+        broker.store(_unroll(0, seq, 4 + seq))
         assert not broker.ready() and _next_batch(broker) is None
-    broker.insert(_unroll(0, 9, 13))
+    broker.store(_unroll(0, 9, 13))
     assert broker.ready() and _next_batch(broker) is not None
 
 
@@ -222,8 +225,8 @@ def test_uniform_replay_evicts_units_whose_frames_are_gone(rings):
     broker = _mixed_broker(
         rings, [ReplayConfig(type="uniform", capacity=8, sample_ratio=1.0, fill_fraction=0.25)], batch=2
     )
-    broker.insert(_unroll(0, 0, 4))
-    broker.insert(_unroll(0, 1, 40))
+    broker.store(_unroll(0, 0, 4))
+    broker.store(_unroll(0, 1, 40))
     for _ in range(5):
         batch = _next_batch(broker)
         assert batch.first_frame.tolist() == [40, 40]
@@ -241,9 +244,9 @@ def test_a_reusing_queue_serves_each_unit_k_times_through_a_failed_send_a_stale_
         workers={"produce_ratio": 0.0},
         replay=[{"capacity": 8}],
     )
-    broker = Broker(cfg, rings)
-    broker.insert(_unroll(0, 0, 4))  # units (worker 0, env 0) and (0, 1)
-    broker.insert(_unroll(1, 0, 8))
+    broker = VtraceBroker(cfg, WIRING, rings)
+    broker.store(_unroll(0, 0, 4))  # units (worker 0, env 0) and (0, 1)
+    broker.store(_unroll(1, 0, 8))
     taken = broker.next_units()
     broker.put_back(taken)  # the learner could not take it: nothing used
     served = []
@@ -252,8 +255,8 @@ def test_a_reusing_queue_serves_each_unit_k_times_through_a_failed_send_a_stale_
         served += list(zip(batch.worker_ids.tolist(), batch.env_index.tolist()))
         assert len(set(zip(batch.worker_ids.tolist(), batch.env_index.tolist()))) == 2  # never a unit twice
     assert served == [(0, 0), (0, 1), (1, 0), (1, 1), (0, 0), (0, 1)]  # round the queue, oldest first
-    assert len(broker.index().worker_ids) == 4  # the last batch's two come back for their third use
-    again = Broker(cfg, rings)
+    assert len(broker.replay_index().worker_ids) == 4  # the last batch's two come back for their third use
+    again = VtraceBroker(cfg, WIRING, rings)
     again.replays[0].load_state(broker.replays[0].state())
     _write(rings[0], 40)  # worker 0's frames are overwritten: its units go, worker 1's stay
     rest = []

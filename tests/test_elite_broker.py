@@ -13,7 +13,7 @@ import torch
 from conftest import make_config, unroll_message
 
 from zrl import protocol
-from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch
+from zrl.agents.vtrace.broker import FeatureScorer, VtraceBroker, make_batch
 from zrl.agents.vtrace.messages import Unroll
 from zrl.config import Config, ModelConfig
 from zrl.gather import Gatherer, stack_observations
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 
 M, T, A, S, F, SHAPE = 2, 4, 3, 2, 8, (3,)
 MODEL = ModelConfig(kind="mlp", mlp_hidden=(16,), feature_size=F)
-WIRING = SimpleNamespace(frame_shape=SHAPE, frame_dtype="float32", num_actions=A)
+WIRING = SimpleNamespace(frame_shape=SHAPE, frame_dtype="float32", num_actions=A, frames_per_step=1, sample_calls=())
 
 
 @pytest.fixture
@@ -72,14 +72,14 @@ def _unroll(seq: int, features: np.ndarray) -> Unroll:
     )
 
 
-def _filled(ring, cfg: Config, messages: int = 8) -> tuple[Broker, FeatureScorer]:
+def _filled(ring, cfg: Config, messages: int = 8) -> tuple[VtraceBroker, FeatureScorer]:
     """A broker whose unit from message j has behaviour features off by noise of scale j^2."""
     scorer = FeatureScorer(cfg, WIRING, [ring])
-    broker = Broker(cfg, [ring], scorer)
+    broker = VtraceBroker(cfg, WIRING, [ring], scorer)
     noise = np.random.default_rng(1)
     for seq in range(messages):
         exact = _behaviour_features(scorer.model, ring, 4 + seq * T)
-        broker.insert(_unroll(seq, exact + seq**2 * noise.standard_normal(exact.shape)))
+        broker.store(_unroll(seq, exact + seq**2 * noise.standard_normal(exact.shape)))
     return broker, scorer
 
 
@@ -162,12 +162,12 @@ def test_elite_insertion_replaces_the_farthest_units(ring):
     broker, scorer = _filled(ring, cfg)
     store = broker.replays[0].store
     assert store.full and sorted(store.first_frame.tolist()).count(4 + 7 * T) == 2
-    broker.insert(_unroll(8, _behaviour_features(scorer.model, ring, 4 + 8 * T)))
+    broker.store(_unroll(8, _behaviour_features(scorer.model, ring, 4 + 8 * T)))
     versions = sorted(u.policy_version for u in store.units)
     assert versions == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 8, 8]  # message 7, the noisiest, is gone
     plain = _config(type="elite", capacity=16, sample_ratio=1.0, fill_fraction=1.0)
     broker, scorer = _filled(ring, plain)
-    broker.insert(_unroll(8, _behaviour_features(scorer.model, ring, 4 + 8 * T)))
+    broker.store(_unroll(8, _behaviour_features(scorer.model, ring, 4 + 8 * T)))
     assert sorted(u.policy_version for u in broker.replays[0].store.units)[:2] == [1, 1]  # FIFO: the oldest went
 
 
@@ -206,7 +206,7 @@ def test_the_replay_index_holds_units_counts_and_stored_features(ring):
     )
     broker, _ = _filled(ring, cfg)
     broker.next_units()
-    index = protocol.decode(broker.index().encode())
+    index = protocol.decode(broker.index())
     store = broker.replays[0].store
     assert len(index.worker_ids) == 16 and index.counts.sum() == 4 and (index.replay == 0).all()
     assert index.sample_calls.tolist() == [1]  # restored on resume, so lambda anneals on

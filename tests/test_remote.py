@@ -154,7 +154,9 @@ FORGERIES = {
     "message 3 where 0 was due": lambda: remote_data(3, 0, T + 1, 0),
     "names worker 0": lambda: remote_data(0, 0, T + 1, 0, worker_id=0),
     "does not decode": lambda: remote_data(0, 0, T + 1, 0, message=b"\x93garbage"),
-    "not the Unroll this run takes": lambda: remote_data(0, 0, T + 1, 0, message=transitions_message().encode()),
+    "not the Unroll this run takes": lambda: remote_data(0, 0, T + 1, 0, message=protocol.Credit(batches=1).encode()),
+    # another agent's message: a V-trace run's ingest has not even imported its type
+    "unknown type tag": lambda: remote_data(0, 0, T + 1, 0, message=transitions_message().encode()),
     "at most 6": lambda: remote_data(0, 0, T + 2, 0),  # more slots than a worker writes between two messages
     "frames from 5 where 0 were due": lambda: remote_data(0, 5, T + 1, 5),  # a session's numbering starts at 0
 }

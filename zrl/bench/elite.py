@@ -22,7 +22,7 @@ import torch
 from shm import segment_name
 from shm.ring import Ring, RingSpec
 from zrl import config as config_mod
-from zrl.agents.vtrace.broker import Broker, FeatureScorer, make_batch, units_of
+from zrl.agents.vtrace.broker import FeatureScorer, VtraceBroker, make_batch, units_of
 from zrl.agents.vtrace.learner import batch_tensors, choose_unroll_conv, sgd_step
 from zrl.agents.vtrace.messages import Unroll
 from zrl.envs import make_vector_env
@@ -200,13 +200,17 @@ class Replay:
             run=dataclasses.replace(cfg.run, max_env_frames=10**10),
         )
         wiring = SimpleNamespace(
-            frame_shape=self.spec.frame_shape, frame_dtype=self.spec.frame_dtype, num_actions=self.spec.num_actions
+            frame_shape=self.spec.frame_shape,
+            frame_dtype=self.spec.frame_dtype,
+            num_actions=self.spec.num_actions,
+            frames_per_step=1,
+            sample_calls=(),
         )
         scorer = FeatureScorer(ecfg, wiring, [self.ring])
         scorer.load(1, flat_parameters(self.model))
-        broker = Broker(ecfg, [self.ring], scorer)
+        broker = VtraceBroker(ecfg, wiring, [self.ring], scorer)
         for msg in self.messages:
-            broker.insert(msg)
+            broker.store(msg)
         return broker, scorer
 
 

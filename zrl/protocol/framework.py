@@ -38,7 +38,7 @@ import numbers
 import re
 import typing
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 import msgspec
 import numpy as np
@@ -178,9 +178,10 @@ class _MessageMeta(msgspec.StructMeta):
         return super().__call__(v=FORMAT_VERSION, **fields)
 
 
-class Message(msgspec.Struct, metaclass=_MessageMeta, frozen=True, tag_field="t", forbid_unknown_fields=True, gc=False):
-    """The base of every message type: a subclass with a ``tag`` is a member of the wire's tagged union (its
-    tag unique among every message declared in this process), checked as the module docstring says."""
+class _Checks:
+    """What every message does beyond msgspec: the checks of its declaration, and its encoding."""
+
+    __slots__ = ()  # a msgspec Struct with gc=False takes no base with a __dict__
 
     TAG: ClassVar[str]
     FIELDS: ClassVar[tuple[str, ...]]  # the message's own fields, in wire order (v is every message's)
@@ -189,8 +190,6 @@ class Message(msgspec.Struct, metaclass=_MessageMeta, frozen=True, tag_field="t"
     _ARRAYS: ClassVar[tuple[tuple[str, Array], ...]]
     _LENGTHS: ClassVar[tuple[tuple[str, str], ...]]
     _FIGURES: ClassVar[tuple[str, ...]]
-
-    v: Literal[FORMAT_VERSION]
 
     def __post_init__(self) -> None:
         """Every check of the declaration that msgspec does not make: all of them for a message built here, the
@@ -255,6 +254,28 @@ class Message(msgspec.Struct, metaclass=_MessageMeta, frozen=True, tag_field="t"
                 f"{type(self).__name__}: encoded size {len(out)} exceeds MAX_MESSAGE_BYTES={MAX_MESSAGE_BYTES}"
             )
         return out
+
+
+if TYPE_CHECKING:  # as a type checker sees it: the metaclass's __call__ gives a message built here its ``v``
+
+    class Message(_Checks, msgspec.Struct, kw_only=True, tag_field="t"):
+        v: Literal[1] = 1
+
+else:
+
+    class Message(
+        _Checks,
+        msgspec.Struct,
+        metaclass=_MessageMeta,
+        frozen=True,
+        tag_field="t",
+        forbid_unknown_fields=True,
+        gc=False,
+    ):
+        """The base of every message type: a subclass with a ``tag`` is a member of the wire's tagged union (its
+        tag unique among every message declared in this process), checked as the module docstring says."""
+
+        v: Literal[FORMAT_VERSION]
 
 
 def _figures(where: str, value: Any) -> dict[str, float]:

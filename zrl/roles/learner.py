@@ -151,13 +151,13 @@ class Learner:
                 if cfg.run.deterministic and self.frames_trained >= cfg.run.max_env_frames:
                     continue  # the budget counts frames trained: not one step more
                 self.env_frames = max(self.env_frames, message.env_frames)
-                gathered, torn = part.gather(message)
-                self.dropped_torn += torn
-                if gathered is None:
+                gathered = part.gather(message)
+                self.dropped_torn += gathered.torn
+                if gathered.batch is None:
                     continue
                 t2 = time.perf_counter()
                 timing["gather"] += t2 - t1
-                trained = part.step(gathered, self.learner_step + 1, self.policy_version)
+                trained = part.step(gathered.batch, self.learner_step + 1, self.policy_version)
                 if not trained.applied:
                     if self._skipped(trained.metrics):
                         weights_pub.send(self.current, copy=False)

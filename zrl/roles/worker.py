@@ -42,9 +42,9 @@ def run(worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: Worke
 
 
 class Worker:
-    """A worker's env, ring, sockets and counts, and the agent's actor; what an actor reads of it: ``seq``,
-    ``policy_version``, ``learner_step``, ``env_steps``, ``env_frames``, ``weight_updates``, ``weights`` (the
-    feed), ``poll_ms``, ``max_weights_wait_s``; and calls: ``advance``, ``use``, ``heartbeat``, ``stopping``."""
+    """A worker's env, ring, sockets and counts, and the agent's actor, which sees it as a
+    ``zrl.agents.contracts.WorkerView``. The loop owns the weights and the pacing: it asks the actor only which
+    weights version it must act with before it goes on."""
 
     def __init__(
         self, worker_id: int, cfg: Config, wiring: RunWiring, stop_event, start: WorkerStart, make_link=WorkerLink
@@ -98,6 +98,30 @@ class Worker:
             load_flat(self.actor.model, got.flat)
             self.weight_updates += 1
 
+    def pace(self) -> bool:
+        """Take new weights, and wait for them while the actor is ahead of the learner (``Actor.due_version``): at
+        most workers.max_weights_wait_s (then one more message, and it waits again), or in lockstep for as long as
+        the learner takes, with heartbeats. False if the run stops meanwhile."""
+        actor = self.actor
+        if actor.lockstep:  # exactly the version due, never a newer one
+            due = actor.due_version(self)
+            if self.policy_version < due:
+                self.use(self.weights.at_least(due, self.heartbeat))
+            return True
+        self.use(self.weights.newer(self.policy_version, 0))
+        if actor.due_version(self) <= self.policy_version:
+            return True  # the common case: not ahead, and no clock read
+        deadline = time.perf_counter() + self.max_weights_wait_s
+        while actor.due_version(self) > self.policy_version:
+            if self.stopping():
+                return False
+            left_ms = int((deadline - time.perf_counter()) * 1000)
+            if left_ms <= 0:
+                break  # waited long enough (a lost version): one more message, then it waits again
+            self.use(self.weights.newer(self.policy_version, min(self.poll_ms, left_ms)))
+            self.heartbeat()
+        return True
+
     def advance(self, action: np.ndarray, episodes: bool = True):
         """Step the envs, keep the episode tallies (sending finished games if ``episodes``), and write the new
         frames into the ring; the step and the new frames' slot."""
@@ -147,7 +171,7 @@ class Worker:
             if out is not None or paces_every_step:
                 if out is None:
                     t5 = time.perf_counter()
-                if not actor.pace(self):
+                if not self.pace():
                     return
                 timing["weights_wait"] += time.perf_counter() - t5
             self.heartbeat()

@@ -15,6 +15,7 @@ import torch
 
 from zrl.agents import Outgoing
 from zrl.agents.apex_iqn.messages import Transitions
+from zrl.agents.contracts import Actor
 from zrl.algos.apex import NStepBuilder, epsilon_greedy, first_priorities, worker_epsilons
 from zrl.algos.iqn import NStep
 from zrl.config import Config, worker_slots
@@ -31,6 +32,7 @@ def env_steps_per_version(cfg: Config) -> float:
 
 class ApexActor:
     paces_every_step = True
+    lockstep = False
 
     def __init__(self, worker_id: int, cfg: Config, wiring, offset: int, ring) -> None:
         apex, m = cfg.apex, cfg.workers.envs_per_worker
@@ -117,24 +119,13 @@ class ApexActor:
         share = (apex.learn_start + (learner_step + cfg.learner.publish_every) * apex.replay_ratio) / workers
         return share + apex.priority_batch
 
-    def pace(self, worker) -> bool:
-        """After every step: take new weights; ahead of the learner (this worker's share of the env steps the
-        learner's latest weights, and one version more, account for, past the transitions the replay waits for
-        to start), wait for them, at most ``workers.max_weights_wait_s``. False if the run stops meanwhile."""
-        worker.use(worker.weights.newer(worker.policy_version, 0))
-        if not self.per_version or worker.env_steps <= self._allowed(worker.learner_step, worker.live_workers):
-            return True  # the common case: not ahead, and no clock read
-        deadline = time.perf_counter() + worker.max_weights_wait_s
-        while (
-            worker.env_steps > self._allowed(worker.learner_step, worker.live_workers)
-            and time.perf_counter() < deadline
-        ):
-            if worker.stopping():
-                return False
-            wait_ms = min(worker.poll_ms, int((deadline - time.perf_counter()) * 1000) + 1)
-            worker.use(worker.weights.newer(worker.policy_version, wait_ms))
-            worker.heartbeat()
-        return True
+    def due_version(self, worker) -> int:
+        """After every step: ahead of the learner (this worker's share of the env steps the learner's latest
+        weights, and one version more, account for, past the transitions the replay waits for to start), the
+        worker waits for newer weights."""
+        if self.per_version and worker.env_steps > self._allowed(worker.learner_step, worker.live_workers):
+            return worker.policy_version + 1
+        return 0
 
 
 def _first_priorities(model, gatherer: TransitionGatherer, cols: dict[str, np.ndarray], apex, generator) -> np.ndarray:
@@ -160,3 +151,6 @@ def _first_priorities(model, gatherer: TransitionGatherer, cols: dict[str, np.nd
         ).numpy()
         priority[lo:hi] = np.where(ok, p, -1.0)
     return priority
+
+
+_: type[Actor] = ApexActor  # the contract, checked by mypy

@@ -17,6 +17,7 @@ from shm.ring import Ring
 from zrl.agents.apex_iqn import anneal_steps as apex_anneal_steps
 from zrl.agents.apex_iqn.messages import PriorityUpdate, Transitions
 from zrl.agents.apex_iqn.replay import ApexReplay
+from zrl.agents.contracts import ReplyingBroker
 from zrl.config import Config, worker_slots
 
 
@@ -118,3 +119,6 @@ class ApexBroker:
             "prepare_time_s": self.prepare_time_s,
             "feature_time_s": 0.0,
         }
+
+
+_: type[ReplyingBroker] = ApexBroker  # the contract, checked by mypy

@@ -16,6 +16,7 @@ from zrl.agents import Trained, finite_update
 from zrl.agents.apex_iqn import anneal_steps as apex_anneal_steps
 from zrl.agents.apex_iqn.config import ApexConfig
 from zrl.agents.apex_iqn.messages import PriorityUpdate, TransitionBatch
+from zrl.agents.contracts import Gathered, LearnerPart
 from zrl.algos.apex import transition_losses
 from zrl.algos.iqn import NStep
 from zrl.config import Config
@@ -81,6 +82,20 @@ def transition_misfit(batch: TransitionBatch, cfg: Config, rings: int, num_actio
     return None
 
 
+class ApexBatch(NamedTuple):
+    """A batch as Ape-X's learner part gathered it: the message, the rows of its intact transitions ``[K]``, and
+    theirs on the learner's device: both stacks ``[K, S, *frame_shape]``, actions, n-step returns and discounts,
+    and importance weights ``[K]``."""
+
+    batch: TransitionBatch
+    keep: np.ndarray
+    obs: torch.Tensor
+    action: torch.Tensor
+    nstep: NStep
+    next_obs: torch.Tensor
+    weights: torch.Tensor
+
+
 class ApexLearner:
     """Ape-X's part of the learner: the online and target networks, the optimiser and schedule, and the gatherer
     of transitions."""
@@ -133,13 +148,13 @@ class ApexLearner:
     def take(self, message) -> bool:
         return False
 
-    def gather(self, batch: TransitionBatch) -> tuple[Any, int]:
+    def gather(self, batch: TransitionBatch) -> Gathered[ApexBatch]:
         """Both stacks of the transitions whose frames were intact, and their columns (None if none were); how many
         were torn."""
         obs, next_obs, ok = self.gatherer.gather(batch)
         torn = int((~ok).sum())
         if not ok.any():
-            return None, torn
+            return Gathered(None, torn)
         keep = np.flatnonzero(ok)
         device = self.device
 
@@ -151,9 +166,9 @@ class ApexLearner:
             obs, next_obs = obs[pick], next_obs[pick]
         obs, next_obs = obs.to(device), next_obs.to(device)
         nstep = NStep(column(batch.nstep_return), column(batch.bootstrap_discount))
-        return (batch, keep, obs, column(batch.action), nstep, next_obs, column(batch.weights)), torn
+        return Gathered(ApexBatch(batch, keep, obs, column(batch.action), nstep, next_obs, column(batch.weights)), torn)
 
-    def step(self, gathered: Any, learner_step: int, policy_version: int) -> Trained:
+    def step(self, gathered: ApexBatch, learner_step: int, policy_version: int) -> Trained:
         """One importance-weighted update; the new priorities as the reply to the broker; the target network
         takes the online one's weights every ``apex.target_update`` steps."""
         batch, keep, obs, action, nstep, next_obs, weights = gathered
@@ -190,3 +205,6 @@ class ApexLearner:
             "sample_age_max": float(ages.max()),
         }
         return Trained(samples=len(keep), frames=len(keep) * self.frames_per_step, metrics=metrics, reply=reply)
+
+
+_: type[LearnerPart[ApexBatch]] = ApexLearner  # the contract, checked by mypy

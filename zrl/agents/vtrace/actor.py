@@ -10,12 +10,11 @@ t = 0..T (T+1 frames: the last one is the bootstrap observation and the first of
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import torch
 
 from zrl.agents import Outgoing
+from zrl.agents.contracts import Actor
 from zrl.agents.vtrace.messages import Unroll
 from zrl.config import Config, needs_features, unrolls_banked, unrolls_per_version
 from zrl.models import build_model
@@ -50,6 +49,7 @@ class VtraceActor:
         self.max_ahead = int(self.rate)  # a deterministic run's exact count
         self.most = unrolls_banked(cfg)  # the most unrolls a worker banks
         self.budget = 1.0  # unrolls this worker may send before it waits for new weights
+        self.lockstep = self.deterministic  # unroll n is played with weights version n // max_ahead, exactly
 
     paces_every_step = False  # only between unrolls
 
@@ -107,40 +107,26 @@ class VtraceActor:
         self.t = 0
         self.first_frame = slot
         self.played += 1
+        self.budget = max(self.budget - 1.0, 0.0)
+        if self.rate and not self.deterministic:  # shared among the workers live now (remote ones come and go)
+            self.rate = unrolls_per_version(self.cfg, worker.live_workers)
+            self.most = unrolls_banked(self.cfg, worker.live_workers)
         return Outgoing(message, units=self.m)
 
     def weights_taken(self, versions: int) -> None:
         """New weights, ``versions`` past the ones before: each adds ``rate`` unrolls, at most ``most`` banked."""
         self.budget = min(self.budget + self.rate * versions, self.most)
 
-    def pace(self, worker) -> bool:
-        """After an unroll was sent: take new weights, and wait for them while this worker is ahead; False if the
-        run stops meanwhile."""
-        self.budget = max(self.budget - 1.0, 0.0)
-        if self.rate and not self.deterministic:  # shared among the workers live now (remote ones come and go)
-            self.rate = unrolls_per_version(self.cfg, worker.live_workers)
-            self.most = unrolls_banked(self.cfg, worker.live_workers)
-        if self.deterministic:
-            # Lockstep: unroll n is played with weights version n // max_ahead, no sooner and no later.
-            due = self.played // self.max_ahead
-            if worker.policy_version < due:
-                worker.use(worker.weights.at_least(due, worker.heartbeat))  # heartbeats while it trains
-            return True
-        # New weights between unrolls; a throttled worker whose budget is spent waits for them. Under 1 every
-        # worker comes due on the same versions, so they send in rounds. Until the first new version arrives the
-        # learner has not started (its replays are filling), so the worker runs free.
-        wait_ms = 0
-        deadline = time.perf_counter() + worker.max_weights_wait_s
-        while True:
-            if self.rate and self.budget < 1.0 - 1e-9 and worker.weight_updates:
-                wait_ms = max(0, min(worker.poll_ms, int((deadline - time.perf_counter()) * 1000)))
-            worker.use(worker.weights.newer(worker.policy_version, wait_ms))
-            if wait_ms == 0 or self.budget >= 1.0 - 1e-9 or worker.stopping():
-                break
-            if time.perf_counter() >= deadline:
-                self.budget = 1.0  # waited long enough (a lost version): one more unroll, then wait again
-                break
-        return True
+    def due_version(self, worker) -> int:
+        """Lockstep: the version unroll ``played`` is due to be played with. Otherwise a throttled worker whose
+        budget is spent waits for the next version (under 1 unroll per version every worker comes due on the same
+        versions, so they send in rounds); until the first new version arrives the learner has not started (its
+        replays are filling), and the worker runs free."""
+        if self.lockstep:
+            return self.played // self.max_ahead
+        if self.rate and self.budget < 1.0 - 1e-9 and worker.weight_updates:
+            return worker.policy_version + 1
+        return 0
 
 
 def _trained_actions(path: str, envs: int, unroll_length: int) -> np.ndarray:
@@ -156,3 +142,6 @@ def _trained_actions(path: str, envs: int, unroll_length: int) -> np.ndarray:
             f"{unroll_length} steps; it was not written by this deterministic run"
         )
     return actions.numpy().astype(np.int64)
+
+
+_: type[Actor] = VtraceActor  # the contract, checked by mypy

@@ -4,7 +4,6 @@ the broker recomputes with the latest weights it subscribes to, in batched forwa
 straight from the rings (:class:`FeatureScorer`). Otherwise the broker touches no frames, only the rings'
 generation stamps, to drop units whose frames a ring has already overwritten.
 
-:class:`Broker` holds the rules, apart from any socket, so that a test can drive it directly;
 :class:`VtraceBroker` is the part the one broker loop (zrl/roles/broker.py) runs for this agent.
 """
 
@@ -19,6 +18,7 @@ import torch
 
 from shm.ring import Ring
 from zrl import agents, protocol
+from zrl.agents.contracts import BrokerPart
 from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.bounds import out_of_range, within_unit
 from zrl.config import (
@@ -190,18 +190,58 @@ def make_replays(cfg: Config, frames_per_step: int, scorer: Scorer | None, seed:
     return replays
 
 
-class Broker:
-    """V-trace's replay rules, separate from any socket so that a test can drive them directly."""
+class VtraceBroker:
+    """V-trace's part of the broker, which the one broker loop (zrl/roles/broker.py) runs: the replays, the feature
+    scorer elite and attentive replays need, and their rules, apart from any socket so that a test can drive them
+    directly (``store`` takes a unit without the run's checks, ``insert`` with them)."""
 
-    def __init__(self, cfg: Config, rings: list[Ring], scorer: Scorer | None = None, frames_per_step: int = 1) -> None:
+    message_type = Unroll
+    inbox_per_turn = 1024  # messages taken per turn of the loop
+    reply_type = None  # the learner sends nothing back
+
+    def __init__(self, cfg: Config, wiring, rings: list[Ring], scorer: Scorer | None = None) -> None:
+        """``wiring``: the run's (``RunWiring``), or any object with num_actions, frames_per_step and sample_calls
+        (each replay's sample calls so far, which a resumed run anneals on from; empty: none)."""
+        self.cfg, self.num_actions = cfg, wiring.num_actions
+        if scorer is None and needs_features(cfg):
+            scorer = FeatureScorer(cfg, wiring, rings)
+        self.scorer = scorer
+        self.wants_weights = scorer is not None
         self.batch_size = cfg.learner.batch_size
         self.history = cfg.env.frame_stack - 1
         self.shares = [replay_share(cfg, rep) for rep in cfg.replay]
-        self.replays = make_replays(cfg, frames_per_step, scorer, cfg.run.seed)
+        self.replays = make_replays(cfg, wiring.frames_per_step, scorer, cfg.run.seed)
         self.rings = rings
         self.dropped_stale = 0
         self.prepare_time_s = 0.0
         self.batches_prepared = 0
+        for replay, calls in zip(self.replays, wiring.sample_calls):  # a resumed run anneals on from there
+            if isinstance(replay, FeatureReplay):
+                replay.resume(int(calls))
+
+    def load_weights(self, version: int, flat: np.ndarray) -> None:
+        self.scorer.load(version, flat)
+
+    def units(self, msg: Unroll) -> int:
+        return msg.num_envs
+
+    def insert(self, msg: Unroll) -> str | None:
+        """Store a worker's unroll, or say why it cannot be from this run's workers (``misfit``)."""
+        why = misfit(msg, self.cfg, self.num_actions)
+        if why is None:
+            self.store(msg)
+        return why
+
+    def next_batch(self, batch_id: int, env_frames: int, env_steps: int):
+        """A batch's message and what to give back should it not be sent, or None while a replay cannot give its
+        share."""
+        taken = self.next_units()
+        if taken is None:
+            return None
+        return make_batch(batch_id, *taken, env_frames=env_frames).encode(), taken
+
+    def index(self) -> bytes | None:
+        return self.replay_index().encode()
 
     @property
     def dropped_full(self) -> int:
@@ -218,8 +258,8 @@ class Broker:
         """Every replay holds its fill: one batch's share for a queue, fill_fraction x capacity otherwise."""
         return all(len(r) >= s if isinstance(r, QueueReplay) else r.ready() for r, s in zip(self.replays, self.shares))
 
-    def insert(self, msg: Unroll) -> None:
-        """Every unit of the message into every replay (the loop has checked that it fits the run)."""
+    def store(self, msg: Unroll) -> None:
+        """Every unit of the message into every replay, unchecked (``insert`` checks that it fits the run)."""
         units = units_of(msg)
         features = msg.features if msg.features.size else None
         for replay in self.replays:
@@ -281,7 +321,7 @@ class Broker:
         for i, part in taken:
             self.replays[i].put_back(part)
 
-    def index(self) -> protocol.ReplayIndex:
+    def replay_index(self) -> protocol.ReplayIndex:
         """What every replay holds, for the learner's checkpoint: units, sample counts, stored features
         (padded with NaN to the longest compared-steps count when feature replays differ)."""
         rows: list[tuple[int, Unit, int]] = []
@@ -342,53 +382,10 @@ class Broker:
                 )
         return stats
 
-
-class VtraceBroker:
-    """V-trace's part of the broker: the replays (and the feature scorer elite and attentive replays need)."""
-
-    message_type = Unroll
-    inbox_per_turn = 1024  # messages taken per turn of the loop
-    reply_type = None  # the learner sends nothing back
-
-    def __init__(self, cfg: Config, wiring, rings: list[Ring]) -> None:
-        self.cfg, self.wiring = cfg, wiring
-        self.scorer = FeatureScorer(cfg, wiring, rings) if needs_features(cfg) else None
-        self.wants_weights = self.scorer is not None
-        self.broker = Broker(cfg, rings, self.scorer, wiring.frames_per_step)
-        for replay, calls in zip(self.broker.replays, wiring.sample_calls):  # a resumed run anneals on from there
-            if isinstance(replay, FeatureReplay):
-                replay.resume(int(calls))
-
-    def load_weights(self, version: int, flat: np.ndarray) -> None:
-        self.scorer.load(version, flat)
-
-    def units(self, msg: Unroll) -> int:
-        return msg.num_envs
-
-    def insert(self, msg: Unroll) -> str | None:
-        why = misfit(msg, self.cfg, self.wiring.num_actions)
-        if why is None:
-            self.broker.insert(msg)
-        return why
-
-    def next_batch(self, batch_id: int, env_frames: int, env_steps: int):
-        """A batch's message and what to give back should it not be sent, or None while a replay cannot give its
-        share."""
-        taken = self.broker.next_units()
-        if taken is None:
-            return None
-        return make_batch(batch_id, *taken, env_frames=env_frames).encode(), taken
-
-    def put_back(self, taken) -> None:
-        self.broker.put_back(taken)
-
-    def index(self) -> bytes | None:
-        return self.broker.index().encode()
-
     def snapshot(self) -> dict[str, np.ndarray]:
         """Every replay's content, as arrays (run.checkpoint_replay: zrl/replay_checkpoint.py)."""
         out = {"types": np.array([rep.type for rep in self.cfg.replay])}
-        for i, replay in enumerate(self.broker.replays):
+        for i, replay in enumerate(self.replays):
             out.update(prefixed(f"replay{i}", replay.state()))
         return out
 
@@ -397,22 +394,21 @@ class VtraceBroker:
         saved = [str(t) for t in state.get("types", ())]
         if saved != [rep.type for rep in self.cfg.replay]:
             raise SnapshotMismatch(f"replays {saved} saved, this run has {[rep.type for rep in self.cfg.replay]}")
-        rings = len(self.broker.rings)
-        for i, replay in enumerate(self.broker.replays):
+        rings = len(self.rings)
+        for i, replay in enumerate(self.replays):
             replay.load_state(section(f"replay{i}", state))
             if isinstance(replay, QueueReplay):
                 replay.retain(lambda u: u.worker_id < rings)
             else:
                 slots = replay.store.slots()
                 replay.store.remove(slots[replay.store.worker_id[slots] >= rings])
-        return int(self.broker.sizes().sum())
+        return int(self.sizes().sum())
 
     def oldest_frames(self) -> np.ndarray:
         """Each ring's oldest frame that a unit held reads (its stack's history included); the ring's head when
         no unit reads it."""
-        b = self.broker
-        oldest = np.array([ring.head for ring in b.rings], np.int64)
-        for replay in b.replays:
+        oldest = np.array([ring.head for ring in self.rings], np.int64)
+        for replay in self.replays:
             if isinstance(replay, QueueReplay):
                 units = replay.units()
                 workers = np.array([u.worker_id for u in units], np.int64)
@@ -420,18 +416,20 @@ class VtraceBroker:
             else:
                 slots = replay.store.slots()
                 workers, firsts = replay.store.worker_id[slots].astype(np.int64), replay.store.first_frame[slots]
-            np.minimum.at(oldest, workers, np.maximum(firsts - b.history, 0))
+            np.minimum.at(oldest, workers, np.maximum(firsts - self.history, 0))
         return oldest
 
     def stats(self) -> dict:
-        b = self.broker
-        sizes = b.sizes()
+        sizes = self.sizes()
         return {
-            "unrolls_dropped_stale": b.stale_total,
-            "unrolls_dropped_full": b.dropped_full,
+            "unrolls_dropped_stale": self.stale_total,
+            "unrolls_dropped_full": self.dropped_full,
             "replay_size": int(sizes.max()),
             "replay_sizes": sizes,
-            "prepare_time_s": b.prepare_time_s,
+            "prepare_time_s": self.prepare_time_s,
             "feature_time_s": self.scorer.time_s if self.scorer else 0.0,
-            "figures": b.elite_stats(),
+            "figures": self.elite_stats(),
         }
+
+
+_: type[BrokerPart] = VtraceBroker  # the contract, checked by mypy

@@ -15,6 +15,7 @@ import torch
 
 from zrl import protocol
 from zrl.agents import Trained, finite_update
+from zrl.agents.contracts import Gathered, LearnerPart
 from zrl.agents.vtrace.config import VtraceConfig
 from zrl.agents.vtrace.messages import Batch
 from zrl.algos.losses import vtrace_loss
@@ -264,6 +265,16 @@ def sample_ages(policy_version: int, batch: Batch, ok: np.ndarray, queues: np.nd
     return Ages(float(fresh.mean()) if len(fresh) else 0.0, float(ages.mean()), float(ages.max()))
 
 
+class VtraceBatch(NamedTuple):
+    """A batch as V-trace's learner part gathered it: the message, which of its units were intact ``[B]``, and
+    those units' observations and tensors (``batch_tensors``) on the learner's device."""
+
+    batch: Batch
+    ok: np.ndarray
+    unrolls: Unrolls
+    tensors: dict[str, torch.Tensor]
+
+
 class VtraceLearner:
     """V-trace's part of the learner: one network, its optimiser and schedule, the gatherer of unrolls, the
     broker's latest replay index and (run.deterministic) the trained actions, both for checkpoints."""
@@ -337,7 +348,7 @@ class VtraceLearner:
             return True
         return False
 
-    def gather(self, batch: Batch) -> tuple[Any, int]:
+    def gather(self, batch: Batch) -> Gathered[VtraceBatch]:
         """The batch's observations and tensors for its units whose frames were intact (None if none were), and
         how many were torn. A deterministic run cannot lose a unit: a torn one ends it."""
         frames, steps, ok = self.gatherer.gather(batch)
@@ -350,14 +361,14 @@ class VtraceLearner:
                 )
             self.trained_actions.append(batch.env_index, batch.actions)
         if not ok.any():
-            return None, torn
+            return Gathered(None, torn)
         if not ok.all():
             keep = torch.from_numpy(np.flatnonzero(ok))
             frames, steps = frames[keep], steps[keep]
         device = self.device
         # on the CPU, views of the gatherer's buffers: the step is taken before the next batch is gathered
         unrolls = Unrolls(frames.to(device, non_blocking=True), steps.to(device, non_blocking=True))
-        return (batch, ok, unrolls, batch_tensors(batch, ok, device)), torn
+        return Gathered(VtraceBatch(batch, ok, unrolls, batch_tensors(batch, ok, device)), torn)
 
     def update(self, unrolls: Unrolls, tensors: dict[str, torch.Tensor], learner_step: int) -> dict[str, float]:
         """The agent's update on a gathered batch: its figures by their LearnerStats names."""
@@ -389,7 +400,7 @@ class VtraceLearner:
         """The entropy weight at this step, on learner.entropy_decay_frames' schedule."""
         return entropy_cost(self.cfg, self.frames_per_step, learner_step)
 
-    def step(self, gathered: Any, learner_step: int, policy_version: int) -> Trained:
+    def step(self, gathered: VtraceBatch, learner_step: int, policy_version: int) -> Trained:
         """One update on a gathered batch (``learner_step`` is the step it takes, from 1)."""
         batch, ok, unrolls, tensors = gathered
         self.model.train()
@@ -400,3 +411,6 @@ class VtraceLearner:
         return Trained(
             samples=units * self.cfg.learner.unroll_length, frames=units * self.frames_per_unit, metrics=metrics
         )
+
+
+_: type[LearnerPart[VtraceBatch]] = VtraceLearner  # the contract, checked by mypy
