@@ -39,8 +39,9 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from zrl import agents, checkpoint, config, protocol
+from zrl import checkpoint, config, protocol
 from zrl.agents import REGISTRY as AGENTS
+from zrl.agents import contracts
 from zrl.agents import get as get_agent
 from zrl.agents.apex_iqn.config import APEX_HEADS
 from zrl.agents.vtrace.messages import Unroll
@@ -156,7 +157,7 @@ def pack(value) -> bytes:
 def message_kinds() -> list[type]:
     """Every message type of the wire, the core's and each registered agent's, as the registry finds them rather
     than listed here, so that a new one is covered as soon as it is declared."""
-    return sorted(agents.message_types(), key=lambda kind: kind.TAG)
+    return sorted(contracts.message_types(), key=lambda kind: kind.TAG)
 
 
 KINDS = message_kinds()

@@ -188,15 +188,6 @@ class Agent:
         return getattr(importlib.import_module(module), name)
 
 
-def message_types() -> tuple[type, ...]:
-    """Every message type of the wire: the core's and every registered agent's (their modules imported)."""
-    from zrl import protocol
-
-    for name in REGISTRY:
-        importlib.import_module(get(name).messages)
-    return protocol.message_types()
-
-
 _from_environment()
 
 

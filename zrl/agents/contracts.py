@@ -242,3 +242,14 @@ class LearnerPart(Protocol[G]):
     def step(self, gathered: G, learner_step: int, policy_version: int) -> Trained:
         """One update on a gathered batch (``learner_step``: the step it takes, from 1)."""
         ...
+
+
+def message_types() -> tuple[type, ...]:
+    """Every message type of the wire: the core's and every registered agent's (their modules imported)."""
+    import importlib
+
+    from zrl import agents, protocol
+
+    for name in agents.REGISTRY:
+        importlib.import_module(agents.get(name).messages)
+    return protocol.message_types()
