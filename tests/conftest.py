@@ -18,7 +18,7 @@ import pytest
 
 from shm import segment_name
 from shm.ring import Ring, RingSpec
-from zrl import protocol
+from zrl import agents, protocol
 from zrl.agents.apex_iqn.messages import Transitions
 from zrl.agents.vtrace.messages import Batch, Unroll
 from zrl.config import Config
@@ -479,3 +479,17 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
 def _cpu_seconds() -> float:
     own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.fixture
+def onestep(monkeypatch):
+    """The test agent under tests/onestep_agent, registered here and, through $ZRL_AGENTS and $PYTHONPATH, in every
+    process a run starts; both undone after the test."""
+    monkeypatch.setenv(agents.ENV_VAR, "")
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+    )
+    agents.register("onestep", "onestep_agent")
+    assert os.environ[agents.ENV_VAR] == "onestep=onestep_agent"
+    yield agents.get("onestep")
+    del agents.REGISTRY["onestep"]  # the registry is one dict, which modules hold by name

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import ast
 import inspect
-import sys
-import types
 
 import pytest
 from conftest import REPO
 
-from zrl import agents
+from zrl import agents, config
 from zrl.agents import contracts
 from zrl.config import ConfigError, load
 
@@ -112,33 +110,13 @@ def test_the_scan_finds_a_branch_on_the_agent():
     assert _branches_on_the_agent(sample) == [2, 6]
 
 
-def test_a_third_agent_is_one_package_and_one_registry_line(monkeypatch):
-    """A tiny agent (V-trace's parts with its own ring size): registered, the config takes it, the launcher sizes
-    its rings by it, zrl-eval's policy and the roles resolve to it. Nothing else changes."""
-    from zrl import launch
-    from zrl.agents import vtrace
-
-    tiny = types.ModuleType("zrl_tiny_agent")
-    tiny.AGENT = agents.Agent(
-        name="tiny",
-        summary="V-trace with a ring of 999 slots",
-        section=vtrace.AGENT.section,
-        config=vtrace.AGENT.config,
-        check=vtrace.check,
-        build_model=vtrace.build_model,
-        ring_slots=lambda cfg: 999,
-        slots_per_message=lambda cfg: 21,
-        action_scores=vtrace.action_scores,
-        acts_greedily=True,
-        replay_fill=vtrace.replay_fill,
-        replay_ratio=vtrace.replay_ratio,
-        actor=vtrace.AGENT.actor,
-        broker=vtrace.AGENT.broker,
-        learner=vtrace.AGENT.learner,
-        messages=vtrace.AGENT.messages,
-    )
-    monkeypatch.setitem(sys.modules, "zrl_tiny_agent", tiny)
-    monkeypatch.setitem(agents.REGISTRY, "tiny", "zrl_tiny_agent")
-    cfg = load(REPO / "config" / "smoke.toml", ["algo=tiny"])
-    assert cfg.algo == "tiny" and launch.ring_slots(cfg) == 999
-    assert agents.get("tiny").learner_part() is agents.get("vtrace").learner_part()
+def test_an_agent_is_registered_by_name_and_package_and_refused_otherwise(onestep, monkeypatch):
+    assert onestep.section == "onestep" and "onestep" in config.sections()
+    cfg = load(None, ["algo=onestep", 'replay=[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]'])
+    assert cfg.onestep.fill == 24 and cfg.vtrace.clip_rho == 1.0  # its section beside the others'
+    with pytest.raises(ConfigError, match="the onestep agent trains from one queue"):
+        load(None, ["algo=onestep"])  # its own rule: the defaults' two replays
+    with pytest.raises(ValueError, match="already registered, as zrl.agents.vtrace"):
+        agents.register("vtrace", "onestep_agent")
+    with pytest.raises(ValueError, match="a name and a dotted package path"):
+        agents.register("one step", "onestep_agent")
