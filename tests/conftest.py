@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
@@ -48,15 +49,55 @@ def make_config(**sections) -> Config:
     from zrl.config import ReplayConfig
 
     base = Config()
-    changes = {}
+    changes: dict = {}
+    agent_sections = dict(base.agent_sections)
     for name, value in sections.items():
         if name == "replay":
             changes[name] = tuple(ReplayConfig(**r) if isinstance(r, dict) else r for r in value)
+        elif name in agent_sections:  # an agent's section ([vtrace], [apex], ...)
+            agent_sections[name] = dataclasses.replace(agent_sections[name], **value)
+            changes["agent_sections"] = tuple(agent_sections.items())
         elif isinstance(value, dict):
             changes[name] = dataclasses.replace(getattr(base, name), **value)
         else:
             changes[name] = value
     return dataclasses.replace(base, **changes)
+
+
+def apex_broker(
+    capacity: int,
+    batch_size: int,
+    learn_start: int,
+    workers: int,
+    envs_per_worker: int,
+    num_actions: int,
+    n_step: int,
+    beta: float,
+    beta_anneal_steps: int,
+    seed: int,
+    rings: list | None = None,
+    **broker,
+):
+    """Ape-X's broker part on a config of these figures (``broker``: the [broker] section's range keys), with
+    ``rings`` (none: what needs no ring, its replay's rules)."""
+    from zrl.agents.apex_iqn.broker import ApexBroker
+
+    cfg = make_config(
+        algo="apex_iqn",
+        replay=[{"type": "prioritized", "capacity": capacity, "sample_ratio": 1.0}],
+        learner={"batch_size": batch_size, "replay_ratio": 0.0},
+        workers={"count": workers, "envs_per_worker": envs_per_worker},
+        apex={
+            "learn_start": learn_start,
+            "n_step": n_step,
+            "importance_beta": beta,
+            "beta_anneal_steps": beta_anneal_steps,
+            "priority_batch": min(capacity, 32),
+        },
+        run={"seed": seed},
+        broker=broker,
+    )
+    return ApexBroker(cfg, SimpleNamespace(num_actions=num_actions, frames_per_step=1), rings or [])
 
 
 def unroll_message(num_envs: int = 2, length: int = 4, num_actions: int = 3, **fields) -> Unroll:

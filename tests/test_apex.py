@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, assert_loadable, csv_rows, run_command, transitions_message
+from conftest import REPO, apex_broker, assert_loadable, csv_rows, run_command, transitions_message
 
 from shm.ring import Ring, RingSpec
 from zrl import protocol
@@ -18,7 +18,6 @@ from zrl.agents.apex_iqn.actor import _first_priorities
 from zrl.agents.apex_iqn.config import ApexConfig
 from zrl.agents.apex_iqn.learner import apex_sgd_step
 from zrl.agents.apex_iqn.messages import PriorityUpdate, Transitions
-from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.algos.apex import NStepBuilder
 from zrl.algos.iqn import NStep
 from zrl.config import ModelConfig, load
@@ -69,11 +68,11 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
                 k: cols[k] for k in ("env_index", "frame", "action", "nstep_return", "bootstrap_discount", "next_frame")
             },
         )
-        replay = ApexReplay(100, 8, 1, 1, 2, 3, 3, 0.4, 10, 0)
+        replay = apex_broker(100, 8, 1, 1, 2, 3, 3, 0.4, 10, 0)
         assert replay.insert(protocol.decode(sent.encode())) is None
         np.testing.assert_allclose(replay.replay.tree.priorities[:n], np.maximum(priority, 1e-6), rtol=1e-6)
 
-        batch = protocol.decode(replay.next_batch(1, 24, np.zeros(1, np.int64)).encode())
+        batch = protocol.decode(replay.sample_batch(1, 24, np.zeros(1, np.int64)).encode())
         obs, next_obs, ok = TransitionGatherer([ring], 2, 8, (4,), "float32").gather(batch)
         assert ok.all()
         target = build_iqn_model(ModelConfig(kind="mlp", mlp_hidden=(16,)), apex, (4,), "float32", 2, 3)
@@ -97,7 +96,7 @@ def test_worker_priorities_arrive_with_their_transitions_and_learner_updates_cha
             stamps=batch.stamps,
             priorities=step.priorities.astype(np.float32) + 5.0,
         )
-        assert replay.update(protocol.decode(update.encode())) is None
+        assert replay.reply(protocol.decode(update.encode())) is None
         after = replay.replay.tree.priorities[batch.slots]
         for slot, got in zip(batch.slots, after):  # a slot drawn twice holds one of its two new priorities
             given = (step.priorities + 5.0)[batch.slots == slot]

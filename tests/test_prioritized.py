@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import transitions_message
+from conftest import apex_broker, transitions_message
 
 from zrl.agents.apex_iqn.messages import PriorityUpdate, TransitionBatch
 from zrl.replay.prioritized import PrioritizedReplay, Transitions
@@ -128,26 +128,14 @@ def _message(worker=0, frames=(10, 11, 12), priority=(1.0, 2.0, -1.0), **change)
     return transitions_message(frames, **{**fields, **change})
 
 
-def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
+def test_the_apex_broker_takes_transitions_serves_batches_and_applies_updates():
     from zrl import protocol
-    from zrl.agents.apex_iqn.replay import ApexReplay
 
-    apex = ApexReplay(
-        capacity=100,
-        batch_size=4,
-        learn_start=5,
-        workers=2,
-        envs_per_worker=2,
-        num_actions=3,
-        n_step=3,
-        beta_start=0.4,
-        beta_anneal_steps=10,
-        seed=0,
-    )
+    apex = apex_broker(100, 4, 5, 2, 2, 3, 3, 0.4, 10, 0)
     assert apex.insert(_message()) is None
-    assert apex.next_batch(1, 0, np.zeros(2, np.int64)) is None  # 3 < learn_start
+    assert apex.sample_batch(1, 0, np.zeros(2, np.int64)) is None  # 3 < learn_start
     assert apex.insert(_message(worker=1, frames=(50, 51, 52), policy_version=7)) is None
-    batch = apex.next_batch(2, 123, np.zeros(2, np.int64))
+    batch = apex.sample_batch(2, 123, np.zeros(2, np.int64))
     assert isinstance(batch, TransitionBatch) and batch.size == 4 and batch.env_frames == 123
     np.testing.assert_array_equal(batch.next_frame, batch.frame + 3)
     # each transition keeps the weights version its worker played it with (the learner's sample ages)
@@ -156,13 +144,13 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
     update = PriorityUpdate(
         batch_id=2, size=4, slots=batch.slots, stamps=batch.stamps, priorities=np.full(4, 9.0, np.float32)
     )
-    assert apex.update(update) is None
+    assert apex.reply(update) is None
     assert set(apex.replay.tree.priorities[np.unique(batch.slots)]) == {9.0}
     assert (np.diff(batch.worker_ids) >= 0).all()  # sorted by worker, one block per ring
     # worker 0's ring no longer holds frames below 20: its transitions are never drawn again
     apex.batches = 0  # the next batch scans for eviction
     for i in range(20):
-        b = apex.next_batch(3 + i, 0, np.array([20, 0]))
+        b = apex.sample_batch(3 + i, 0, np.array([20, 0]))
         assert (b.worker_ids == 1).all()
     for bad in (
         PriorityUpdate(
@@ -183,24 +171,11 @@ def test_apex_replay_takes_transitions_serves_batches_and_applies_updates():
             priorities=np.array([-1.0], np.float32),
         ),
     ):
-        assert apex.update(bad) is not None
+        assert apex.reply(bad) is not None
 
 
-def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
-    from zrl.agents.apex_iqn.replay import ApexReplay
-
-    apex = ApexReplay(
-        capacity=100,
-        batch_size=4,
-        learn_start=1,
-        workers=2,
-        envs_per_worker=2,
-        num_actions=3,
-        n_step=3,
-        beta_start=0.4,
-        beta_anneal_steps=10,
-        seed=0,
-    )
+def test_the_apex_broker_refuses_transitions_that_cannot_be_from_this_run():
+    apex = apex_broker(100, 4, 1, 2, 2, 3, 3, 0.4, 10, 0)
     bad = [
         _message(worker=2),
         _message(env_index=np.array([0, 2, 0], np.int32)),
@@ -215,16 +190,3 @@ def test_apex_replay_refuses_transitions_that_cannot_be_from_this_run():
     ]
     assert all(apex.insert(m) is not None for m in bad)
     assert len(apex.replay) == 0
-    with pytest.raises(ValueError, match="beta_anneal_steps"):
-        ApexReplay(
-            capacity=10,
-            batch_size=2,
-            learn_start=1,
-            workers=1,
-            envs_per_worker=1,
-            num_actions=2,
-            n_step=3,
-            beta_start=0.4,
-            beta_anneal_steps=0,
-            seed=0,
-        )

@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import transitions_message
+from conftest import apex_broker, transitions_message
 
 from zrl.agents.apex_iqn.messages import PriorityUpdate
-from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.replay.queue import QueueReplay
 from zrl.replay.sampled import FeatureReplay, UniformReplay
 from zrl.replay.snapshot import SnapshotMismatch
@@ -98,8 +97,8 @@ def test_a_queue_keeps_its_order_and_drop_count():
         small.load_state(queue.state())
 
 
-def _apex(seed: int = 3, capacity: int = 64) -> ApexReplay:
-    return ApexReplay(capacity, 4, 5, 2, 2, 3, 3, 0.4, 1000, seed)
+def _apex(seed: int = 3, capacity: int = 64):
+    return apex_broker(capacity, 4, 5, 2, 2, 3, 3, 0.4, 1000, seed)
 
 
 def test_an_apex_replays_transitions_priorities_and_beta_round_trip_and_it_samples_on_the_same():
@@ -110,8 +109,8 @@ def test_an_apex_replays_transitions_priorities_and_beta_round_trip_and_it_sampl
         priority = np.linspace(0.1, 3.0, len(frames)).astype(np.float32)
         msg = transitions_message(frames, worker_id=w, action=np.ones(len(frames), np.int32), priority=priority)
         assert replay.insert(msg) is None
-    batch = replay.next_batch(1, 0, np.zeros(2, np.int64))
-    replay.update(
+    batch = replay.sample_batch(1, 0, np.zeros(2, np.int64))
+    replay.reply(
         PriorityUpdate(
             batch_id=1,
             size=len(batch.slots),
@@ -124,13 +123,13 @@ def test_an_apex_replays_transitions_priorities_and_beta_round_trip_and_it_sampl
     again.load_state(replay.state())
     _equal(replay.state(), again.state())
     assert again.replay.tree.total == pytest.approx(replay.replay.tree.total)
-    a, b = replay.next_batch(2, 0, np.zeros(2, np.int64)), again.next_batch(2, 0, np.zeros(2, np.int64))
+    a, b = replay.sample_batch(2, 0, np.zeros(2, np.int64)), again.sample_batch(2, 0, np.zeros(2, np.int64))
     assert np.array_equal(a.slots, b.slots) and np.array_equal(a.weights, b.weights)
     state = replay.state()
     saved = {key: value.copy() for key, value in state.items()}
     replay.insert(transitions_message(np.arange(50, 70, dtype=np.int64), action=np.ones(20, np.int32)))
     _equal(state, saved)  # a copy: the broker goes on while a thread writes it
-    fewer = ApexReplay(64, 4, 5, 1, 2, 3, 3, 0.4, 1000, 3)  # resumed with one worker: the other's are never drawn
+    fewer = apex_broker(64, 4, 5, 1, 2, 3, 3, 0.4, 1000, 3)  # resumed with one worker: the other's are never drawn
     fewer.load_state(saved)
     assert (fewer.replay.tree.priorities[replay.replay.columns["worker_id"] == 1] == 0).all()
     with pytest.raises(SnapshotMismatch):

@@ -8,10 +8,9 @@ import copy
 import numpy as np
 import pytest
 import torch
-from conftest import make_config, transitions_message, unroll_message
+from conftest import apex_broker, make_config, transitions_message, unroll_message
 
 from zrl import protocol
-from zrl.agents.apex_iqn.replay import ApexReplay
 from zrl.agents.vtrace.broker import misfit
 from zrl.agents.vtrace.learner import sgd_step
 from zrl.bounds import printable
@@ -56,7 +55,7 @@ def test_discounts_outside_0_1_are_refused():
 
 
 def test_ape_x_transitions_beyond_the_range_are_refused():
-    replay = ApexReplay(64, 4, 5, 1, 1, 3, 3, 0.4, 10, 0, max_abs_reward=10.0, max_abs_value=100.0)
+    replay = apex_broker(64, 4, 5, 1, 1, 3, 3, 0.4, 10, 0, max_abs_reward=10.0, max_abs_value=100.0)
     assert replay.misfit(transitions_message()) is None
     n = 4
     cases = {
