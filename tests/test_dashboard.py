@@ -26,7 +26,9 @@ from zrl.cli.launch import launch_main
 from zrl.config import ConfigError, dumps, load
 from zrl.dashboard import Dashboard, RunView
 from zrl.launch.folder import LOCK_NAME
-from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, SECTIONS, CsvLog, metric_columns
+from zrl.metrics.columns import EPISODE_COLUMNS, EVAL_COLUMNS, metric_columns
+from zrl.metrics.time_split import SECTIONS
+from zrl.metrics.writing import CsvLog
 
 pytestmark = pytest.mark.integration
 

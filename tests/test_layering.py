@@ -99,8 +99,8 @@ def test_zrl_launch_imports_no_torch():
     it, and its TensorBoard events go through TensorBoard's own writer. Checked in a fresh interpreter, on every
     module the launch path imports."""
     script = (
-        "import sys, zrl.cli.launch, zrl.launch, zrl.launch.network, zrl.metrics, zrl.checkpoint; "
-        "zrl.metrics.ScalarWriter; print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+        "import sys, zrl.cli.launch, zrl.launch, zrl.launch.network, zrl.metrics.tensorboard, zrl.checkpoint; "
+        "zrl.metrics.tensorboard.ScalarWriter; print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
     )
     done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]

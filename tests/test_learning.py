@@ -22,7 +22,7 @@ import pytest
 from conftest import REPO, csv_rows, reaped, run_command, start_command
 
 from zrl import checkpoint, config
-from zrl.metrics import read_csv
+from zrl.metrics.reading import read_csv
 
 pytestmark = pytest.mark.learning
 

@@ -12,17 +12,10 @@ from conftest import REPO, tensorboard_scalars
 from zrl import config
 from zrl.launch.folder import RunFolder
 from zrl.machine import cpu_description
-from zrl.metrics import (
-    SECTIONS,
-    CsvFollower,
-    CsvLog,
-    TensorBoardLog,
-    bottleneck,
-    episode_steps,
-    number,
-    read_csv,
-    time_shares,
-)
+from zrl.metrics.reading import CsvFollower, number, read_csv
+from zrl.metrics.tensorboard import TensorBoardLog, episode_steps
+from zrl.metrics.time_split import SECTIONS, bottleneck, time_shares
+from zrl.metrics.writing import CsvLog
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 _REFUSED_WRITES = """
 import logging, resource, sys
-from zrl.metrics import AppendHandler, CsvLog
+from zrl.metrics.writing import AppendHandler, CsvLog
 
 # Python ignores SIGXFSZ: a write past the limit fails with EFBIG, as a full disk's does with ENOSPC
 folder, told = sys.argv[1], []
@@ -56,10 +56,10 @@ def test_writes_the_disk_refuses_wait_in_memory_are_told_once_and_lose_nothing(t
 
 _REFUSED_EVENTS = """
 import resource, sys, time
-import zrl.metrics
-from zrl.metrics import TensorBoardLog
+import zrl.metrics.tensorboard
+from zrl.metrics.tensorboard import TensorBoardLog
 
-zrl.metrics.TB_RETRY_S = 0.0  # try a new writer at once
+zrl.metrics.tensorboard.TB_RETRY_S = 0.0  # try a new writer at once
 told = []
 events = TensorBoardLog(sys.argv[1], tell=told.append)
 row = lambda step: {"env_frames": step, "wall_time": 1.0, "learner_step": step}

@@ -1,4 +1,4 @@
-"""zrl-plot: run folders written in the real CSV format (zrl.metrics.CsvLog) with contents a test controls; the
+"""zrl-plot: run folders written in the real CSV format (zrl.metrics.writing.CsvLog) with contents a test controls; the
 curves, the grouping over seeds with its band, the health panel, SVG, torn and growing files, and bad input."""
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from zrl.bench.learning import WINDOW
 from zrl.cli.plot import plot_main
 from zrl.experiment import plot
 from zrl.experiment.runs import curve, group_runs, load_run
-from zrl.metrics import EPISODE_COLUMNS, EVAL_COLUMNS, SECTIONS, CsvLog, metric_columns
+from zrl.metrics.columns import EPISODE_COLUMNS, EVAL_COLUMNS, metric_columns
+from zrl.metrics.time_split import SECTIONS
+from zrl.metrics.writing import CsvLog
 
 START = 1_700_000_000.0  # the fake runs' start, unix seconds
 INTERVAL_S = 2.0  # their metrics rows' interval

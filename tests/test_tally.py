@@ -13,7 +13,7 @@ from conftest import broker_stats_message, learner_stats_message
 from zrl import protocol
 from zrl.agents import get as get_agent
 from zrl.launch.tally import RATIO_ROWS, Tally, progress_line
-from zrl.metrics import METRIC_DOCS, agent_figures, metric_columns
+from zrl.metrics.columns import METRIC_DOCS, agent_figures, metric_columns
 from zrl.roles.learner import STEP_METRICS
 
 pytestmark = pytest.mark.unit

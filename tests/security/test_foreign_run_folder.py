@@ -18,7 +18,8 @@ from conftest import REPO, csv_rows, run_command
 from zrl import checkpoint, config
 from zrl.config import ConfigError
 from zrl.launch.folder import RunFolder, RunLock
-from zrl.metrics import AppendFile, CsvLog, read_csv
+from zrl.metrics.reading import read_csv
+from zrl.metrics.writing import AppendFile, CsvLog
 from zrl.namespace import LOCK_NAME
 
 CARTPOLE = REPO / "config" / "cartpole.toml"

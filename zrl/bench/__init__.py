@@ -243,8 +243,8 @@ def render(mode: str, result: dict) -> str:
             per = result["seconds_per_second"]
             role, section = result["bottleneck"]["role"], result["bottleneck"]["section"]
             out.append("time per second of run (workers summed):")
-            from zrl.metrics import SECTION_LABELS as LABELS
-            from zrl.metrics import SECTIONS
+            from zrl.metrics.time_split import SECTION_LABELS as LABELS
+            from zrl.metrics.time_split import SECTIONS
 
             for group, sections in SECTIONS.items():
                 out.append(

@@ -17,7 +17,7 @@ from collections import deque
 from pathlib import Path
 
 from zrl.config import ConfigError
-from zrl.metrics import read_csv
+from zrl.metrics.reading import read_csv
 
 REFERENCES = Path(__file__).with_name("reference")
 WINDOW = 100  # episodes in the moving mean, as in the issue's and the papers' "100-episode mean"

@@ -5,8 +5,10 @@ Precedence, highest first: command-line options > ``--set section.key=value`` > 
 
 The package, by job:
 
-- ``schema``: the sections and ``Config``; each key's type, bounds and description in one declaration. An
-  agent's section is its own (``zrl/agents/<name>/config.py``) and composed here.
+- ``schema``: ``Config``, composed of the sections; each key's type, bounds and description in one declaration.
+  The core's sections live by area: ``run`` ([run], [env]), ``workers`` ([workers], [transport]), ``learning``
+  ([model], [learner], [broker]), ``replay`` ([[replay]]), ``evaluation`` ([eval]). An agent's section is its own
+  (``zrl/agents/<name>/config.py``) and composed here.
 - ``checks``: ``declared`` (msgspec checks a section's types and bounds against the schema) and ``check``
   (the rules between keys, and the agent's own rules through the registry).
 - ``sizing``: what the keys imply together (shares, fills, budgets, horizons, the cores' split).
@@ -34,6 +36,8 @@ from zrl.config.checks import (
     devices,
 )
 from zrl.config.defaults import defaults_toml
+from zrl.config.evaluation import EvalConfig
+from zrl.config.learning import BrokerConfig, LearnerConfig, ModelConfig
 from zrl.config.loading import (
     MOVED_KEYS,
     OPTION_FLAGS,
@@ -46,22 +50,9 @@ from zrl.config.loading import (
     to_dict,
 )
 from zrl.config.reference import replays_from_json
-from zrl.config.schema import (
-    BUILTIN,
-    SECTIONS,
-    TOP_KEYS,
-    BrokerConfig,
-    Config,
-    EnvConfig,
-    EvalConfig,
-    LearnerConfig,
-    ModelConfig,
-    ReplayConfig,
-    RunConfig,
-    TransportConfig,
-    WorkersConfig,
-    sections,
-)
+from zrl.config.replay import ReplayConfig
+from zrl.config.run import EnvConfig, RunConfig
+from zrl.config.schema import BUILTIN, SECTIONS, TOP_KEYS, Config, sections
 from zrl.config.sizing import (
     entropy_cost,
     fill_target,
@@ -79,6 +70,7 @@ from zrl.config.sizing import (
     usable_cores,
     worker_slots,
 )
+from zrl.config.workers import TransportConfig, WorkersConfig
 from zrl.errors import ConfigError
 
 __all__ = [

@@ -10,7 +10,8 @@ import tomli_w
 
 from zrl.config.checks import REPLAY_KEYS
 from zrl.config.loading import to_dict
-from zrl.config.schema import TOP_KEYS, Config, ReplayConfig, sections
+from zrl.config.replay import ReplayConfig
+from zrl.config.schema import TOP_KEYS, Config, sections
 
 MAX_DESCRIPTION = 200  # characters: what a key does, its unit and its values; the why belongs in the README
 

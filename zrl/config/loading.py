@@ -16,7 +16,8 @@ import tomli_w
 from zrl.agents import REGISTRY as agent_registry
 from zrl.config.checks import REPLAY_KEYS, declared
 from zrl.config.reference import replays_from_json
-from zrl.config.schema import BUILTIN, SECTIONS, TOP_KEYS, Config, ReplayConfig, sections
+from zrl.config.replay import ReplayConfig
+from zrl.config.schema import BUILTIN, SECTIONS, TOP_KEYS, Config, sections
 from zrl.errors import ConfigError
 
 MOVED_KEYS = {

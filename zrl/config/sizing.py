@@ -9,7 +9,8 @@ import math
 import os
 
 from zrl.config.checks import FEATURE_REPLAYS
-from zrl.config.schema import Config, ReplayConfig
+from zrl.config.replay import ReplayConfig
+from zrl.config.schema import Config
 
 
 def replay_share(cfg: Config, rep: ReplayConfig) -> int:

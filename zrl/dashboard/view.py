@@ -19,18 +19,9 @@ from types import SimpleNamespace
 import psutil
 
 from zrl import agents
-from zrl.metrics import (
-    SECTION_LABELS,
-    SECTIONS,
-    CsvFollower,
-    LineFollower,
-    agent_figures,
-    bottleneck,
-    learner_wait_share,
-    metric_columns,
-    number,
-    time_shares,
-)
+from zrl.metrics.columns import agent_figures, metric_columns
+from zrl.metrics.reading import CsvFollower, LineFollower, number
+from zrl.metrics.time_split import SECTION_LABELS, SECTIONS, bottleneck, learner_wait_share, time_shares
 from zrl.namespace import LOCK_NAME
 
 WINDOW = 100  # episodes in the moving mean

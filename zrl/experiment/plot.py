@@ -1,4 +1,4 @@
-"""zrl-plot: a run's pictures, drawn headless from its CSV files (``zrl.metrics.read_csv``: a torn last line, as
+"""zrl-plot: a run's pictures, drawn headless from its CSV files (``zrl.metrics.reading.read_csv``: a torn last line, as
 a run still writing or one that crashed leaves it, is left out with a note), so it works on a run as it goes.
 
 Curves (the default): the 100-episode mean of the raw return against env frames and against wall time, side by
@@ -37,7 +37,8 @@ from zrl.experiment.runs import (
     load_run,
     run_start,
 )
-from zrl.metrics import IDLE, SECTION_LABELS, SECTIONS, number, time_shares
+from zrl.metrics.reading import number
+from zrl.metrics.time_split import IDLE, SECTION_LABELS, SECTIONS, time_shares
 
 MINUTES = "wall time since the run's start (minutes)"
 DPI = 100

@@ -34,7 +34,7 @@ from zrl import scores as reference_scores
 from zrl.bench.learning import WINDOW, read_curve, run_config
 from zrl.config import ConfigError
 from zrl.experiment import stats
-from zrl.metrics import read_csv
+from zrl.metrics.reading import read_csv
 
 GRID_POINTS = 80
 

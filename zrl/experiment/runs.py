@@ -1,4 +1,4 @@
-"""A run folder as zrl-plot reads it: its resolved config and its CSV rows as they stand (``zrl.metrics.read_csv``:
+"""A run folder as zrl-plot reads it: its resolved config and its CSV rows as they stand (``zrl.metrics.reading.read_csv``:
 a torn last line, as a run still writing or one that crashed leaves it, is left out with a note), its return
 curve, its evaluations during training (eval.csv), and runs grouped by config over seeds (``IGNORED_KEYS``)."""
 
@@ -14,7 +14,7 @@ import numpy as np
 from zrl import config as config_mod
 from zrl.bench.learning import WINDOW
 from zrl.config import ConfigError
-from zrl.metrics import number, read_csv
+from zrl.metrics.reading import number, read_csv
 
 IGNORED_KEYS = ("run.seed", "run.results_dir", "run.max_seconds", "run.max_env_frames", "eval.stop_at_score")
 """Keys that differ between runs of one config over seeds: left out when runs are grouped."""

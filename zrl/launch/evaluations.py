@@ -16,7 +16,7 @@ from pathlib import Path
 from zrl import envs, protocol, transport
 from zrl.config import Config
 from zrl.launch.console import Console
-from zrl.metrics import EVAL_COLUMNS
+from zrl.metrics.columns import EVAL_COLUMNS
 from zrl.roles.run_wiring import StopFlag
 
 log = logging.getLogger("zrl")

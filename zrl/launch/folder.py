@@ -24,22 +24,10 @@ from pathlib import Path
 from zrl import __version__, agents, checkpoint
 from zrl.config import Config, ConfigError, dumps, usable_cores
 from zrl.machine import cpu_description, ram_gib
-from zrl.metrics import (
-    EPISODE_COLUMNS,
-    EVAL_COLUMNS,
-    START_COLUMNS,
-    AppendHandler,
-    CsvLog,
-    TensorBoardLog,
-    drop_torn_tail,
-    episode_steps,
-    figure_roles,
-    first_row,
-    metric_columns,
-    number,
-    read_csv,
-    tell_stderr,
-)
+from zrl.metrics.columns import EPISODE_COLUMNS, EVAL_COLUMNS, START_COLUMNS, metric_columns
+from zrl.metrics.reading import number, read_csv
+from zrl.metrics.tensorboard import TensorBoardLog, episode_steps, figure_roles
+from zrl.metrics.writing import AppendHandler, CsvLog, drop_torn_tail, first_row, tell_stderr
 from zrl.namespace import LOCK_NAME
 
 log = logging.getLogger("zrl")

@@ -50,7 +50,7 @@ from zrl.launch.supervise import (
 )
 from zrl.launch.tally import Tally, progress_line
 from zrl.launch.wiring import Wiring, sweep_stale
-from zrl.metrics import agent_figures
+from zrl.metrics.columns import agent_figures
 from zrl.roles.run_wiring import StartFrom, StopFlag, WorkerStart
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import msgspec
 import numpy as np
 
 from zrl import protocol
-from zrl.metrics import number, read_csv
+from zrl.metrics.reading import number, read_csv
 
 
 def _first(*values: float | None) -> float:
@@ -73,7 +73,9 @@ class Tally:
     live_window_s: float = 5.0
     heard: dict[int, float] = field(default_factory=dict)  # each worker's last stats, monotonic time
     replay_ratio_target: float = 0.0  # samples trained per fresh sample the run asks for (the agent's)
-    figures: tuple[str, ...] = ()  # the agent's own columns (zrl.metrics.agent_figures), from its roles' reports
+    figures: tuple[
+        str, ...
+    ] = ()  # the agent's own columns (zrl.metrics.columns.agent_figures), from its roles' reports
     _last_interval: dict | None = None
     _ratio_marks: deque = field(default_factory=lambda: deque(maxlen=RATIO_ROWS))  # (frames played, trained)
     # the learner step of the first learner report since the start or a restart: that report (sent before any

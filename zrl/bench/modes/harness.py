@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from zrl import metrics
 from zrl.config import Config
 from zrl.launch import EXIT_SIGINT, private_prefix
+from zrl.metrics import time_split
 
 Progress = Callable[[str], None]
 
@@ -159,7 +159,7 @@ def pipeline(
     last = rows[-1]
     window = float(last["elapsed_s"]) - float(first["elapsed_s"])
     delta = lambda col: float(last[col] or 0) - float(first[col] or 0)  # noqa: E731
-    times = metrics.time_shares(first, last)
+    times = time_split.time_shares(first, last)
     steps = delta("learner_step")
     return {
         **({"watch": watched} if watch is not None else {}),

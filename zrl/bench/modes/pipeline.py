@@ -8,19 +8,19 @@ import time
 
 import numpy as np
 
-from zrl import metrics
 from zrl.bench import envs as benv
 from zrl.bench.facts import cores
 from zrl.bench.modes.harness import Progress, check, pipeline
 from zrl.bench.modes.learner import _fixed_batch
 from zrl.config import Config
+from zrl.metrics import time_split
 
 MATMUL_N = 1024  # the square fp32 matmul whose GFLOP/s is the peak the learner is judged against
 
 
 def bottleneck(result: dict) -> tuple[str, str]:
-    """Which role limits the pipeline, and its busiest section (``metrics.bottleneck``)."""
-    return metrics.bottleneck(result["seconds_per_second"], result["workers"])
+    """Which role limits the pipeline, and its busiest section (``time_split.bottleneck``)."""
+    return time_split.bottleneck(result["seconds_per_second"], result["workers"])
 
 
 def _unit_costs(cfg: Config, spec, seconds: float, out) -> None:
