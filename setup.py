@@ -22,6 +22,7 @@ setup(
         # checkpoints, configs, the reference's replay JSON)
         # import-linter: the import contracts of pyproject.toml (tests/test_layering.py runs its lint-imports), the
         # maintained tool for them rather than an import graph of our own
+        # mypy: pyproject.toml's [tool.mypy] checker (tests/test_types.py runs it); pinned, as each release finds more
         "test": [
             "pytest==9.2.0",
             "pytest-timeout==2.4.0",
@@ -31,6 +32,7 @@ setup(
             "selenium==4.51.0",
             "hypothesis==6.170.17",
             "import-linter==2.17",
+            "mypy==2.4.1",
         ],
         # zrl-bench env: the peers measured beside zrl where they install (EnvPool; Gymnasium's Atari wrappers
         # need OpenCV), and matplotlib for perf/plot.py

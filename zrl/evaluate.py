@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from zrl import checkpoint, scores
 from zrl.config import Config, ConfigError, from_dict
@@ -112,7 +113,7 @@ def _view(frame: np.ndarray) -> np.ndarray:
 def write_video(path: str, frames: list[np.ndarray]) -> None:
     import imageio.v2 as imageio
 
-    images = [_view(f) for f in frames]
+    images: list[ArrayLike] = [_view(f) for f in frames]  # imageio's stubs take a list of any array-like
     if path.lower().endswith(".gif"):
         imageio.mimsave(path, images, duration=1000 / VIDEO_FPS, loop=0)
     else:
@@ -172,9 +173,10 @@ def _play(job: Job) -> list[dict[str, Any]]:
                 window.show(frame)
 
         result = player.play(job.seed + episode, on_frame=watch if watched else None)
+        assert result is not None  # play gives up only when its idle asks, and there is none
         if window is not None:
             window.close()
-        if recorded:
+        if job.video and recorded:  # recorded only with a video to write
             write_video(job.video, recorded)
         results.append({"episode": episode, **result})
     return results
@@ -303,7 +305,7 @@ def table(report: dict[str, Any]) -> str:
         lines.append(f"human-normalised mean: {report['human_normalised_mean']:.3f}")
     if report.get("record_normalised_mean") is not None:
         lines.append(f"world-record-normalised mean (SABER): {report['record_normalised_mean']:.4f}")
-    ended = {}
+    ended: dict[str, int] = {}
     for r in report["per_episode"]:
         ended[r["ended_by"]] = ended.get(r["ended_by"], 0) + 1
     lines.append("episodes ended by: " + ", ".join(f"{k} {v}" for k, v in sorted(ended.items())))

@@ -50,7 +50,7 @@ FORKSERVER_PRELOAD = [
 ASK_NAME = "zrl-ask"  # ask's child, in ps and top
 
 
-def role_context() -> mp.context.BaseContext:
+def role_context() -> mp.context.ForkServerContext:
     """Where the role processes come from: a fork server, started with the first role, that imports
     FORKSERVER_PRELOAD once; each role is a fork of it, running in a fraction of a second where a freshly spawned
     interpreter spends about a second of CPU on its imports (more than half of a short run's start, and of a
@@ -88,7 +88,7 @@ def let_the_fork_server_go() -> None:
     roles would keep it alive, and it them, after their launcher died. Closed, the launcher's copy is the last."""
     from multiprocessing import forkserver
 
-    server = getattr(forkserver, "_forkserver", None)
+    server: Any = getattr(forkserver, "_forkserver", None)  # CPython's private state: typeshed leaves it out
     fd = getattr(server, "_forkserver_alive_fd", None)
     if fd is not None:
         os.close(fd)
@@ -176,7 +176,8 @@ def private_folder(run_id: str) -> str:
 def fork_server_folder(folder: str | None) -> str | None:
     """Have multiprocessing put its files (the fork server's socket) in ``folder`` rather than a /tmp/pymp-*
     folder of its own that a launcher killed by SIGKILL would leave behind; the folder it used before."""
-    config = mp.current_process()._config
+    process: Any = mp.current_process()  # its _config is CPython's private state, which typeshed leaves out
+    config = process._config
     before = config.get("tempdir")
     if folder is None:
         config.pop("tempdir", None)
@@ -215,9 +216,22 @@ def start_fork_server() -> None:
 
 def stop_fork_server() -> None:
     """Stop this process's fork server if one runs (its roles are down), so that the next Wiring starts its own."""
+    _fork_server()._stop()
+
+
+def _fork_server() -> Any:
+    """This process's multiprocessing fork server: what zrl reads and calls of it (_forkserver_pid, _stop) is
+    CPython's private state, which typeshed leaves out."""
     from multiprocessing import forkserver
 
-    forkserver._forkserver._stop()
+    return forkserver._forkserver
+
+
+def _resource_tracker() -> Any:
+    """This process's multiprocessing resource tracker, for its private _pid and _stop, as ``_fork_server``."""
+    from multiprocessing import resource_tracker
+
+    return resource_tracker._resource_tracker
 
 
 def start_reaper(run_id: str, private: str) -> subprocess.Popen:
@@ -239,6 +253,7 @@ def start_reaper(run_id: str, private: str) -> subprocess.Popen:
 
 def close_reaper(reaper: subprocess.Popen) -> None:
     """Let a reaper go once its pipeline is torn down: it finds nothing left, and exits."""
+    assert reaper.stdin is not None  # started with stdin=PIPE
     reaper.stdin.close()
     try:
         reaper.wait(10)
@@ -262,9 +277,7 @@ _started: Started | None = None  # begin's, until a Wiring adopts it or abandon 
 
 
 def _server_pid() -> int | None:
-    from multiprocessing import forkserver
-
-    return forkserver._forkserver._forkserver_pid
+    return _fork_server()._forkserver_pid
 
 
 def begin() -> None:
@@ -275,9 +288,7 @@ def begin() -> None:
     global _started
     if _started is not None or _server_pid() is not None:
         return
-    from multiprocessing import resource_tracker
-
-    tracker_before = resource_tracker._resource_tracker._pid is not None
+    tracker_before = _resource_tracker()._pid is not None
     run_id = new_run_id()
     path = private_folder(run_id)
     try:
@@ -314,8 +325,6 @@ def abandon() -> None:
     the server is killed, not asked to stop (it would finish its preload first: seconds); and the resource tracker
     its start started. A refused launch leaves no process behind, in its own process either (zrl-launch's refusals
     run in-process in tests)."""
-    from multiprocessing import resource_tracker
-
     started = _started
     if started is None:
         return
@@ -326,7 +335,7 @@ def abandon() -> None:
                 os.kill(pid, signal.SIGKILL)  # it has forked no role: it holds imports only
         stop_fork_server()  # reaps it and removes its socket
         if started.tracker_started:
-            resource_tracker._resource_tracker._stop()
+            _resource_tracker()._stop()
     finally:
         taken()
         fork_server_folder(started.tempdir_before)

@@ -69,7 +69,9 @@ def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int)
     if cfg.optimizer == "adam":
         # fused: one kernel for all parameters instead of a loop of small ops, a faster Ape-X update (perf/README.md,
         # "Rainbow-IQN Ape-X on Pong"). The same Adam, to rounding.
-        opt = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True)
+        opt: torch.optim.Optimizer = torch.optim.Adam(
+            model.parameters(), lr=cfg.learning_rate, eps=cfg.adam_eps, fused=True
+        )
     elif cfg.optimizer == "rmsprop_tf":
         opt = TFRMSprop(
             model.parameters(),

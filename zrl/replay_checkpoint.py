@@ -41,7 +41,7 @@ import threading
 import time
 import zipfile
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
 import zstandard
@@ -98,7 +98,8 @@ class ReplayWriter:
         self.last_s = 0.0  # how long the last snapshot took
         self.bytes = 0  # the kept snapshots' size on disk
         found = newest(self.folder)  # names go on after the newest, even should the clock step back
-        self._stamp = int(MANIFEST_NAME.fullmatch(found[0].name)[1]) if found else 0
+        match = MANIFEST_NAME.fullmatch(found[0].name) if found else None  # newest takes only names that match
+        self._stamp = int(match[1]) if match else 0
         for partial in [*self.folder.glob(".*.tmp-*"), *self.folder.glob("frames/.*.tmp-*")]:
             partial.unlink(missing_ok=True)  # a write a killed broker cut short
 
@@ -146,7 +147,7 @@ class ReplayWriter:
                 chunks.append(name)
             rings.append({"head": int(head), "first": first, "chunks": chunks})
         buffer = io.BytesIO()
-        np.savez(buffer, **state)
+        np.savez(buffer, allow_pickle=False, **state)  # numbers only, as load_state reads them
         stamp = max(time.time_ns() // 1_000_000, self._stamp + 1)  # two in one millisecond stay apart
         self._stamp = stamp
         state_name = f"state-{stamp:015d}.npz.zst"
@@ -182,7 +183,7 @@ class ReplayWriter:
             path.unlink(missing_ok=True)
         for path in kept:
             try:
-                manifest = read_manifest(path)
+                manifest: Any = read_manifest(path)  # any JSON: a wrong shape raises what is caught below
                 needed.add(manifest["state"])
                 needed.update(f"frames/{c}" for ring in manifest["rings"] for c in ring["chunks"])
             except (OSError, ValueError, KeyError, TypeError):  # a damaged manifest: nothing of it is kept
@@ -309,7 +310,7 @@ def _checked_manifest(path: Path, unreadable: str) -> dict:
     except (OSError, ValueError) as err:
         raise SnapshotMismatch(f"{path}: {unreadable} ({err})") from None
     check_manifest(path, manifest)
-    return manifest
+    return cast(dict, manifest)  # check_manifest refused anything but a dict
 
 
 def load_state(manifest_path: str | Path, limit: int = MAX_STATE_BYTES) -> dict[str, np.ndarray]:
@@ -351,6 +352,7 @@ def restore_frames(manifest_path: str | Path, rings: list[Ring], spec: RingSpec)
     for saved, ring in zip(saved_rings, rings):
         for name in saved["chunks"]:
             match = CHUNK_NAME.fullmatch(name)
+            assert match is not None  # check_manifest matched every chunk's name
             first, end = int(match[3]) * CHUNK_SLOTS, int(match[4])
             n = end - first
             want = n * (1 + sum(row_bytes))

@@ -90,9 +90,11 @@ def human_normalised(rom: str, score: float) -> float | None:
 
 def record_normalised(rom: str, score: float) -> float | None:
     """SABER's normalisation by the human world record: (score - random) / (record - random)."""
-    if rom not in SCORES or SCORES[rom][2] is None:
+    if rom not in SCORES:
         return None
     random, _, record = SCORES[rom]
+    if record is None:
+        return None
     return (score - random) / (record - random)
 
 

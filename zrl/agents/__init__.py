@@ -164,7 +164,7 @@ class Agent:
     learner_figures: Mapping[str, str] = field(default_factory=dict)
     broker_figures: Mapping[str, str] = field(default_factory=dict)
 
-    def model_shapes(self, cfg: Any, frame_shape: tuple, frame_dtype: str, num_actions: int) -> Any:
+    def model_shapes(self, cfg: Any, frame_shape: tuple[int, ...], frame_dtype: str, num_actions: int) -> Any:
         """The network ``build_model`` makes, on PyTorch's meta device: parameters with their shapes but no memory
         and no initialisation, for the launcher's checks that count or compare them (a Nature network with a wide
         dense layer takes seconds to initialise on a CPU)."""
@@ -173,19 +173,22 @@ class Agent:
         with torch.device("meta"):
             return self.build_model(cfg, frame_shape, frame_dtype, num_actions)
 
-    def actor_part(self) -> type:
+    # A part's class, of the type zrl.agents.contracts declares (Actor, BrokerPart, LearnerPart), which its loop
+    # states where it builds one: the registry, a leaf, cannot import the contracts to say so here.
+    def actor_part(self) -> type[Any]:
         return self.part(self.actor)
 
-    def broker_part(self) -> type:
+    def broker_part(self) -> type[Any]:
         return self.part(self.broker)
 
-    def learner_part(self) -> type:
+    def learner_part(self) -> type[Any]:
         return self.part(self.learner)
 
     @staticmethod
-    def part(ref: str) -> Any:
+    def part(ref: str) -> type[Any]:
         module, _, name = ref.partition(":")
-        return getattr(importlib.import_module(module), name)
+        cls: type[Any] = getattr(importlib.import_module(module), name)  # "module:Class"
+        return cls
 
 
 _from_environment()
@@ -196,7 +199,7 @@ def get(name: str) -> Agent:
     unknown agent is refused earlier, with its file and key)."""
     if name not in REGISTRY:
         raise ValueError(f"no agent {name!r}; the agents are {', '.join(REGISTRY)}")
-    agent = importlib.import_module(REGISTRY[name]).AGENT
+    agent: Agent = importlib.import_module(REGISTRY[name]).AGENT
     if agent.name != name:
         raise RuntimeError(f"{REGISTRY[name]} declares agent {agent.name!r}, registered as {name!r}")
     return agent

@@ -385,6 +385,7 @@ def vtrace_loss(
         total = total + clear_policy_weight * policy_cloning
     value_cloning = values.new_zeros(())
     if clear_value_weight > 0:
+        assert behaviour_values is not None  # refused on entry otherwise
         value_cloning = value_cloning_loss(values, behaviour_values, clear_value_loss, mask=mask)
         total = total + clear_value_weight * value_cloning
     return VTraceLoss(

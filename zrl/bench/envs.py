@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import queue
 import time
+from typing import cast
 
 import numpy as np
 
@@ -76,9 +77,17 @@ def ceiling(cfg: Config, processes: int, envs_per_process: int, seconds: float) 
     }
 
 
+def _rom(env_id: str) -> str:
+    """The ALE rom of an Atari id: the peers are measured on Atari ids only (data_path.env_mode sees to it)."""
+    rom = atari_rom(env_id)
+    if rom is None:
+        raise ValueError(f"{env_id!r} is not an Atari id")
+    return rom
+
+
 def _game(env_id: str) -> str:
     """The game's name as Gymnasium and EnvPool ids spell it: space_invaders -> SpaceInvaders."""
-    return atari_rom(env_id).title().replace("_", "")
+    return _rom(env_id).title().replace("_", "")
 
 
 def _timed(step, seconds: float, per_call: int, frames_per_step: int) -> dict:
@@ -110,7 +119,7 @@ def ale_vector(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict
 
     e = cfg.env
     env = AtariVectorEnv(
-        atari_rom(e.id),
+        _rom(e.id),
         num_envs,
         num_threads=threads,
         stack_num=e.frame_stack,
@@ -121,7 +130,8 @@ def ale_vector(cfg: Config, num_envs: int, threads: int, seconds: float) -> dict
         episodic_life=e.episodic_life,
         autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
     )
-    figures = _random_actions(env, int(env.single_action_space.n), num_envs, seconds, e.frame_skip, seed=0)
+    actions = cast(gymnasium.spaces.Discrete, env.single_action_space)  # ALE's actions are Discrete
+    figures = _random_actions(env, int(actions.n), num_envs, seconds, e.frame_skip, seed=0)
     return {"peer": "ale-py AtariVectorEnv", "envs": num_envs, "threads": threads, **figures}
 
 

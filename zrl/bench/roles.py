@@ -48,11 +48,11 @@ class Pipeline:
     def __init__(self, cfg: Config, spec: envs.EnvSpec, *, with_learner: bool, workdir: Path) -> None:
         self.cfg, self.spec, self.with_learner, self.workdir = cfg, spec, with_learner, workdir
         self.tally = Tally()  # the roles' latest stats
-        self.procs: dict[str, mp.Process] = {}
+        self.procs: dict[str, mp.process.BaseProcess] = {}
         self._paused: set[str] = set()
-        self._watchdog: mp.Process | None = None
+        self._watchdog: mp.process.BaseProcess | None = None
         self.wiring = Wiring(cfg, spec)
-        self._weights_rep = None
+        self._weights_rep: zmq.Socket | None = None
         self._initial = b""
 
     @property
@@ -148,12 +148,17 @@ class Pipeline:
                 daemon=True,
             )
             self._watchdog.start()
-        os.kill(self.procs[name].pid, signal.SIGSTOP)
+        os.kill(self._pid(name), signal.SIGSTOP)
         self._paused.add(name)
 
     def resume(self, name: str) -> None:
-        os.kill(self.procs[name].pid, signal.SIGCONT)
+        os.kill(self._pid(name), signal.SIGCONT)
         self._paused.discard(name)
+
+    def _pid(self, name: str) -> int:
+        pid = self.procs[name].pid
+        assert pid is not None  # the roles started with the pipeline
+        return pid
 
     def __exit__(self, *_exc) -> None:
         for name in list(self._paused):

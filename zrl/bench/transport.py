@@ -62,7 +62,10 @@ def ring_bandwidth(envs: int, unroll: int, seconds: float) -> dict:
     read_upto = ctx.RawValue("q", 0)
     proc = ctx.Process(target=_ring_writer, args=(ring.name, spec, envs, unroll, seconds + 1.0, read_upto))
     try:
-        out = {"frame": np.empty((unroll, envs, *FRAME), np.uint8), "episode_step": np.empty((unroll, envs), np.int32)}
+        out: dict[str, np.ndarray] = {
+            "frame": np.empty((unroll, envs, *FRAME), np.uint8),
+            "episode_step": np.empty((unroll, envs), np.int32),
+        }
         proc.start()
         deadline = time.monotonic() + 120
         while ring.head < unroll:  # the clock starts once the writer runs

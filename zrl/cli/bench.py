@@ -353,10 +353,12 @@ def learning(
             seed_list = [int(s) for s in seeds.split(",")]
         except ValueError:
             raise ConfigError(f"--seeds {seeds!r}: expected an integer or a comma list such as 1,2") from None
+        one_workers, one_envs = (one[0] if one else None for one in split.values())
         result = curves.learning(
             config_path,
             list(sets),
-            *(one[0] if one else None for one in split.values()),
+            one_workers,
+            one_envs,
             seed_list,
             seconds,
             frames,

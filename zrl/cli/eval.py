@@ -51,7 +51,8 @@ def eval_main(
 
     try:
         if compare_runs:
-            result = evaluate.compare(*compare_runs, protocol=protocol, seed=seed)
+            run_a, run_b = compare_runs
+            result = evaluate.compare(run_a, run_b, protocol=protocol, seed=seed)
             for side in ("a", "b"):
                 r = result[side]
                 click.echo(

@@ -57,7 +57,7 @@ _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "tru
 UNBOUNDED = ("eval.stop_at_score",)  # float keys whose "never" is inf; every other float must be finite
 
 
-def declared(cls: type, values: dict[str, Any], where: str) -> Any:
+def declared(cls: type[Any], values: dict[str, Any], where: str) -> Any:
     """A section built from ``values`` by ``msgspec.convert``, which checks each key's type and bounds as the
     schema declares them (ints are taken for floats, lists for tuples); a ConfigError naming
     ``where.key``, the value and what is valid otherwise."""

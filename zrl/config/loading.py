@@ -121,7 +121,7 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
             raise _unknown(source, section, _all_keys())
         if not isinstance(body, dict):
             raise ConfigError(f"{source}: {section} must be a table ([{section}])")
-        valid = {f.name for f in fields(tables[section])}
+        keys = {f.name for f in fields(tables[section])}
         for key, value in body.items():
             if f"{section}.{key}" in MOVED_KEYS:
                 to = MOVED_KEYS[f"{section}.{key}"]
@@ -131,7 +131,7 @@ def _merge(base: dict, layer: dict, source: str, sources: dict[str, str]) -> Non
                     else "workers now send features whenever an elite or attentive replay needs them"
                 )
                 raise ConfigError(f"{source}: {section}.{key} is no longer a key: {why}")
-            if key not in valid:
+            if key not in keys:
                 raise _unknown(source, f"{section}.{key}", _all_keys())
             base.setdefault(section, {})[key] = value
             sources[f"{section}.{key}"] = source

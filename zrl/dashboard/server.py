@@ -98,6 +98,8 @@ class _Server(ThreadingHTTPServer):
     view: RunView | None = None
     token: str | None = None
     closing: threading.Event
+    push_interval_s: float
+    streams_lock: threading.Lock
     streams: int = 0
 
     def server_activate(self) -> None:
@@ -236,6 +238,7 @@ class Dashboard:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    raw_requestline: bytes  # the request line as read (handle_one_request sets it; typeshed leaves it out)
 
     def version_string(self) -> str:
         return "zrl-dashboard"
@@ -308,7 +311,7 @@ class _Handler(BaseHTTPRequestHandler):
             if path in ("/", "/index.html"):
                 self._send(200, PAGE.read_bytes(), "text/html; charset=utf-8")
             elif path == "/api/state":
-                self._send(200, _state_json(self.server.view), "application/json")
+                self._send(200, _state_json(self._view()), "application/json")
             elif path == "/api/stream":
                 self._stream()
             elif path.startswith("/run/"):
@@ -323,6 +326,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     do_HEAD = do_GET  # noqa: N815
 
+    def _view(self) -> RunView:
+        view = self.server.view
+        assert view is not None  # serve() sets it before the server takes a request
+        return view
+
     def _not_allowed(self) -> None:
         self.send_response(405)
         self.send_header("Allow", "GET, HEAD")
@@ -334,7 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _file(self, rel: str) -> None:
         """A file of the run folder: decoded once, resolved (links followed), and refused unless it lies inside
         the folder, is not hidden (the lock file) and is a text or picture file; checkpoints are not served."""
-        root = self.server.view.path.resolve()
+        root = self._view().path.resolve()
         try:
             rel = unquote(rel, errors="strict") if "%" in rel else rel
         except UnicodeDecodeError:
@@ -376,7 +384,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self.wfile.write(b"retry: 1000\n\n")
             while not server.closing.is_set():
-                self.wfile.write(b"data: " + _state_json(server.view) + b"\n\n")
+                self.wfile.write(b"data: " + _state_json(self._view()) + b"\n\n")
                 self.wfile.flush()
                 server.closing.wait(server.push_interval_s)
         except OSError:

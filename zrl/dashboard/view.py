@@ -15,6 +15,7 @@ import tomllib
 from collections import deque
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import psutil
 
@@ -123,6 +124,13 @@ def _why(role: str, section: str, shares: dict[str, float]) -> str:
     )
 
 
+def _elapsed(row: dict) -> float:
+    """A kept metrics row's elapsed seconds: a row without them is not kept."""
+    elapsed = number(row, "elapsed_s")
+    assert elapsed is not None
+    return elapsed
+
+
 class RunView:
     """One run folder, read incrementally; ``state()`` at most every ``min_interval_s`` does any reading."""
 
@@ -163,7 +171,7 @@ class RunView:
 
     # -- reading ------------------------------------------------------------------------------------------------
     def _read_metrics(self) -> None:
-        rows = self._metrics.poll()
+        rows: list[dict[str, Any]] = self._metrics.poll()  # each row gets its learner_steps_per_s, a float
         if self._metrics.reset:
             self._metrics.reset = False
             self._episodes = CsvFollower(self.path / "episodes.csv")
@@ -202,9 +210,9 @@ class RunView:
                     )
                 )
             self._rows.append(row)
-            while len(self._rows) > 2 and elapsed - number(self._rows[1], "elapsed_s") >= SPLIT_WINDOW_S:
+            while len(self._rows) > 2 and elapsed - _elapsed(self._rows[1]) >= SPLIT_WINDOW_S:
                 self._rows.popleft()
-            if self._rows and number(self._rows[0], "elapsed_s") > elapsed:  # a resumed run starts its clock again
+            if self._rows and _elapsed(self._rows[0]) > elapsed:  # a resumed run starts its clock again
                 self._rows = deque([row])
 
     def _read_episodes(self) -> None:
@@ -358,7 +366,7 @@ class RunView:
         workers = int(self._config.get("workers", {}).get("count", 1))
         role, section = bottleneck(shares, workers)
         return {
-            "window_s": round(number(last, "elapsed_s") - number(first, "elapsed_s"), 1),
+            "window_s": round(_elapsed(last) - _elapsed(first), 1),
             "roles": {group: {s: shares[s] for s in sections} for group, sections in SECTIONS.items()},
             "labels": SECTION_LABELS,
             "bottleneck": {
@@ -373,7 +381,9 @@ class RunView:
         """Ended once the log has the launch's closing line (its launcher may still be finishing), else running
         while a launcher holds the folder."""
         if self._ended:
-            code = _EXIT.match(self._ended).group(1)
+            match = _EXIT.match(self._ended)
+            assert match is not None  # _ended is only ever a line that _EXIT matched
+            code = match.group(1)
             return "ended", f"ended with exit code {code}: {self._ended.split(': ', 1)[1]}"
         if launcher is not None:
             return "running", f"running (launcher pid {launcher})"
@@ -397,7 +407,7 @@ class RunView:
         launcher = self.launcher_pid()
         status, text = self._status(launcher)
         last = self._last_row
-        latest = {k: number(last, k) for k in _LATEST}
+        latest: dict[str, Any] = {k: number(last, k) for k in _LATEST}
         for key in ("frames_per_s", "samples_per_s"):
             latest[key] = number(self._rates_row, key)
         latest["learner_steps_per_s"] = self._rates_row.get("learner_steps_per_s")

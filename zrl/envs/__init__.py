@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 
@@ -131,7 +132,8 @@ class AtariVectorEnv:
             reward_clipping=False,
             autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP,
         )
-        self.num_actions = int(self._env.single_action_space.n)
+        actions = cast(gymnasium.spaces.Discrete, self._env.single_action_space)  # ALE's actions are Discrete
+        self.num_actions = int(actions.n)
         self._episode_frame = np.zeros(num_envs, np.int64)
         self._colour = not cfg.grayscale
         height, width = cfg.resolution
@@ -173,7 +175,7 @@ class GymVectorEnv:
     def __init__(self, cfg: EnvConfig, num_envs: int, seed: int) -> None:
         import gymnasium
 
-        kwargs = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
+        kwargs: dict[str, Any] = {"max_episode_steps": cfg.max_episode_steps} if cfg.max_episode_steps else {}
         try:
             self._envs = [gymnasium.make(cfg.id, **kwargs) for _ in range(num_envs)]
         except (gymnasium.error.Error, ImportError) as err:

@@ -27,6 +27,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -97,7 +98,8 @@ def collect(paths: list[str]) -> tuple[list[RunData], list[str]]:
     """The runs the arguments name, and a line per arm and status of the sweep runs left out (not done)."""
     from zrl.experiment.sweep_plan import read_index
 
-    runs, not_done, done, twice = [], {}, set(), []
+    not_done: dict[tuple[str, Any], str] = {}  # (arm, seed) -> its sweep runs' most telling status
+    runs, done, twice = [], set(), []
     for arg in paths:
         path = Path(arg)
         if (path / "index.json").is_file():
@@ -243,7 +245,7 @@ def build(paths: list[str], reps: int = 5000, frames: int | None = None) -> dict
             }
         )
     normalised = len(games) > 1
-    aggregates = {}
+    aggregates: dict[str, dict[str, Any]] = {}
     for arm in arms:
         key = "hns" if normalised else "score"
         columns = [[p[key] for p in per_run if p["arm"] == arm and p["env"] == g] for g in games]

@@ -8,6 +8,7 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -117,12 +118,13 @@ def curve(run: Run) -> Curve:
     )
     if not ended:
         return Curve(np.zeros(0), np.zeros(0), np.zeros(0))
-    wall, raw, frames = (np.array(v, dtype=np.float64) for v in zip(*ended))
-    sums = np.concatenate([[0.0], np.cumsum(raw)])
-    upto = np.arange(1, len(raw) + 1)
+    walls, raws, frames = (np.array(v, dtype=np.float64) for v in zip(*ended))
+    sums = np.concatenate([[0.0], np.cumsum(raws)])
+    upto = np.arange(1, len(raws) + 1)
     since = np.maximum(0, upto - WINDOW)
     start = run_start(run)
-    return Curve(np.maximum.accumulate(frames), (wall - start) / 60.0, (sums[upto] - sums[since]) / (upto - since))
+    assert start is not None  # an episode with a wall time gives the run a start
+    return Curve(np.maximum.accumulate(frames), (walls - start) / 60.0, (sums[upto] - sums[since]) / (upto - since))
 
 
 @dataclass
@@ -144,7 +146,7 @@ def evaluations(run: Run) -> Evaluations:
     """The run's evaluations, in the order of their frames; empty arrays where it has none."""
     rows = sorted(
         (r for r in run.evaluations if number(r, "env_frames") is not None and number(r, "mean") is not None),
-        key=lambda r: number(r, "env_frames"),
+        key=lambda r: cast(float, number(r, "env_frames")),  # a number: the rows without one are left out
     )
     start = run_start(run)
     if start is None:  # neither metrics nor episodes yet: from the first evaluation

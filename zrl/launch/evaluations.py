@@ -136,6 +136,7 @@ class Evaluations:
             log.warning("no final evaluation: %s", skip)
             self.console.say(f"no final evaluation: {skip}")
             return None
+        assert path is not None  # skipped above otherwise
         sup.kill()  # a role that outlived its grace: killed and reaped, not left beside the evaluator
         if ray_workers is not None:
             ray_workers.close()

@@ -246,16 +246,19 @@ class RunFolder:
         return f"{row['cpu']}, {row['cores']} usable cores, {row['ram_gib']:g} GiB"
 
     def write_metrics(self, row: dict) -> None:
+        assert self.metrics is not None  # open_csvs opened it
         self.metrics.write(row)
         if self.events is not None:
             self.events.metrics(row)
 
     def write_episode(self, row: dict, mean_return_100: float) -> None:
+        assert self.episodes is not None  # open_csvs opened it
         self.episodes.write(row)
         if self.events is not None:
             self.events.episode(row, mean_return_100)
 
     def write_evaluation(self, row: dict) -> None:
+        assert self.evaluations is not None  # open_csvs opened it: the run evaluates
         self.evaluations.write(row)
         if self.events is not None:
             self.events.evaluation(row)

@@ -161,7 +161,7 @@ class Launcher:
             self.spec,
             env_frames_start=self.tally.frames_start,
             sample_calls=self.sample_calls,
-            replay_from=self.start.path if self.resume_dir and cfg.run.deterministic else "",
+            replay_from=self.start.path if self.start is not None and self.resume_dir and cfg.run.deterministic else "",
         )
         self.stop = wiring.stop_flag()
         sup = self.supervisor = Supervisor(
@@ -207,11 +207,10 @@ class Launcher:
                     self.console.error(str(err))
                     code = EXIT_USAGE
                     return code
+            ring_spec = wiring.ring_spec
+            assert ring_spec is not None  # the wiring is open
             log.info(
-                "%d rings of %d slots, %.1f MB each",
-                len(wiring.rings),
-                wiring.ring_spec.capacity,
-                wiring.ring_spec.nbytes / 1e6,
+                "%d rings of %d slots, %.1f MB each", len(wiring.rings), ring_spec.capacity, ring_spec.nbytes / 1e6
             )
             log.info(
                 "replays: %s; training starts once they hold %s units",
@@ -314,6 +313,7 @@ class Launcher:
             f"{name} {why}; restarted the run's roles from {where} (restart "
             f"{len(sup.run_restarts)} of {cfg.run.max_restarts} allowed within {cfg.run.restart_window_s:g} s)",
         )
+        assert self.wiring.roles is not None  # the wiring is open
         self.wiring.roles = dataclasses.replace(self.wiring.roles, sample_calls=calls)
         if cfg.run.checkpoint_replay:  # the frames are still in the rings: the new broker takes the index
             self.wiring.roles = self.replays.roles(self.folder.path, self.wiring, start=False)

@@ -99,6 +99,7 @@ def newest_usable(run_dir: Path, cfg: Config, spec: envs.EnvSpec) -> tuple[Path 
     for path, state, err in checkpoint.newest_good(folder):
         reason = str(err) if err is not None else None
         if reason is None:
+            assert state is not None  # newest_good gives a state or the error that kept it from loading
             shapes = shapes if shapes is not None else _shapes(cfg, spec)
             try:
                 checkpoint.check_compatible(state, path, cfg.env.id, shapes)
@@ -113,6 +114,7 @@ def newest_usable(run_dir: Path, cfg: Config, spec: envs.EnvSpec) -> tuple[Path 
         if reason is not None:
             skipped.append(reason)
             continue
+        assert state is not None  # as above: it loaded
         index = state.get("replay_index") or {}
         calls = tuple(int(c) for c in index["sample_calls"]) if "sample_calls" in index else ()
         return path, {"env_frames": int(state["env_frames"]), "sample_calls": calls}, skipped

@@ -45,10 +45,13 @@ def stop_signals() -> tuple[int, ...]:
 
 def exit_code(signum: int) -> int:
     """The exit status of a run a stop signal ended, as a shell reports a process that signal killed: 128 + signum."""
-    return {signal.SIGHUP: EXIT_SIGHUP, signal.SIGINT: EXIT_SIGINT}.get(signum, EXIT_SIGTERM)
+    codes: dict[int, int] = {signal.SIGHUP: EXIT_SIGHUP, signal.SIGINT: EXIT_SIGINT}
+    return codes.get(signum, EXIT_SIGTERM)
 
 
-def stop_in_order(procs: dict[str, mp.Process], grace: float, drain: Callable[[int], None] | None = None) -> list[str]:
+def stop_in_order(
+    procs: dict[str, mp.process.BaseProcess], grace: float, drain: Callable[[int], None] | None = None
+) -> list[str]:
     """Wait up to ``grace`` seconds for ``procs`` to exit after their stop flag was set, taking their messages
     meanwhile with ``drain(timeout_ms)`` when given; the names of those still running."""
     deadline = time.monotonic() + grace
@@ -63,7 +66,7 @@ def stop_in_order(procs: dict[str, mp.Process], grace: float, drain: Callable[[i
     return [name for name, proc in procs.items() if proc.is_alive()]
 
 
-def kill_all(procs: dict[str, mp.Process]) -> list[str]:
+def kill_all(procs: dict[str, mp.process.BaseProcess]) -> list[str]:
     """SIGKILL every process still running and reap them all; the names of those killed."""
     killed = [name for name, proc in procs.items() if proc.is_alive()]
     for name in killed:
@@ -108,14 +111,14 @@ class Supervisor:
         self,
         cfg: Config,
         console: Console,
-        new_worker: Callable[[int, WorkerStart], mp.Process],
-        new_evaluator: Callable[[], mp.Process] | None = None,
+        new_worker: Callable[[int, WorkerStart], mp.process.BaseProcess],
+        new_evaluator: Callable[[], mp.process.BaseProcess] | None = None,
     ) -> None:
         self.cfg = cfg
         self.console = console
         self.new_worker = new_worker
         self.new_evaluator = new_evaluator
-        self.procs: dict[str, mp.Process] = {}
+        self.procs: dict[str, mp.process.BaseProcess] = {}
         self.signals: list[int] = []
         self.restarts: dict[int, deque] = {}  # each worker's restart times within the window
         self.generations: dict[int, int] = {}
@@ -157,11 +160,12 @@ class Supervisor:
         return exit_code(self.signals[0]) if self.signals else None
 
     # -- starting and hearing from roles -----------------------------------------------------------------------
-    def start(self, name: str, proc: mp.Process, now: float) -> None:
+    def start(self, name: str, proc: mp.process.BaseProcess, now: float) -> None:
         self.procs[name] = proc
         # Children start with the stop signals ignored (as their fork server does: zrl/launch/wiring.py), so a
         # Ctrl-C before they set their own is the launcher's alone.
         proc.start()
+        assert proc.pid is not None  # started
         self.last_seen[name] = now
         self.reported.discard(name)
         self.tracebacks.pop(name, None)  # an earlier process's, told already
@@ -238,6 +242,7 @@ class Supervisor:
             return None
         drain(200)  # its last words (a RoleError) may still be on the way
         if proc.exitcode is None:  # hung: where it is stuck goes to stderr before it is killed
+            assert proc.pid is not None  # started
             with contextlib.suppress(OSError):
                 os.kill(proc.pid, signal.SIGUSR1)
             time.sleep(0.5)
@@ -287,6 +292,7 @@ class Supervisor:
             f"{cfg.workers.max_restarts} allowed within {cfg.workers.restart_window_s:g} s)",
         )
         if wid < 0:
+            assert self.new_evaluator is not None  # a run with an evaluator says how to make one
             self.start(name, self.new_evaluator(), now)
             return True
         self.start(name, self.new_worker(wid, self.next_start(wid, worker_frames(wid))), now)

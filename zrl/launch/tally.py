@@ -8,8 +8,10 @@ import json
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
@@ -27,9 +29,15 @@ def _mean(values) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-_COMBINE = {"value": lambda values: values[-1], "sum": sum, "min": min, "max": max}
+_COMBINE: dict[str, Callable[[list[Any]], Any]] = {
+    "value": lambda values: values[-1],
+    "sum": sum,
+    "min": min,
+    "max": max,
+}
 
 
+RETURNS_KEPT = 100  # the episodes mean_return_100 is over
 RATIO_ROWS = 12  # rows of metrics.csv the replay ratio achieved is measured over
 
 
@@ -56,8 +64,8 @@ class Tally:
     learner: protocol.LearnerStats | None = None
     ingest: protocol.IngestStats | None = None  # a run with remote workers
     _evaluator_life: protocol.EvaluatorStats | None = None  # the current evaluator's own last report
-    _evaluator_before: tuple[int, int, int] = (0, 0, 0)  # the counts of this launch's evaluators before it
-    returns: deque = field(default_factory=lambda: deque(maxlen=100))  # the last 100 episodes' raw scores
+    _evaluator_before: tuple[int, ...] = (0, 0, 0)  # the counts of this launch's evaluators before it
+    returns: deque = field(default_factory=lambda: deque(maxlen=RETURNS_KEPT))  # the last 100 episodes' raw scores
     scores_5min: deque = field(default_factory=lambda: deque(maxlen=100))  # and SABER-style, capped at 5 minutes
     scores_30min: deque = field(default_factory=lambda: deque(maxlen=100))  # and at 30 minutes
     episodes: int = 0
@@ -190,7 +198,7 @@ class Tally:
             out["learner_step_s"] = d["busy"] / d["steps"]
         if ls is not None and self._ratio_from_step is None:
             self._ratio_from_step = ls.learner_step
-        elif ls is not None and ls.learner_step > self._ratio_from_step:
+        elif ls is not None and self._ratio_from_step is not None and ls.learner_step > self._ratio_from_step:
             # over the last RATIO_ROWS rows, both counts from the learner's one report
             self._ratio_marks.append((ls.env_frames, ls.env_frames_trained))
             (played, trained), (played_now, trained_now) = self._ratio_marks[0], self._ratio_marks[-1]
@@ -234,7 +242,7 @@ class Tally:
         """best.json's record for the checkpoint just written, when the mean raw score over the full last 100
         episodes beats best.pt's; None otherwise. The caller sets ``best_return`` once best.pt is written."""
         mean = self.mean_return()
-        if len(self.returns) < self.returns.maxlen or not mean > self.best_return or not math.isfinite(mean):
+        if len(self.returns) < RETURNS_KEPT or not mean > self.best_return or not math.isfinite(mean):
             return None
         return {
             "mean_return_100": mean,

@@ -174,11 +174,13 @@ class Wiring:
         """The next message a role of this run sent on the stats channel, waiting up to ``timeout_ms`` for one;
         None when none came. A message without the run's stats token is dropped and counted in ``stats_forged``:
         a pid in it names a role, but only the token says a role sent it."""
+        stats = self.stats
+        assert stats is not None  # open() bound it
         wait, dropped = timeout_ms, 0
-        while dropped < FORGED_PER_TAKE and self.stats.poll(wait, zmq.POLLIN):
+        while dropped < FORGED_PER_TAKE and stats.poll(wait, zmq.POLLIN):
             wait = 0
             try:
-                frames = self.stats.recv_multipart(zmq.NOBLOCK)
+                frames = stats.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:  # a poll can say "readable" with nothing to read (CURVE's handshakes, heartbeats)
                 return None
             if len(frames) == 2 and hmac.compare_digest(frames[0], self.stats_token):
@@ -189,6 +191,7 @@ class Wiring:
 
     def socket(self, kind: int, **kwargs) -> zmq.Socket:
         """A socket of this process (transport.socket's options), closed by close()."""
+        assert self.zctx is not None  # open() made it
         sock = transport.socket(self.zctx, kind, **kwargs)
         self.sockets.append(sock)
         return sock
@@ -204,18 +207,20 @@ class Wiring:
         return StopFlag(self.mp_ctx)
 
     # -- the role processes (made, not started) ------------------------------------------------------------
-    def broker(self, stop: StopFlag) -> mp.Process:
+    def broker(self, stop: StopFlag) -> mp.process.BaseProcess:
         return self._role("broker", "zrl-broker", self.cfg, self.roles, stop)
 
-    def learner(self, stop: StopFlag, run_dir: str, start: StartFrom | None = None) -> mp.Process:
+    def learner(self, stop: StopFlag, run_dir: str, start: StartFrom | None = None) -> mp.process.BaseProcess:
         return self._role("learner", "zrl-learner", self.cfg, self.roles, run_dir, stop, start)
 
-    def ingest(self, stop: StopFlag, run_name: str, slots: tuple[WorkerStart, ...] = ()) -> mp.Process:
+    def ingest(self, stop: StopFlag, run_name: str, slots: tuple[WorkerStart, ...] = ()) -> mp.process.BaseProcess:
         """The role that admits remote workers (workers.remote) on the gate, for the run called ``run_name``;
         ``slots``: each remote slot's place after a restart of the run's roles."""
         return self._role("ingest", "zrl-ingest", self.cfg, self.roles, stop, run_name, slots)
 
-    def evaluator(self, stop: StopFlag, run_dir: str, final: protocol.EvalRequest | None = None) -> mp.Process:
+    def evaluator(
+        self, stop: StopFlag, run_dir: str, final: protocol.EvalRequest | None = None
+    ) -> mp.process.BaseProcess:
         """The role that evaluates the learner's latest weights when asked (eval.interval_frames); with ``final``,
         the one that plays that request's checkpoint and exits (eval.final)."""
         request = final.encode() if final is not None else None
@@ -235,10 +240,10 @@ class Wiring:
             f"--envs-per-worker {self.cfg.workers.envs_per_worker} --run {run_name}{trust}"
         )
 
-    def worker(self, worker_id: int, stop: StopFlag, start: WorkerStart = WorkerStart()) -> mp.Process:
+    def worker(self, worker_id: int, stop: StopFlag, start: WorkerStart = WorkerStart()) -> mp.process.BaseProcess:
         return self._role("worker", f"zrl-worker-{worker_id}", worker_id, self.cfg, self.roles, stop, start)
 
-    def _role(self, role: str, name: str, *args) -> mp.Process:
+    def _role(self, role: str, name: str, *args) -> mp.process.BaseProcess:
         """The process of zrl/roles/<role>.py's run(*args), named (not imported) here: the fork server has the
         roles imported, and the process that wires them (zrl-launch) need not import them, nor torch with them."""
         return self.mp_ctx.Process(target=run_role, name=name, args=(f"zrl.roles.{role}:run", *args))

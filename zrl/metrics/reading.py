@@ -9,10 +9,8 @@ import os
 from pathlib import Path
 
 
-class LineFollower:
-    """A file read as it grows: ``poll()`` returns the complete lines (bytes, newline included) written since the
-    last call. A line not yet ended by a newline (being written, or torn by a crash) is left for a later call, in
-    ``pending``. A file that shrank or was replaced is read again from its start, and ``reset`` is True once."""
+class _Growing:
+    """What the two followers share: a file's complete lines since the last read (``_lines``)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -22,7 +20,7 @@ class LineFollower:
         self._offset = 0
         self._inode: int | None = None
 
-    def poll(self) -> bytes:
+    def _lines(self) -> bytes:
         try:
             with open(self.path, "rb") as fh:
                 st = os.fstat(fh.fileno())
@@ -40,7 +38,16 @@ class LineFollower:
         return data[:end]
 
 
-class CsvFollower(LineFollower):
+class LineFollower(_Growing):
+    """A file read as it grows: ``poll()`` returns the complete lines (bytes, newline included) written since the
+    last call. A line not yet ended by a newline (being written, or torn by a crash) is left for a later call, in
+    ``pending``. A file that shrank or was replaced is read again from its start, and ``reset`` is True once."""
+
+    def poll(self) -> bytes:
+        return self._lines()
+
+
+class CsvFollower(_Growing):
     """A run's CSV file read as it grows (``LineFollower``): ``poll()`` returns the rows completed since the last
     call. A line whose fields do not match the header, or that the csv module refuses (a field over its size
     limit), is skipped and counted in ``skipped``. After a reset (a replaced file) the header is read again and
@@ -52,7 +59,7 @@ class CsvFollower(LineFollower):
         self.skipped = 0
 
     def poll(self) -> list[dict[str, str]]:
-        lines = super().poll()
+        lines = self._lines()
         if self.from_start:  # a new file, or one replaced: its first line is the header
             self.header, self.skipped = None, 0
         rows: list[dict[str, str]] = []
@@ -94,7 +101,7 @@ def read_csv(path: str | Path) -> tuple[list[dict[str, str]], list[str]]:
     return rows, notes
 
 
-def number(row: dict, key: str) -> float | None:
+def number(row: dict, key: str | int) -> float | None:
     """A row's cell (a CSV string, or a number as the launcher's rows hold it) as a float; None where it is empty,
     missing, not a number, nan or infinite. A zero is a zero."""
     value = row.get(key)

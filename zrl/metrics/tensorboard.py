@@ -40,19 +40,27 @@ def tensorboard_tag(column: str, roles: dict[str, str] | None = None) -> str:
     return f"{_ROLE_OF.get(column) or (roles or {}).get(column, 'run')}/{column}"
 
 
+class _QuietHook:
+    """A ``threading.excepthook`` that leaves out the OSError of TensorBoard's writer thread and hands any other
+    thread's exception to the hook before it."""
+
+    zrl_quiet = True  # installed once
+
+    def __init__(self, previous: Callable[[threading.ExceptHookArgs], Any]) -> None:
+        self.previous = previous
+
+    def __call__(self, args: threading.ExceptHookArgs) -> None:
+        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
+            self.previous(args)
+
+
 def _quiet_tensorboard_thread() -> None:
     """Keep TensorBoard's writer thread from printing a traceback when the disk refuses its write: TensorBoardLog
     says that once, in a line. Any other thread's exception is printed as before."""
     previous = threading.excepthook
     if getattr(previous, "zrl_quiet", False):
         return
-
-    def hook(args) -> None:
-        if not (isinstance(args.exc_value, OSError) and type(args.thread).__name__ == "_AsyncWriterThread"):
-            previous(args)
-
-    hook.zrl_quiet = True
-    threading.excepthook = hook
+    threading.excepthook = _QuietHook(previous)
 
 
 class ScalarWriter:
@@ -110,7 +118,7 @@ class TensorBoardLog:
         _quiet_tensorboard_thread()
         self.roles = roles or {}  # the agent's columns and their roles (figure_roles)
         self._open = lambda: ScalarWriter(str(run_dir), max(1, round(flush_s)))
-        self._writer = self._open()
+        self._writer: ScalarWriter | None = self._open()
         self._metrics_step, self._episode_step = metrics_after, episodes_after
         self._last_row: dict | None = None
         self.tell, self._retry_at, self._failing, self._backoff = tell, 0.0, False, TB_RETRY_S
@@ -148,7 +156,8 @@ class TensorBoardLog:
         if step <= self._metrics_step:
             return
         self._metrics_step = step
-        points, wall = [], number(row, "wall_time")
+        points: list[tuple[str, float, int, float | None]] = []
+        wall = number(row, "wall_time")
         for column, value in row.items():
             if column in _NOT_SCALARS:
                 continue
@@ -160,9 +169,10 @@ class TensorBoardLog:
             if value is not None and not column.startswith("time_"):
                 points.append((tensorboard_tag(column, self.roles), value, step, wall))
         shares = time_shares(last, row) if last is not None else None
-        for group, sections in SECTIONS.items() if shares else ():
-            for section in sections:
-                points.append((f"time_share/{group}/{section}", shares[section], step, wall))
+        if shares:
+            for group, sections in SECTIONS.items():
+                for section in sections:
+                    points.append((f"time_share/{group}/{section}", shares[section], step, wall))
         self._write(points)
 
     def episode(self, row: dict, mean_return_100: float) -> None:

@@ -53,8 +53,8 @@ def bottleneck(shares: dict[str, float], workers: int) -> tuple[str, str]:
     when it waits under a tenth of its time, the broker when it is busy over 0.8 of a core, the workers else."""
     broker_busy = sum(shares[s] for s in SECTIONS["broker"])
     if learner_wait_share(shares) < 0.10:
-        return "learner", max((s for s in SECTIONS["learner"] if s not in IDLE), key=shares.get)
+        return "learner", max((s for s in SECTIONS["learner"] if s not in IDLE), key=shares.__getitem__)
     if broker_busy > 0.8:
-        return "broker", max(SECTIONS["broker"], key=shares.get)
-    section = max((s for s in SECTIONS["workers"] if s not in IDLE), key=shares.get)
+        return "broker", max(SECTIONS["broker"], key=shares.__getitem__)
+    section = max((s for s in SECTIONS["workers"] if s not in IDLE), key=shares.__getitem__)
     return f"workers ({workers})", section

@@ -49,6 +49,8 @@ class AppendFile:
     def flush(self) -> bool:
         """Write what waits; whether all of it went."""
         while self._pending:
+            if self._fd is None:
+                raise ValueError(f"{self.path}: written after close")  # as a closed Python file says
             try:
                 written = os.write(self._fd, self._pending)
             except OSError as err:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar, cast
 
 import numpy as np
 import torch
@@ -35,8 +35,12 @@ class Output(NamedTuple):
     features: torch.Tensor | None
 
 
-def _init(layer: nn.Module, gain: float) -> nn.Module:
+_Layer = TypeVar("_Layer", nn.Linear, nn.Conv2d)
+
+
+def _init(layer: _Layer, gain: float) -> _Layer:
     nn.init.orthogonal_(layer.weight, gain)
+    assert layer.bias is not None  # every layer here has one
     nn.init.zeros_(layer.bias)
     return layer
 
@@ -125,7 +129,7 @@ def conv_torso(kind: str, stack: int, frame_shape: tuple[int, ...] = (84, 84)) -
 
 
 def _forward_stacks(
-    model: nn.Module,
+    model: AtariNet | MLPNet,
     frames: torch.Tensor,
     episode_steps: torch.Tensor,
     at: np.ndarray | None = None,
@@ -184,7 +188,7 @@ class AtariNet(nn.Module):
         steps ``at`` hold fewer frames as stacks than the unroll has (K x S <= T+S), the stacks are cheaper
         and are used. Where gradients flow, ``unroll_conv = "stacks"`` takes the stacks too: the 3-d
         convolution's weight gradient is slow on some CPUs (:func:`pick_unroll_conv`)."""
-        conv = self.torso[0]
+        conv = cast(nn.Conv2d, self.torso[0])  # conv_torso's first layer
         s = self.stack
         b = frames.shape[0]
         steps = np.arange(frames.shape[1] - s + 1) if at is None else np.asarray(at, np.int64)
@@ -250,7 +254,7 @@ def pick_unroll_conv(
     finally:
         model.zero_grad(set_to_none=True)
         model.unroll_conv = "conv3d"
-    model.unroll_conv = min(best, key=best.get)
+    model.unroll_conv = min(best, key=best.__getitem__)
     return {"unroll_conv": model.unroll_conv, **{f"{name}_s": round(t, 4) for name, t in best.items()}}
 
 
@@ -321,7 +325,7 @@ def model_kind(cfg: ModelConfig, frame_shape: tuple[int, ...]) -> str:
 
 def build_model(
     cfg: ModelConfig, frame_shape: tuple[int, ...], frame_dtype: str, stack: int, num_actions: int
-) -> nn.Module:
+) -> AtariNet | MLPNet:
     """The network ``cfg.kind`` asks for; auto picks the conv net for image frames."""
     kind = model_kind(cfg, frame_shape)
     check_feature_layer(cfg, kind)
@@ -329,7 +333,8 @@ def build_model(
         # Channels-last convolutions: a faster forward and backward on CPU (perf/README.md, perf/model_cost.py's
         # table); the weights' flat vector is unchanged (logical order).
         net = AtariNet(stack, num_actions, cfg.hidden_size, cfg.feature_size, kind, cfg.feature_layer, frame_shape)
-        return net.to(memory_format=torch.channels_last)
+        # torch's stubs give Module.to no memory_format overload; Module.to takes one (its docstring's last form)
+        return net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     in_size = stack * int(np.prod(frame_shape))
     scale = np.dtype(frame_dtype) == np.uint8
     return MLPNet(in_size, num_actions, cfg.mlp_hidden, cfg.feature_size, scale, stack, cfg.feature_layer)

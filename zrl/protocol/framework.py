@@ -77,11 +77,15 @@ class Length:
     symbol: str
 
 
-class Figures:
-    """``figures: Figures``: a stats message's map of figure names to floats, for the figures an agent declares
-    (``Agent.learner_figures``, ``Agent.broker_figures``) rather than the protocol: each is a column of
-    metrics.csv for the runs of that agent. At most MAX_FIGURES names; a message built here may omit the field
-    (an empty map)."""
+if TYPE_CHECKING:  # as a type checker sees it: what the field holds (the metaclass reads the marker below)
+    Figures = dict[str, float]
+else:
+
+    class Figures:
+        """``figures: Figures``: a stats message's map of figure names to floats, for the figures an agent declares
+        (``Agent.learner_figures``, ``Agent.broker_figures``) rather than the protocol: each is a column of
+        metrics.csv for the runs of that agent. At most MAX_FIGURES names; a message built here may omit the field
+        (an empty map)."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ def _encode_array(value: Any) -> _WireArray:
     """msgspec's hook for the one type it does not know: an array field's numpy array, checked on construction."""
     if isinstance(value, np.ndarray):
         arr = np.ascontiguousarray(value)
-        return _WireArray(arr.dtype.str, arr.shape, memoryview(arr) if arr.size else memoryview(b""))
+        return _WireArray(arr.dtype.str, arr.shape, arr.data if arr.size else memoryview(b""))
     raise NotImplementedError(f"cannot encode {type(value).__name__}")
 
 
@@ -140,7 +144,7 @@ class _MessageMeta(msgspec.StructMeta):
     the wire map msgspec decodes.  Builds a message with this build's format version (a decoded one must carry
     it)."""
 
-    def __new__(mcls, name: str, bases: tuple, namespace: dict[str, Any], **config: Any):
+    def __new__(mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **config: Any) -> "_MessageMeta":
         tag = config.get("tag")
         if tag is None:
             return super().__new__(mcls, name, bases, namespace, **config)
@@ -164,17 +168,19 @@ class _MessageMeta(msgspec.StructMeta):
             elif typing.get_origin(kind) is not ClassVar:
                 raise TypeError(f"{name}.{field}: {kind!r} is not a wire type")
         cls = super().__new__(mcls, name, bases, namespace, **config)
-        cls.TAG = tag
-        cls.FIELDS = cls.__struct_fields__[1:]  # after v
-        cls._SCALARS = tuple(scalars)
-        cls._ARRAYS = tuple(arrays)
-        cls._LENGTHS = tuple(lengths)
-        cls._FIGURES = tuple(figures)
-        cls.STATS = tuple(stats)
-        _REGISTRY[tag] = cls
+        # a class with a tag is a message: Message (and so _Checks, which declares these) is among its bases
+        message = typing.cast(type["Message"], cls)
+        message.TAG = tag
+        message.FIELDS = cls.__struct_fields__[1:]  # after v
+        message._SCALARS = tuple(scalars)
+        message._ARRAYS = tuple(arrays)
+        message._LENGTHS = tuple(lengths)
+        message._FIGURES = tuple(figures)
+        message.STATS = tuple(stats)
+        _REGISTRY[tag] = message
         return cls
 
-    def __call__(cls, **fields: Any):
+    def __call__(cls, **fields: Any) -> Any:
         return super().__call__(v=FORMAT_VERSION, **fields)
 
 
@@ -186,7 +192,7 @@ class _Checks:
     TAG: ClassVar[str]
     FIELDS: ClassVar[tuple[str, ...]]  # the message's own fields, in wire order (v is every message's)
     STATS: ClassVar[tuple[tuple[str, Stat], ...]]  # (field, its column of metrics.csv), in declaration order
-    _SCALARS: ClassVar[tuple[tuple[str, type, int], ...]]
+    _SCALARS: ClassVar[tuple[tuple[str, type[Any], float], ...]]  # (field, its kind, its least value)
     _ARRAYS: ClassVar[tuple[tuple[str, Array], ...]]
     _LENGTHS: ClassVar[tuple[tuple[str, str], ...]]
     _FIGURES: ClassVar[tuple[str, ...]]
@@ -293,7 +299,7 @@ def _figures(where: str, value: Any) -> dict[str, float]:
     return out
 
 
-def _scalar(where: str, kind: type, minimum: int, value: Any) -> Any:
+def _scalar(where: str, kind: type, minimum: float, value: Any) -> Any:
     """``value`` as the ``kind`` its field declares (numpy scalars and ints for floats are taken), or the
     ProtocolError that says why not."""
     if kind is int:
@@ -316,17 +322,18 @@ def _scalar(where: str, kind: type, minimum: int, value: Any) -> Any:
 
 
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=_encode_array)
-_force_setattr = msgspec.structs.force_setattr
+# typed for the _Checks mixin, whose instances are always msgspec Structs (Message is one)
+_force_setattr: typing.Callable[[Any, str, Any], None] = msgspec.structs.force_setattr
 
 
 # --------------------------------------------------------------------------
 # Decoding
 # --------------------------------------------------------------------------
 
-_DECODERS: dict[int, msgspec.msgpack.Decoder] = {}
+_DECODERS: dict[int, msgspec.msgpack.Decoder[Message]] = {}
 
 
-def _decoder() -> msgspec.msgpack.Decoder:
+def _decoder() -> msgspec.msgpack.Decoder[Message]:
     """A decoder of the union of every message type declared so far: the core's, and those of the agents whose
     messages this process has imported (a message type is declared once, at import; the union grows with it)."""
     n = len(_REGISTRY)

@@ -31,7 +31,7 @@ def encode_weights(version: int, learner_step: int, flat: np.ndarray) -> bytes:
         if not -(2**63) <= int(v) < 2**63:
             raise ValueError(f"weights: {label} {v} out of int64 range")
     header = _WEIGHTS_HEADER.pack(WEIGHTS_MAGIC, FORMAT_VERSION, 0, int(version), int(learner_step), flat.size)
-    return b"".join((header, memoryview(flat).cast("B") if flat.size else b""))
+    return b"".join((header, flat.data.cast("B") if flat.size else b""))
 
 
 def decode_weights(data: bytes | bytearray | memoryview) -> tuple[int, int, np.ndarray]:

@@ -182,6 +182,7 @@ class FeatureReplay(UniformReplay):
         current, ok = self.scorer(st.worker_id[slots], st.env_index[slots], st.first_frame[slots], self.steps)
         distances = np.full(len(slots), np.inf, np.float32)
         if ok.any():
+            assert st.features is not None  # a feature replay's store keeps them
             stored = torch.from_numpy(st.features[slots[ok]])
             distances[ok] = elite.feature_distance(
                 stored, current[torch.from_numpy(ok)], self.dist_function, self.p

@@ -37,7 +37,7 @@ def units_state(units: list[Unit]) -> dict[str, np.ndarray]:
     and ``env_index`` ``[N]`` int32, ``first_frame`` and ``policy_version`` ``[N]`` int64, ``actions`` ``[N, T]``
     int32, ``rewards``, ``discounts`` and ``behaviour_values`` ``[N, T]`` float32, ``behaviour_logits``
     ``[N, T, A]`` float32 (with no units, the per-step columns are empty float32 arrays)."""
-    out = {
+    out: dict[str, np.ndarray] = {
         "worker_id": np.array([u.worker_id for u in units], np.int32),
         "env_index": np.array([u.env_index for u in units], np.int32),
         "first_frame": np.array([u.first_frame for u in units], np.int64),
@@ -156,7 +156,7 @@ class UnitStore:
         units = units_from(state)
         if (self.features is None) != ("features" not in state):
             raise SnapshotMismatch("stored features: saved with and loaded without, or the other way")
-        self.__init__(self.capacity, None if self.features is None else self.features.shape[1:])
+        UnitStore.__init__(self, self.capacity, None if self.features is None else self.features.shape[1:])
         for name in ("counts", "serial"):
             fill(getattr(self, name), slots, state[name], name)
         if self.features is not None:
@@ -171,4 +171,4 @@ class UnitStore:
     def take_units(self, slots: np.ndarray) -> list[Unit]:
         """The units in ``slots`` (``[n]`` integers, repeats allowed), counted as sampled."""
         np.add.at(self.counts, slots, 1)
-        return [self.units[s] for s in slots]  # type: ignore[misc]
+        return [self.units[s] for s in slots]

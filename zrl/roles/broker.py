@@ -163,9 +163,9 @@ class BrokerLoop:
                 self._save_replay(self.last_save_step, wait=True)
                 self._send_stats(prefetch)
         finally:
-            for sock in (inbox, batches, credits_sock, self.stats, replies, weights):
-                if sock is not None:
-                    sock.close()
+            for closing in (inbox, batches, credits_sock, self.stats, replies, weights):
+                if closing is not None:
+                    closing.close()
             transport.term(ctx)
 
     def _take(self, inbox: zmq.Socket, frames_per_slot: int) -> None:

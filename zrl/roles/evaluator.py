@@ -26,7 +26,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -76,7 +76,10 @@ def minimal_actions(rom: str) -> np.ndarray:
 
     ale = ale_py.ALEInterface()
     ale.setLoggerMode(ale_py.LoggerMode.Error)
-    ale.loadROM(ale_py.roms.get_rom_path(rom))
+    path = ale_py.roms.get_rom_path(rom)
+    if path is None:
+        raise ValueError(f"ale-py has no ROM {rom!r}")
+    ale.loadROM(path)
     return np.array([a.value for a in ale.getMinimalActionSet()], np.int64)
 
 
@@ -279,7 +282,8 @@ def run(cfg: Config, wiring: RunWiring, run_dir: str, stop_event, final: bytes |
     transport.configure(cfg.transport)
     with crash_report(NAME, wiring):
         torch.set_num_threads(1)
-        request = protocol.decode(final) if final is not None else None
+        # what the launcher encoded: an EvalRequest
+        request = cast(protocol.EvalRequest, protocol.decode(final)) if final is not None else None
         Evaluator(cfg, wiring, Path(run_dir), stop_event).run(request)
 
 
@@ -294,14 +298,14 @@ class Evaluator:
         self.folder = run_dir / "eval"
         self.checkpoints = run_dir / "checkpoints"
         self.rom = atari_rom(cfg.env.id)
-        self.states = None
+        self.states: np.ndarray | None = None
         self.evaluations = self.episodes = self.skipped = 0
         self.beat = Every(1.0)
 
     def run(self, final: protocol.EvalRequest | None = None) -> None:
         cfg, poll = self.cfg, self.cfg.transport.poll_timeout_ms
         self.ctx = transport.context(cfg.transport, binds=False)
-        sockets = []
+        sockets: list[zmq.Socket | StatsOut] = []
         try:  # connected first: the launcher's requests find a peer while the player is made
             self.requests = transport.socket(self.ctx, zmq.PULL, hwm=100, connect=self.wiring.endpoints.evaluations)
             sockets.append(self.requests)
@@ -387,9 +391,8 @@ class Evaluator:
             q = mean_max_q(self.player, self.states, cfg.eval.seed, idle=self.heartbeat)
         score = np.array([r["score"] for r in played], np.float64)
         stats = summary(score, cfg.eval.seed)
-        normalised = math.nan
-        if self.rom is not None and self.rom in scores.SCORES:
-            normalised = scores.human_normalised(self.rom, stats["mean"])
+        human = scores.human_normalised(self.rom, stats["mean"]) if self.rom is not None else None
+        normalised = math.nan if human is None else human  # None: a game without reference scores
         best = (
             cfg.run.best_by == "eval" and stats["mean"] > self.best and self._keep_best(request, step, version, stats)
         )

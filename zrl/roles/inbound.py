@@ -29,7 +29,7 @@ class Decoder:
     def __init__(self) -> None:
         self.errors = 0
 
-    def __call__(self, data: bytes, kind: type | tuple[type, ...]):
+    def __call__(self, data: bytes | bytearray | memoryview, kind: type | tuple[type, ...]):
         """The message if ``data`` decodes to a ``kind``; else None, counted."""
         try:
             message = protocol.decode(data)

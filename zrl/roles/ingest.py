@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -240,7 +241,7 @@ class Ingest:
             self._refuse(rid, "a message of one frame was expected")
             return
         payload = frames[1]
-        key = payload.get("User-Id") if self.keys is not None else ""
+        key = cast(str, payload.get("User-Id")) if self.keys is not None else ""  # a str property of the frame
         self.counts["bytes"] += len(payload)
         session = self.sessions.get(rid)
         if self.keys is not None and self.keys.name_of(key) is None:  # revoked since it connected
@@ -272,24 +273,24 @@ class Ingest:
                     self.busy_s += time.perf_counter() - t0
             elif isinstance(msg, protocol.WorkerStats):
                 session.last_heard = time.monotonic()
-                frames = self._delivered(session, msg.env_frames)
-                self.slot_frames[session.slot] = frames
+                delivered = self._delivered(session, msg.env_frames)
+                self.slot_frames[session.slot] = delivered
                 self._report(
                     msgspec.structs.replace(
                         msg,
                         worker_id=session.worker_id,
                         pid=os.getpid(),
-                        env_frames=frames,
-                        env_steps=min(max(msg.env_steps, 0), frames // self.wiring.frames_per_step),
+                        env_frames=delivered,
+                        env_steps=min(max(msg.env_steps, 0), delivered // self.wiring.frames_per_step),
                     )
                 )
                 self._reply(rid, protocol.Ack(live_workers=self.local + self._live()))
             elif isinstance(msg, protocol.Episode):
                 if why := bounds.episode_misfit(msg, self.cfg.workers.envs_per_worker):
                     raise Refusal(why)
-                frames = self._delivered(session, msg.env_frames)
+                delivered = self._delivered(session, msg.env_frames)
                 self._report(
-                    msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid(), env_frames=frames)
+                    msgspec.structs.replace(msg, worker_id=session.worker_id, pid=os.getpid(), env_frames=delivered)
                 )
             elif isinstance(msg, protocol.Leave):
                 self._end(session, f"left ({bounds.printable(msg.reason)})" if msg.reason else "left")
@@ -368,7 +369,7 @@ class Ingest:
         offset = ring.head - msg.first_frame if session.offset is None else session.offset
         fields = self._inflate(msg.frames, msg.count)
         try:
-            inner = protocol.decode(msg.message)
+            inner = protocol.decode(msg.message.data)
         except protocol.ProtocolError as err:
             raise Refusal(f"its message does not decode ({err})") from None
         if not isinstance(inner, self.message_type):

@@ -164,6 +164,7 @@ class Learner:
                     continue
                 self.nonfinite_run = 0
                 if trained.reply is not None:
+                    assert replies is not None  # a step replies only where its part does (part.replies)
                     transport.send_nowait(replies, trained.reply)
                 self.learner_step += 1
                 self.samples += trained.samples
@@ -228,7 +229,8 @@ class Learner:
         self.stats.send(protocol.Notice(role="zrl-learner", pid=os.getpid(), text=text).encode())
 
     def _report(self) -> None:
-        step = {name: float(self.metrics.get(name, 0.0)) for name in STEP_METRICS}
+        # LearnerStats' step=True fields, by name: typed Any, as mypy cannot match names known at run time
+        step: dict[str, Any] = {name: float(self.metrics.get(name, 0.0)) for name in STEP_METRICS}
         figures = {name: float(self.metrics.get(name, 0.0)) for name in self.figures}
         message = protocol.LearnerStats(
             pid=os.getpid(),

@@ -176,7 +176,7 @@ def deflate_slots(ring: Ring, first: int, head: int, zip: zstandard.ZstdCompress
     what a RemoteData carries, and the ingest inflates."""
     slots = np.arange(first, head) % ring.capacity
     stream = zip.compressobj()
-    parts = [stream.compress(np.ascontiguousarray(field[slots])) for field in ring.fields.values()]
+    parts = [stream.compress(np.ascontiguousarray(field[slots]).data) for field in ring.fields.values()]
     parts.append(stream.flush())
     return np.frombuffer(b"".join(parts), np.uint8)
 

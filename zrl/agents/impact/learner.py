@@ -7,7 +7,8 @@ from typing import Any
 
 import torch
 
-from zrl.agents.vtrace.learner import VtraceLearner, apply, forward, loss_inputs
+from zrl.agents.contracts import LearnerPart
+from zrl.agents.vtrace.learner import VtraceBatch, VtraceLearner, apply, forward, loss_inputs
 from zrl.algos.impact import impact_loss
 from zrl.config import Config
 from zrl.gather import Unrolls
@@ -54,3 +55,6 @@ class ImpactLearner(VtraceLearner):
             "entropy_cost": entropy_cost,
             **{name: float(value.detach()) for name, value in figures.items()},
         }
+
+
+_: type[LearnerPart[VtraceBatch]] = ImpactLearner  # the contract, checked by mypy

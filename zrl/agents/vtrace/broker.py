@@ -144,6 +144,7 @@ class FeatureScorer:
             frames, steps, read_ok = self.gatherer.gather(where)
             with torch.no_grad(), autocast:
                 feats = self.model.forward_unrolls(frames.to(device), steps.to(device), at=at, with_features=True)
+            assert feats.features is not None  # with_features
             out.append(feats.features.float().cpu().view(len(idx), len(at), -1))
             ok[idx] = read_ok
         in_order = torch.cat(out)
@@ -199,7 +200,7 @@ class VtraceBroker:
     inbox_per_turn = 1024  # messages taken per turn of the loop
     reply_type = None  # the learner sends nothing back
 
-    def __init__(self, cfg: Config, wiring, rings: list[Ring], scorer: Scorer | None = None) -> None:
+    def __init__(self, cfg: Config, wiring, rings: list[Ring], scorer: FeatureScorer | None = None) -> None:
         """``wiring``: the run's (``RunWiring``), or any object with num_actions, frames_per_step and sample_calls
         (each replay's sample calls so far, which a resumed run anneals on from; empty: none)."""
         self.cfg, self.num_actions = cfg, wiring.num_actions
@@ -220,6 +221,7 @@ class VtraceBroker:
                 replay.resume(int(calls))
 
     def load_weights(self, version: int, flat: np.ndarray) -> None:
+        assert self.scorer is not None  # the loop sends weights only to a part that wants_weights
         self.scorer.load(version, flat)
 
     def units(self, msg: Unroll) -> int:

@@ -136,7 +136,7 @@ def sgd_step(
         loss.value_cloning,
         loss.masked_fraction,
     )
-    return Step(*(float(x.detach()) for x in parts), grad_norm=grad_norm)
+    return Step._make([*(float(x.detach()) for x in parts), grad_norm])
 
 
 def batch_misfit(batch: Batch, cfg: Config, rings: int, num_actions: int) -> str | None:

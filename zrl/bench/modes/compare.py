@@ -94,7 +94,7 @@ def compare_mode(
             )
     summary = []
     for name in names:
-        ratios = {"learner_steps_per_s": [], "frames_per_s": []}
+        ratios: dict[str, list[float]] = {"learner_steps_per_s": [], "frames_per_s": []}
         for r in range(1, rounds + 1):
             this = next(x for x in rows if x["round"] == r and x[label] == name)
             base = next(x for x in rows if x["round"] == r and x[label] == names[0])

@@ -135,17 +135,19 @@ def pipeline(
         for item in sets:
             cmd += ["--set", item]
         cmd += ["--set", f'run.results_dir="{Path(tmp) / "results"}"']  # last: it wins over the config's
-        finished, watched = threading.Event(), {}
-        watcher = threading.Thread(
-            target=lambda: watched.update(watch(Path(tmp) / "results", finished)), name="zrl-bench-watch", daemon=True
-        )
+        finished, watched, watcher = threading.Event(), {}, None
         if watch is not None:
+            watcher = threading.Thread(
+                target=lambda: watched.update(watch(Path(tmp) / "results", finished)),
+                name="zrl-bench-watch",
+                daemon=True,
+            )
             watcher.start()
         try:
             code, stderr = _run_until(cmd, tmp, warmup + seconds, timeout=warmup + seconds + 300)
         finally:
             finished.set()
-            if watch is not None:
+            if watcher is not None:
                 watcher.join(30)
         if code not in (0, EXIT_SIGINT):
             raise RuntimeError(f"zrl-launch exited with {code}: {stderr.strip()[-2000:]}")

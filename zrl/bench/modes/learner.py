@@ -9,6 +9,7 @@ import os
 import queue
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -241,7 +242,7 @@ def elite_mode(
         progress(f"learner step: B={b} x T={t}, {cfg.learner.precision}, {repeats} repeats")
         learner_s = time_learner_step(replay.model, cfg, spec, replay.ring, replay.messages, repeats)
         torch.set_num_threads(cfg.broker.torch_threads)
-        rows = []
+        rows: list[dict[str, Any]] = []
         for kind in ("elite", "attentive"):
             progress(
                 f"{kind} batch: n={b}, lambda={lam:g} (pool {round(lam * b)}), F={cfg.model.feature_size}, "
