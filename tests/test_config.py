@@ -12,6 +12,7 @@ import pytest
 
 from zrl import config, envs
 from zrl.config import ConfigError, ReplayConfig
+from zrl.optim import lr_factor
 
 pytestmark = pytest.mark.unit
 
@@ -334,13 +335,34 @@ def test_the_entropy_weight_moves_to_its_end_over_the_frames_asked_then_holds():
     assert config.entropy_cost(cfg, 4, 50_000) == pytest.approx(0.002)
     once = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.replay_ratio=0"])
     assert config.entropy_cost(once, 4, 5_000) == pytest.approx(0.001)  # each unit once: 640 frames per step
-    assert config.entropy_cost(config.load(None, []), 4, 10**6) == config.load(None, []).learner.entropy_cost
+    held = config.load(None, ["learner.entropy_follows_lr=false"])
+    assert config.entropy_cost(held, 4, 10**6) == held.learner.entropy_cost
     late = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.entropy_decay_start_frames=800000"])
     assert config.entropy_cost(late, 4, 2_500) == pytest.approx(0.01)  # 800k frames: held until here
     assert config.entropy_cost(late, 4, 10_000) == pytest.approx(0.0055)
     assert config.entropy_cost(late, 4, 15_000) == pytest.approx(0.001)
     with pytest.raises(ConfigError, match="entropy_decay_start_frames"):
         config.load(None, ["learner.entropy_decay_start_frames=800000"])
+
+
+def test_the_entropy_weight_falls_in_step_with_the_learning_rate_when_it_follows_it():
+    """The rate falling with power 2 over a 10M-frame budget (62,500 steps of 160 fresh frames): the entropy
+    weight goes the same share of its way from 0.01 to 0.001; under multistep, lr_gamma's."""
+    follows = ["learner.entropy_follows_lr=true", "learner.lr_decay_power=2", "learner.learning_rate=0.0012"]
+    cfg = config.load(None, [*follows, "run.max_env_frames=10000000"])
+    steps = config.lr_decay_steps(cfg, 4)
+    assert steps == 62_500 and config.entropy_cost(cfg, 4, 0) == pytest.approx(0.01)
+    assert config.entropy_cost(cfg, 4, steps // 2) == pytest.approx(0.001 + 0.009 * 0.25)
+    assert config.entropy_cost(cfg, 4, steps) == config.entropy_cost(cfg, 4, 10 * steps) == pytest.approx(0.001)
+    assert config.entropy_cost(cfg, 4, steps // 2) == pytest.approx(
+        0.001 + 0.009 * (cfg.learner.learning_rate * lr_factor(cfg.learner, steps)(steps // 2)) / 0.0012
+    )
+    multistep = ["learner.lr_schedule=multistep", "learner.lr_milestones=[100]", "learner.lr_gamma=0.5"]
+    stepped = config.load(None, [*follows, *multistep])
+    assert config.entropy_cost(stepped, 4, 99) == pytest.approx(0.01)
+    assert config.entropy_cost(stepped, 4, 100) == pytest.approx(0.0055)
+    line = config.load(None, [*follows, "learner.entropy_decay_frames=1600000"])  # its own straight line wins
+    assert config.entropy_cost(line, 4, 5_000) == pytest.approx(0.0055)
 
 
 def test_a_queue_holds_at_least_what_a_batch_and_a_weights_version_need():
@@ -408,6 +430,26 @@ def test_a_run_folder_config_written_with_the_old_algo_section_still_loads(tmp_p
     assert load(path, stored=True).vtrace.laser is True
     with pytest.raises(ConfigError, match=r"\[algo\] is now \[vtrace\]"):
         load(path)  # a config a user writes gets the error that says what changed
+
+
+def test_a_stored_config_from_before_a_learner_key_keeps_what_it_meant_then(tmp_path):
+    """A run folder's config.toml from before learner.replay_ratio trained each unit once, and one from before
+    learner.entropy_follows_lr held its entropy weight: resumed, they keep doing so. A config a user writes
+    without them takes today's defaults, and a stored config that has them keeps its own values."""
+    from zrl.config import load
+
+    path = tmp_path / "config.toml"
+    path.write_text("[learner]\nentropy_cost = 0.0006\n")
+    old = load(path, stored=True)
+    assert (old.learner.replay_ratio, old.learner.entropy_follows_lr) == (0.0, False)
+    assert config.entropy_cost(old, 4, 10**6) == 0.0006
+    fresh, defaults = load(path).learner, config.Config().learner
+    assert (fresh.replay_ratio, fresh.entropy_follows_lr) == (defaults.replay_ratio, defaults.entropy_follows_lr)
+    path.write_text("[learner]\nreplay_ratio = 2.0\nentropy_follows_lr = true\n")
+    assert (load(path, stored=True).learner.replay_ratio, load(path, stored=True).learner.entropy_follows_lr) == (
+        2.0,
+        True,
+    )
 
 
 def test_apex_settings_it_cannot_run_are_refused_naming_the_key():

@@ -3,10 +3,12 @@ checkpoint, and TFRMSprop, which PyTorch does not ship in the form the reference
 
 from __future__ import annotations
 
-import bisect
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
+
+from zrl.config.sizing import lr_left
 
 if TYPE_CHECKING:
     from zrl.config import LearnerConfig
@@ -91,20 +93,15 @@ def make_optimizer(model: torch.nn.Module, cfg: LearnerConfig, total_steps: int)
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(cfg, total_steps))
 
 
-def lr_factor(cfg: LearnerConfig, total_steps: int):
-    """The learning rate's factor at a learner step under learner.lr_schedule: polynomial, a decay to lr_end
-    over total_steps; multistep, lr_gamma to the number of lr_milestones at or below the step (torch's
-    MultiStepLR's rule). One LambdaLR for both, so that a checkpoint's scheduler state fits either."""
+def lr_factor(cfg: LearnerConfig, total_steps: int) -> Callable[[int], float]:
+    """The learning rate's factor at a learner step under learner.lr_schedule (``lr_left``): polynomial, a decay to
+    lr_end over total_steps; multistep, lr_gamma at each milestone. One LambdaLR for both, so that a checkpoint's
+    scheduler state fits either."""
+    left = lr_left(cfg, total_steps)
     if cfg.lr_schedule == "multistep":
-        milestones, gamma = sorted(cfg.lr_milestones), cfg.lr_gamma
-        return lambda step: gamma ** bisect.bisect_right(milestones, step)
-    start, end, power = cfg.learning_rate, cfg.lr_end, cfg.lr_decay_power
-
-    def factor(step: int) -> float:
-        progress = min(step, total_steps) / total_steps
-        return ((start - end) * (1.0 - progress) ** power + end) / start
-
-    return factor
+        return left
+    start, end = cfg.learning_rate, cfg.lr_end
+    return lambda step: ((start - end) * left(step) + end) / start
 
 
 def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict, keep_configured: bool) -> None:

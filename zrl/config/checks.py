@@ -113,7 +113,7 @@ def check(cfg) -> None:
     if cfg.learner.entropy_decay_start_frames and not cfg.learner.entropy_decay_frames:
         fail(
             "learner.entropy_decay_start_frames",
-            "starts a decay that learner.entropy_decay_frames = 0 turns off; give the frames it takes, e.g. 1000000",
+            "starts the straight line that learner.entropy_decay_frames draws, and it is 0; give the frames it takes, e.g. 1000000",
         )
     choice("learner.optimizer", cfg.learner.optimizer, OPTIMIZERS)
     choice("learner.lr_schedule", cfg.learner.lr_schedule, LR_SCHEDULES)

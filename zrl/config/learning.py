@@ -92,7 +92,10 @@ class LearnerConfig:
         ),
     ] = 0
     lr_end: Annotated[float, Meta(ge=0, description="polynomial: the learning rate at the end of the decay.")] = 0.0
-    lr_decay_power: Annotated[float, Meta(ge=0, description="polynomial: the power of the decay (1 is linear).")] = 1.0
+    lr_decay_power: Annotated[
+        float,
+        Meta(ge=0, description="polynomial: the power of the decay (1 is linear; 2 makes most of the fall early)."),
+    ] = 1.0
     lr_milestones: Annotated[
         tuple[int, ...],
         Meta(description="multistep: the learner steps, rising, at which the learning rate is multiplied by lr_gamma."),
@@ -142,14 +145,20 @@ class LearnerConfig:
         float,
         Meta(
             ge=0,
-            description="V-trace family: the entropy weight once entropy_decay_frames have been played; it moves there from entropy_cost in a straight line.",
+            description="V-trace family: the entropy weight at the end of its fall from entropy_cost (entropy_follows_lr or entropy_decay_frames).",
         ),
     ] = 0.001
+    entropy_follows_lr: Annotated[
+        bool,
+        Meta(
+            description="V-trace family: the entropy weight falls from entropy_cost to entropy_cost_end in step with the learning rate's schedule; false: entropy_cost throughout. entropy_decay_frames overrides it.",
+        ),
+    ] = False
     entropy_decay_frames: Annotated[
         int,
         Meta(
             ge=0,
-            description="V-trace family: env frames over which the entropy weight goes in a straight line from entropy_cost to entropy_cost_end; 0: entropy_cost throughout.",
+            description="V-trace family: env frames over which the entropy weight goes in a straight line from entropy_cost to entropy_cost_end; 0: entropy_follows_lr says.",
         ),
     ] = 0
     entropy_decay_start_frames: Annotated[

@@ -255,11 +255,16 @@ def to_dict(cfg: Config) -> dict[str, Any]:
     return out
 
 
+# learner keys added after run folders existed, and what a stored config without them meant
+OLDER_MEANINGS = {"replay_ratio": 0.0, "entropy_follows_lr": False}
+
+
 def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
     """A config zrl wrote earlier (a run folder's, a checkpoint's), as it reads now: [algo] became [vtrace], and
     model.kind = "auto" meant the Nature net until atari_small came, with workers.nice (every config written
-    since has that key; a run now also stores the kind it resolved); and a config from before
-    learner.replay_ratio trained each unit once (0), whatever today's default."""
+    since has that key; a run now also stores the kind it resolved); a config from before
+    learner.replay_ratio trained each unit once (0), and one from before learner.entropy_follows_lr held its
+    entropy weight where entropy_decay_frames did not move it (false), whatever today's defaults."""
     if isinstance(raw.get("algo"), dict):
         raw = {**{k: v for k, v in raw.items() if k != "algo"}, "vtrace": raw["algo"]}
     model, workers = raw.get("model"), raw.get("workers")
@@ -270,8 +275,9 @@ def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
     ):
         raw = {**raw, "model": {**model, "kind": "auto_nature"}}
     learner = raw.get("learner")
-    if isinstance(learner, dict) and "replay_ratio" not in learner:
-        raw = {**raw, "learner": {**learner, "replay_ratio": 0.0}}
+    if isinstance(learner, dict):
+        older = {key: value for key, value in OLDER_MEANINGS.items() if key not in learner}
+        raw = {**raw, "learner": {**learner, **older}}
     return raw
 
 

@@ -5,10 +5,13 @@ use)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
+from collections.abc import Callable
 
 from zrl.config.checks import FEATURE_REPLAYS
+from zrl.config.learning import LearnerConfig
 from zrl.config.replay import ReplayConfig
 from zrl.config.schema import Config
 
@@ -128,15 +131,30 @@ def fresh_frames_per_step(cfg: Config, frames_per_step: int) -> float:
 
 
 def entropy_cost(cfg: Config, frames_per_step: int, learner_step: int) -> float:
-    """The entropy weight at a learner step: learner.entropy_cost for entropy_decay_start_frames, then moving in a
-    straight line to entropy_cost_end over entropy_decay_frames (frames counted in steps at the fresh frames per
-    step), then held; constant when entropy_decay_frames is 0."""
+    """The entropy weight at a learner step. With entropy_decay_frames: entropy_cost for entropy_decay_start_frames,
+    then a straight line to entropy_cost_end over entropy_decay_frames (frames counted in steps at the fresh frames
+    per step), then held. Without: in step with the learning rate when entropy_follows_lr (the same share of the
+    way to entropy_cost_end as the rate has gone to its end), else entropy_cost throughout."""
     lcfg = cfg.learner
-    if not lcfg.entropy_decay_frames:
+    if lcfg.entropy_decay_frames:
+        played = learner_step * fresh_frames_per_step(cfg, frames_per_step) - lcfg.entropy_decay_start_frames
+        done = min(1.0, max(0.0, played) / lcfg.entropy_decay_frames)
+    elif lcfg.entropy_follows_lr:
+        done = 1.0 - lr_left(lcfg, lr_decay_steps(cfg, frames_per_step))(learner_step)
+    else:
         return lcfg.entropy_cost
-    played = learner_step * fresh_frames_per_step(cfg, frames_per_step) - lcfg.entropy_decay_start_frames
-    done = min(1.0, max(0.0, played) / lcfg.entropy_decay_frames)
     return lcfg.entropy_cost + (lcfg.entropy_cost_end - lcfg.entropy_cost) * done
+
+
+def lr_left(lcfg: LearnerConfig, total_steps: int) -> Callable[[int], float]:
+    """The share of the learning rate's fall still to come at a learner step, 1 at the start: under polynomial,
+    (1 - steps / total_steps) ** lr_decay_power, then 0; under multistep, lr_gamma to the number of lr_milestones
+    at or below the step (torch's MultiStepLR's rule)."""
+    if lcfg.lr_schedule == "multistep":
+        milestones, gamma = sorted(lcfg.lr_milestones), lcfg.lr_gamma
+        return lambda step: gamma ** bisect.bisect_right(milestones, step)
+    power = lcfg.lr_decay_power
+    return lambda step: (1.0 - min(step, total_steps) / total_steps) ** power
 
 
 def lr_decay_steps(cfg: Config, frames_per_step: int) -> int:

@@ -310,7 +310,7 @@ def draw_metrics(run: Run):
     loss_series = [(k.removesuffix("_loss").replace("_", " "), stepped_col(k)) for k in loss_keys]
     _lines(losses, minutes, loss_series, "no learner step yet", "losses", "loss")
     _lines(entropy, minutes, [("", stepped_col("entropy_loss"))], "no learner step yet", "entropy loss", "loss")
-    weight = stepped_col("entropy_cost")  # drawn where learner.entropy_decay_frames moves it
+    weight = stepped_col("entropy_cost")  # drawn where its schedule moves it
     moved = ~np.isnan(minutes) & ~np.isnan(weight)
     if entropy.lines and moved.any() and np.ptp(weight[moved]) > 0:
         beside = entropy.twinx()

@@ -131,6 +131,7 @@ def build(tr: Translation) -> None:
     put("learner.pg_cost", v("--policy_gradient_loss_weight"), "--policy_gradient_loss_weight")
     put("learner.baseline_cost", v("--value_loss_weight"), "--value_loss_weight")
     put("learner.entropy_cost", v("--entropy_loss_weight"), "--entropy_loss_weight")
+    put("learner.entropy_follows_lr", False, why="its entropy weight stays where it is set")
     put("learner.replay_ratio", 0.0, why="it trains on each fresh unit once, as it arrives")
     put("vtrace.clip_pg_rho", v("--c-const"), "--c-const")
     put("vtrace.clip_rho", v("--rho-const"), "--rho-const")

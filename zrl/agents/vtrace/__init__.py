@@ -69,7 +69,7 @@ LEARNER_FIGURES = {
     "pg_loss": "the last step's policy-gradient term",
     "baseline_loss": "its value term",
     "entropy_loss": "its entropy term",
-    "entropy_cost": "the entropy weight that step used (learner.entropy_decay_frames moves it)",
+    "entropy_cost": "the entropy weight that step used (learner.entropy_follows_lr or entropy_decay_frames moves it)",
     "mean_rho": "the mean importance ratio pi/mu",
     "policy_cloning_loss": "CLEAR's policy-cloning term",
     "value_cloning_loss": "CLEAR's value-cloning term",

@@ -397,7 +397,7 @@ class VtraceLearner:
         }
 
     def entropy_cost(self, learner_step: int) -> float:
-        """The entropy weight at this step, on learner.entropy_decay_frames' schedule."""
+        """The entropy weight at this step, on its schedule (``config.entropy_cost``)."""
         return entropy_cost(self.cfg, self.frames_per_step, learner_step)
 
     def step(self, gathered: VtraceBatch, learner_step: int, policy_version: int) -> Trained:
