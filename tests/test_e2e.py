@@ -71,6 +71,27 @@ def test_smoke_run_to_budget(tmp_path, no_leaks):
     )
 
 
+def test_a_run_stops_in_order_once_its_last_100_episodes_reach_run_stop_at_return(tmp_path, no_leaks):
+    """CartPole, whose random policy scores about 22, with run.stop_at_return = 60: the run stops with exit 0 as
+    soon as its last 100 training episodes average 60, says so, writes its final checkpoint, and has played
+    fewer frames than its budget; the episode that ended it is the first at which the 100-episode mean reached
+    60. (CartPole's config reaches 500 within its 100k steps on every seed measured.)"""
+    cartpole = REPO / "config" / "cartpole.toml"
+    result = run_command(
+        "zrl-launch", "--config", cartpole, "--set", "run.stop_at_return=60", cwd=tmp_path, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "results").iterdir()
+    returns = [float(e["raw_return"]) for e in csv_rows(run_dir / "episodes.csv")]
+    means = [sum(returns[k - 100 : k]) / 100 for k in range(100, len(returns) + 1)]
+    first = next(k for k, m in enumerate(means) if m >= 60)
+    assert len(means) - first <= 40, (first, len(means))  # episodes ending as the stop went round
+    said = re.search(r"stopping \(the last 100 episodes' mean return (\S+) reached run.stop_at_return\)", result.stdout)
+    assert said and said[1] in {f"{m:.2f}" for m in means[first:]}, result.stdout[-2000:]
+    assert int(csv_rows(run_dir / "metrics.csv")[-1]["env_frames"]) < config.load(cartpole).run.max_env_frames
+    assert checkpoint.latest(run_dir / "checkpoints") is not None
+
+
 def test_eight_workers_on_two_cores_still_train_and_the_run_names_a_better_split(tmp_path, no_leaks):
     """Oversubscription works, only slower: 8 workers x 4 envs pinned to 2 cores run to their budget, and the run
     says (on screen and in zrl.log) that fewer, larger workers would train faster here."""

@@ -10,9 +10,9 @@ import msgspec
 import pytest
 from conftest import broker_stats_message, learner_stats_message
 
-from zrl import protocol
+from zrl import config, protocol
 from zrl.agents import get as get_agent
-from zrl.launch.tally import RATIO_ROWS, Tally, progress_line
+from zrl.launch.tally import RATIO_ROWS, Tally, progress_line, stop_reason
 from zrl.metrics.columns import METRIC_DOCS, agent_figures, metric_columns
 from zrl.roles.learner import STEP_METRICS
 
@@ -107,6 +107,21 @@ def test_best_needs_a_full_hundred_episodes_and_a_better_mean():
     assert record["mean_return_100"] == 0.0 and record["checkpoint"] == "a.pt" and record["episodes"] == 100
     t.best_return = 0.0
     assert t.best_record("b.pt") is None
+
+
+def test_the_run_stops_at_its_return_once_a_full_hundred_episodes_reach_it():
+    cfg = config.load(None, ["run.stop_at_return=18"])
+    t = Tally()
+    for _ in range(99):
+        t.take(episode(0, 21.0, 0))
+    assert stop_reason(cfg, t, None, 10.0) is None  # 99 episodes are not a mean of 100
+    t.take(episode(0, 18.0, 0))
+    assert stop_reason(cfg, t, None, 10.0) == "the last 100 episodes' mean return 20.97 reached run.stop_at_return"
+    for _ in range(10):  # ten 21s leave the window: (89 x 21 + 18 - 10 x 21) / 100
+        t.take(episode(0, -21.0, 0))
+    assert t.mean_return() == pytest.approx(16.77) and stop_reason(cfg, t, None, 10.0) is None
+    assert stop_reason(config.load(None, []), t, None, 10.0) is None  # inf: never
+    assert stop_reason(config.load(None, ["run.max_seconds=5"]), t, None, 10.0) == "time limit reached"
 
 
 def test_a_resumed_run_continues_its_counters(tmp_path):

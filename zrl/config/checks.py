@@ -54,7 +54,8 @@ REPLAY_KEYS = {
 _TYPE_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "true or false"}
 
 
-UNBOUNDED = ("eval.stop_at_score",)  # float keys whose "never" is inf; every other float must be finite
+# float keys whose "never" is inf; every other float must be finite
+UNBOUNDED = ("eval.stop_at_score", "run.stop_at_return")
 
 
 def declared(cls: type[Any], values: dict[str, Any], where: str) -> Any:

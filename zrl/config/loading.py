@@ -37,6 +37,7 @@ SAFE_ON_RESUME = (
     "eval.nice",
     "eval.final",
     "eval.stop_at_score",
+    "run.stop_at_return",
     "run.background_save",
     "run.max_env_frames",
     "run.log_interval_s",

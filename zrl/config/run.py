@@ -77,6 +77,12 @@ class RunConfig:
             description="Wall-clock budget: the run stops in order (exit code 0) after this many seconds; 0: no limit.",
         ),
     ] = 0.0
+    stop_at_return: Annotated[
+        float,
+        Meta(
+            description="Stop the run in order, with exit code 0, once the mean raw return of its last 100 training episodes is at least this (Pong: 18). inf: never.",
+        ),
+    ] = float("inf")
     heartbeat_timeout_s: Annotated[
         float,
         Meta(

@@ -17,7 +17,14 @@ from zrl.bench.learning import WINDOW
 from zrl.config import ConfigError
 from zrl.metrics.reading import number, read_csv
 
-IGNORED_KEYS = ("run.seed", "run.results_dir", "run.max_seconds", "run.max_env_frames", "eval.stop_at_score")
+IGNORED_KEYS = (
+    "run.seed",
+    "run.results_dir",
+    "run.max_seconds",
+    "run.max_env_frames",
+    "eval.stop_at_score",
+    "run.stop_at_return",
+)
 """Keys that differ between runs of one config over seeds: left out when runs are grouped."""
 RUN_FOLDER = "a run folder (results/<env>_<time>/) holds config.toml, episodes.csv and metrics.csv"
 LABEL_KEYS = 3  # config keys named in a group's label at the most

@@ -48,7 +48,7 @@ from zrl.launch.supervise import (
     Supervisor,
     exit_code,
 )
-from zrl.launch.tally import Tally, progress_line
+from zrl.launch.tally import Tally, progress_line, stop_reason
 from zrl.launch.wiring import Wiring, sweep_stale
 from zrl.metrics.columns import agent_figures
 from zrl.roles.run_wiring import StartFrom, StopFlag, WorkerStart
@@ -362,14 +362,7 @@ class Launcher:
                     return EXIT_FAILED
                 if (code := self._restart_roles(name, what)) is not None:
                     return code
-            why = None
-            if (solved := self.evaluations.solved) is not None:
-                why = f"evaluation score {solved.mean:.2f} reached eval.stop_at_score"
-            elif self._budget_reached():
-                why = "budget reached"
-            elif cfg.run.max_seconds and now - start >= cfg.run.max_seconds:
-                why = "time limit reached"
-            if why is not None:
+            if (why := stop_reason(cfg, t, self.evaluations.solved, now - start)) is not None:
                 self.stop_reason = why
                 self.folder.write_metrics(t.metrics_row(now - start, 0.0, 0.0))  # the counters as the run ends
                 return EXIT_OK
@@ -387,12 +380,6 @@ class Launcher:
         self.stop = self.wiring.stop_flag()
         self.supervisor.start(EVALUATOR, self.wiring.evaluator(self.stop, str(self.folder.path), request), now)
         return self.stop
-
-    def _budget_reached(self) -> bool:
-        """Frames played reach run.max_env_frames; in a deterministic run, frames trained do."""
-        if not self.cfg.run.deterministic:
-            return self.tally.env_frames >= self.cfg.run.max_env_frames
-        return self.tally.learner is not None and self.tally.learner.env_frames_trained >= self.cfg.run.max_env_frames
 
     def _died(self, name: str, what: str) -> None:
         """Say what died, why, its traceback when it sent one, and how to go on."""

@@ -17,6 +17,7 @@ import msgspec
 import numpy as np
 
 from zrl import protocol
+from zrl.config import Config
 from zrl.metrics.reading import number, read_csv
 
 
@@ -299,3 +300,20 @@ def progress_line(t: Tally, elapsed: float, fps: float, fill: list[int]) -> str:
         f" | lag {ls.policy_lag if ls else 0:.1f} | return(100) {t.mean_return():.1f} ({t.episodes} eps)"
         f" | {h}:{rem // 60:02d}:{rem % 60:02d}"
     )
+
+
+def stop_reason(cfg: Config, t: Tally, solved: protocol.EvalResult | None, elapsed: float) -> str | None:
+    """Why the run stops now, or None: an evaluation reached eval.stop_at_score, the budget of frames is played
+    (in a deterministic run, trained), the last 100 training episodes reached run.stop_at_return, or the
+    wall-clock budget is spent."""
+    run = cfg.run
+    trained = t.learner.env_frames_trained if t.learner is not None else 0
+    if solved is not None:
+        return f"evaluation score {solved.mean:.2f} reached eval.stop_at_score"
+    if (trained if run.deterministic else t.env_frames) >= run.max_env_frames:
+        return "budget reached"
+    if len(t.returns) >= RETURNS_KEPT and t.mean_return() >= run.stop_at_return:
+        return f"the last {RETURNS_KEPT} episodes' mean return {t.mean_return():.2f} reached run.stop_at_return"
+    if run.max_seconds and elapsed >= run.max_seconds:
+        return "time limit reached"
+    return None
