@@ -1,0 +1,100 @@
+"""Wall time to a training return, old defaults against new, alternating on one machine (issue "1 of 6").
+
+    python perf/wall_to_return.py --seeds 0,1,2 --cap-minutes 60 --out perf/results/wall/pairs_DATE
+
+For each seed, one after the other and each alone on the machine: the README's Pong command (`zrl-launch --config
+config/pong.toml`), then the defaults before 2026-11-28 (a queue alone, each frame trained on once, their rate,
+budget and constant entropy weight), both with `run.stop_at_return` at the return asked and `run.max_seconds` at the
+cap. A run that has not reached the return by the cap gives a bound. It writes each run's folder under --out and
+`summary.md` there: for each pair, the frames and minutes at which the 100-episode mean first reached the return,
+and new/old minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from zrl.machine import cpu_description
+
+REPO = Path(__file__).resolve().parents[1]
+NEW = ["--config", str(REPO / "config" / "pong.toml")]
+# the defaults before 2026-11-28, as README.md's "Reuse" gives them
+OLD = [
+    *NEW,
+    "--replay",
+    '[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]',
+    *("--set", "learner.replay_ratio=0", "--set", "workers.produce_ratio=1.25"),
+    *("--set", "learner.entropy_cost=0.0006", "--set", "learner.entropy_follows_lr=false"),
+    *("--set", "learner.learning_rate=0.0006", "--set", "learner.lr_decay_power=1"),
+    *("--set", "run.max_env_frames=50000000"),
+]
+
+
+def first_at(run_dir: Path, target: float) -> tuple[int, float] | None:
+    """Env frames and minutes from the run's first episode's start at which the 100-episode mean first reached
+    ``target``; None if it never did."""
+    rows = list(csv.DictReader((run_dir / "episodes.csv").open()))
+    first_row = next(csv.DictReader((run_dir / "metrics.csv").open()))
+    started = float(first_row["wall_time"]) - float(first_row["elapsed_s"])
+    returns: list[float] = []
+    for row in rows:
+        returns.append(float(row["raw_return"]))
+        if len(returns) >= 100 and sum(returns[-100:]) / 100 >= target:
+            return int(row["env_frames"]), (float(row["wall_time"]) - started) / 60
+    return None
+
+
+def run(arm: list[str], seed: int, target: float, cap_s: float, out: Path) -> tuple[Path, float]:
+    """One zrl-launch to the target or the cap; its run folder and its minutes."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [
+        "zrl-launch",
+        *arm,
+        *("--set", f"run.seed={seed}", "--set", f"run.stop_at_return={target}"),
+        *("--set", f"run.max_seconds={cap_s}", "--set", f"run.results_dir={out}", "--quiet"),
+    ]
+    print(f"{time.strftime('%H:%M:%S')} {' '.join(command)}", file=sys.stderr, flush=True)
+    begun = time.monotonic()
+    subprocess.run(command, check=True)
+    (run_dir,) = out.iterdir()
+    return run_dir, (time.monotonic() - begun) / 60
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", default="0")
+    parser.add_argument("--return", dest="target", type=float, default=18.0)
+    parser.add_argument("--cap-minutes", type=float, default=60.0)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    lines = [
+        f"# Wall time to a 100-episode mean of {args.target:+g}: config/pong.toml against the defaults before 2026-11-28",
+        "",
+        f"Machine: {cpu_description()}, `python {' '.join(sys.argv)}`, "
+        f"{time.strftime('%Y-%m-%d')}. Each run alone, new then old for each seed; a cap of "
+        f"{args.cap_minutes:g} minutes.",
+        "",
+        "| seed | new: frames | new: minutes | old: frames | old: minutes | new/old minutes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for seed in [int(s) for s in args.seeds.split(",")]:
+        found = {}
+        for name, arm in (("new", NEW), ("old", OLD)):
+            run_dir, minutes = run(arm, seed, args.target, args.cap_minutes * 60, args.out / f"seed{seed}_{name}")
+            found[name] = (first_at(run_dir, args.target), minutes)
+        (new, new_min), (old, old_min) = found["new"], found["old"]
+        new_text = f"{new[0] / 1e6:.2f}M | {new[1]:.1f}" if new else f"not yet | > {new_min:.1f}"
+        old_text = f"{old[0] / 1e6:.2f}M | {old[1]:.1f}" if old else f"not yet | > {old_min:.1f}"
+        ratio = f"{new[1] / old[1]:.2f}" if new and old else f"< {new[1] / old_min:.2f}" if new else "?"
+        lines.append(f"| {seed} | {new_text} | {old_text} | {ratio} |")
+        (args.out / "summary.md").write_text("\n".join(lines) + "\n")
+        print(lines[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()
