@@ -13,12 +13,12 @@ and new/old minutes.
 from __future__ import annotations
 
 import argparse
-import csv
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from zrl.bench.learning import WINDOW, read_curve
 from zrl.machine import cpu_description
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,17 +36,11 @@ OLD = [
 
 
 def first_at(run_dir: Path, target: float) -> tuple[int, float] | None:
-    """Env frames and minutes from the run's first episode's start at which the 100-episode mean first reached
-    ``target``; None if it never did."""
-    rows = list(csv.DictReader((run_dir / "episodes.csv").open()))
-    first_row = next(csv.DictReader((run_dir / "metrics.csv").open()))
-    started = float(first_row["wall_time"]) - float(first_row["elapsed_s"])
-    returns: list[float] = []
-    for row in rows:
-        returns.append(float(row["raw_return"]))
-        if len(returns) >= 100 and sum(returns[-100:]) / 100 >= target:
-            return int(row["env_frames"]), (float(row["wall_time"]) - started) / 60
-    return None
+    """Env frames and minutes since the run's start at which its 100-episode mean (zrl-bench learning's curve)
+    first reached ``target``; None if it never did."""
+    points = read_curve(run_dir)["points"]
+    reached = (p for p in points[WINDOW - 1 :] if p["mean_return_100"] >= target)
+    return next(((p["env_frames"], p["minutes"]) for p in reached), None)
 
 
 def run(arm: list[str], seed: int, target: float, cap_s: float, out: Path) -> tuple[Path, float]:
