@@ -9,7 +9,11 @@ setup(
     description="Distributed reinforcement learning for Atari and Gymnasium on ZeroMQ and shared memory",
     python_requires=">=3.11",
     packages=find_packages(include=["zrl", "zrl.*", "shm", "shm.*"]),
-    package_data={"zrl.bench": ["reference/*.json"], "zrl.dashboard": ["page.html"]},
+    package_data={
+        "zrl.bench": ["reference/*.json"],
+        "zrl.config": ["games/*/*.toml"],
+        "zrl.dashboard": ["page.html"],
+    },
     install_requires=requirements,
     extras_require={
         # matplotlib draws zrl-bench learning's curves (tests check the PNG)

@@ -35,16 +35,94 @@ def test_shipped_configs_load(name):
     assert cfg.learner.batch_size > 0
 
 
-def test_pong_toml_is_the_atari_defaults_but_for_its_budget_learning_rate_and_entropy_schedule():
-    """Pong's own settings are its 5M-frame budget (over which the rate decays to 0), twice the rate, and the
-    entropy weight falling to 0.001 over those 5M frames; every other key is the Atari defaults', so that
-    pong.toml's curves measure those keys and nothing else."""
-    pong = config.load(REPO / "config" / "pong.toml")
+def test_the_plain_zrl_launch_and_pong_toml_are_the_atari_defaults_with_pongs_settings_under_them():
+    """zrl's settings for V-trace on Pong (zrl/config/games/vtrace/pong.toml) are its 5M-frame budget (over
+    which the rate decays to 0), twice the rate, and the entropy weight falling to 0.001 over those 5M frames;
+    every other key is the Atari defaults', so that Pong's curves measure those keys and nothing else. The plain
+    zrl-launch (whose env is Pong) and config/pong.toml both run them; run.game_settings = false, the defaults."""
+    plain, pong = config.load(), config.load(REPO / "config" / "pong.toml")
+    assert plain == pong
     assert (pong.run.max_env_frames, pong.learner.learning_rate) == (5_000_000, 0.0012)
     assert (pong.learner.entropy_cost, pong.learner.entropy_cost_end) == (0.01, 0.001)
     assert pong.learner.entropy_decay_frames == pong.run.max_env_frames
-    sets = ["run.max_env_frames=50000000", "learner.learning_rate=0.0006", "learner.entropy_decay_frames=0"]
-    assert config.load(REPO / "config" / "pong.toml", sets) == config.load()
+    atari = config.load(REPO / "config" / "pong.toml", ["run.game_settings=false"])
+    assert atari == dataclasses.replace(
+        config.Config(), run=dataclasses.replace(config.Config().run, game_settings=False)
+    )
+    differ = {
+        f"{name}.{key}"
+        for name in ("run", "learner")
+        for key, value in dataclasses.asdict(getattr(pong, name)).items()
+        if value != dataclasses.asdict(getattr(atari, name))[key]
+    }
+    assert differ == {
+        "run.max_env_frames",
+        "learner.learning_rate",
+        "learner.entropy_decay_frames",
+        "run.game_settings",
+    }
+    assert "vtrace/pong.toml" in config.game_note(plain) and config.game_note(atari) is None
+
+
+def test_a_games_settings_lie_under_the_run_file_and_only_for_their_game_and_agent(tmp_path):
+    """The run file, --set and the options win over the game's file; Pong's v4 id reads it too; another game,
+    another agent or a resumed run's stored config.toml (which holds every key it ran with) reads none."""
+    path = tmp_path / "run.toml"
+    path.write_text('[env]\nid = "PongNoFrameskip-v4"\n[learner]\nlearning_rate = 0.0005\n')
+    cfg = config.load(path, ["run.max_env_frames=2000000"])
+    assert (cfg.learner.learning_rate, cfg.run.max_env_frames, cfg.learner.entropy_decay_frames) == (
+        0.0005,
+        2_000_000,
+        5_000_000,
+    )
+    atari = config.Config()
+    for sets in (["env.id=ALE/Breakout-v5"], ["algo=impact"], ["env.id=CartPole-v1"]):
+        other = config.load(None, sets)
+        assert (other.run.max_env_frames, other.learner.learning_rate) == (
+            atari.run.max_env_frames,
+            atari.learner.learning_rate,
+        ), sets
+        assert config.game_note(other) is None
+    # a run folder's config.toml from before learner.entropy_decay_frames: resumed, it keeps no decay
+    path.write_text('[env]\nid = "ALE/Pong-v5"\n[learner]\nlearning_rate = 0.0006\n')
+    stored = config.load(path, stored=True)
+    assert (stored.learner.entropy_decay_frames, stored.run.max_env_frames) == (0, atari.run.max_env_frames)
+
+
+def test_every_shipped_game_file_loads_under_its_agent_and_a_bad_one_is_named(tmp_path, monkeypatch):
+    from zrl.config import per_game
+
+    files = sorted(per_game.GAMES.glob("*/*.toml"))
+    assert files, "zrl ships settings for V-trace on Pong"
+    for path in files:
+        algo, game = path.parent.name, "".join(part.capitalize() for part in path.stem.split("_"))
+        cfg = config.load(None, [f'algo="{algo}"', f'env.id="ALE/{game}-v5"'])
+        assert config.game_file(cfg.algo, cfg.env.id) == path
+        for section, body in tomllib.loads(path.read_text()).items():
+            for key, value in body.items():
+                assert getattr(getattr(cfg, section), key) == value, f"{path}: {section}.{key}"
+    (tmp_path / "vtrace").mkdir()
+    (tmp_path / "vtrace" / "pong.toml").write_text("[learner]\nlearning_rate = -1.0\n")
+    monkeypatch.setattr(per_game, "GAMES", tmp_path)
+    with pytest.raises(ConfigError, match=r"zrl's settings for ALE/Pong-v5 \(.*pong\.toml\).*learning_rate"):
+        config.load()
+
+
+@pytest.mark.parametrize(
+    ("env_id", "game"),
+    [
+        ("ALE/Pong-v5", "pong"),
+        ("PongNoFrameskip-v4", "pong"),
+        ("Pong-v4", "pong"),
+        ("ALE/MontezumaRevenge-v5", "montezuma_revenge"),
+        ("CartPole-v1", None),
+        ("CartPole-v0", "cart_pole"),  # Atari-shaped; whether ale-py has it is zrl.envs.atari_rom's question
+        ("my_pkg.envs:MyEnv-v0", None),
+        ("ALE/Pong-v5/../../x", None),
+    ],
+)
+def test_the_game_of_an_id(env_id, game):
+    assert config.atari_game(env_id) == game
 
 
 def test_names_scripts_rely_on_exist():
@@ -335,20 +413,21 @@ def test_the_entropy_weight_moves_to_its_end_over_the_frames_asked_then_holds():
     assert config.entropy_cost(cfg, 4, 50_000) == pytest.approx(0.002)
     once = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.replay_ratio=0"])
     assert config.entropy_cost(once, 4, 5_000) == pytest.approx(0.001)  # each unit once: 640 frames per step
-    held = config.load(None, ["learner.entropy_follows_lr=false"])
+    held = config.load(None, ["learner.entropy_follows_lr=false", "run.game_settings=false"])  # the Atari defaults
     assert config.entropy_cost(held, 4, 10**6) == held.learner.entropy_cost
     late = config.load(None, ["learner.entropy_decay_frames=1600000", "learner.entropy_decay_start_frames=800000"])
     assert config.entropy_cost(late, 4, 2_500) == pytest.approx(0.01)  # 800k frames: held until here
     assert config.entropy_cost(late, 4, 10_000) == pytest.approx(0.0055)
     assert config.entropy_cost(late, 4, 15_000) == pytest.approx(0.001)
     with pytest.raises(ConfigError, match="entropy_decay_start_frames"):
-        config.load(None, ["learner.entropy_decay_start_frames=800000"])
+        config.load(None, ["learner.entropy_decay_start_frames=800000", "run.game_settings=false"])
 
 
 def test_the_entropy_weight_falls_in_step_with_the_learning_rate_when_it_follows_it():
     """The rate falling with power 2 over a 10M-frame budget (62,500 steps of 160 fresh frames): the entropy
     weight goes the same share of its way from 0.01 to 0.001; under multistep, lr_gamma's."""
     follows = ["learner.entropy_follows_lr=true", "learner.lr_decay_power=2", "learner.learning_rate=0.0012"]
+    follows += ["run.game_settings=false"]  # the Atari defaults, without Pong's straight line
     cfg = config.load(None, [*follows, "run.max_env_frames=10000000"])
     steps = config.lr_decay_steps(cfg, 4)
     assert steps == 62_500 and config.entropy_cost(cfg, 4, 0) == pytest.approx(0.01)

@@ -49,6 +49,7 @@ from zrl.config.loading import (
     read_toml,
     to_dict,
 )
+from zrl.config.per_game import atari_game, game_file, game_note
 from zrl.config.reference import replays_from_json
 from zrl.config.replay import ReplayConfig
 from zrl.config.run import EnvConfig, RunConfig
@@ -102,6 +103,7 @@ __all__ = [
     "RunConfig",
     "TransportConfig",
     "WorkersConfig",
+    "atari_game",
     "check",
     "declared",
     "devices",
@@ -110,6 +112,8 @@ __all__ = [
     "entropy_cost",
     "fill_target",
     "fresh_share",
+    "game_file",
+    "game_note",
     "from_dict",
     "learner_threads",
     "load",

@@ -15,8 +15,10 @@ import tomli_w
 
 from zrl.agents import REGISTRY as agent_registry
 from zrl.config.checks import REPLAY_KEYS, declared
+from zrl.config.per_game import game_file
 from zrl.config.reference import replays_from_json
 from zrl.config.replay import ReplayConfig
+from zrl.config.run import EnvConfig
 from zrl.config.schema import BUILTIN, SECTIONS, TOP_KEYS, Config, sections
 from zrl.errors import ConfigError
 
@@ -219,8 +221,9 @@ def load(
     options: dict[str, Any] | None = None,
     stored: bool = False,
 ) -> Config:
-    """Resolve a config: defaults < run file < --set items < command-line options. ``stored``: the file is
-    a run's own config.toml, written by an older zrl perhaps (its renamed sections are read as now).
+    """Resolve a config: defaults < zrl's settings for the game (``zrl.config.per_game``) < run file < --set items
+    < command-line options. ``stored``: the file is a run's own config.toml, written by an older zrl perhaps (its
+    renamed sections are read as now); it holds every key, the game's settings among them, so none are read.
 
     ``options`` maps dotted keys (e.g. ``"workers.count"``) to values; None values are ignored.
     """
@@ -245,7 +248,30 @@ def load(
         section, key = dotted.split(".")
         flag = OPTION_FLAGS.get(dotted, "--" + key.replace("_", "-"))
         _merge(raw, {section: {key: value}}, f"option {flag}", sources)
+    if not stored:
+        raw, sources = _under_game_settings(raw, sources)
     return _build(raw, sources)
+
+
+def _under_game_settings(raw: dict[str, Any], sources: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The merged layers over zrl's settings for their game and agent, where zrl has a file of them and
+    run.game_settings is not false; a value of the wrong type is left for the build to name."""
+    run = raw.get("run", {})
+    algo, env = raw.get("algo", Config.algo), raw.get("env", {}).get("id", EnvConfig.id)
+    if run.get("game_settings") is False or not isinstance(algo, str) or not isinstance(env, str):
+        return raw, sources
+    path = game_file(algo, env)
+    if path is None:
+        return raw, sources
+    under: dict[str, Any] = {}
+    under_sources: dict[str, str] = {}
+    _merge(under, read_toml(path), f"zrl's settings for {env} ({path})", under_sources)
+    for section, body in raw.items():
+        if isinstance(body, dict):
+            under.setdefault(section, {}).update(body)
+        else:
+            under[section] = body
+    return under, {**under_sources, **sources}
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:

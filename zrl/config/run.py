@@ -83,6 +83,12 @@ class RunConfig:
             description="Stop the run in order, with exit code 0, once the mean raw return of its last 100 training episodes is at least this (Pong: 18). inf: never.",
         ),
     ] = float("inf")
+    game_settings: Annotated[
+        bool,
+        Meta(
+            description="Read zrl's settings for the game and agent (zrl/config/games/<algo>/<game>.toml; V-trace on Pong: budget, rate, entropy schedule) under the run file, which still wins. false: the defaults alone.",
+        ),
+    ] = True
     heartbeat_timeout_s: Annotated[
         float,
         Meta(

@@ -17,16 +17,12 @@ environment with a Box observation and a Discrete action space runs through :cla
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
 
-from zrl.config import Config, ConfigError, EnvConfig
-
-_ALE_V5 = re.compile(r"^ALE/(?P<game>[A-Za-z0-9]+)-v5$")
-_ALE_V4 = re.compile(r"^(?P<game>[A-Z][A-Za-z0-9]*?)(NoFrameskip)?-v[04]$")
+from zrl.config import Config, ConfigError, EnvConfig, atari_game
 
 
 @dataclass
@@ -52,25 +48,18 @@ def clip_rewards(raw: np.ndarray, method: str) -> np.ndarray:
     raise ValueError(f"env.clip_method: {method!r} is not abs_one_sign, abs_one_clamp or soft_asymmetric")
 
 
-def _snake(game: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", game).lower()
-
-
 def atari_rom(env_id: str) -> str | None:
     """The ALE rom name for an Atari id, None when the id is not Atari-shaped.
 
     ``ALE/Pong-v5``, ``PongNoFrameskip-v4`` and ``Pong-v4`` all map to ``pong``. Raises ConfigError for an
     Atari-shaped id whose game ale-py does not have.
     """
-    match = _ALE_V5.match(env_id)
-    if match is None:
-        match = _ALE_V4.match(env_id)
-        if match is None:
-            return None
+    rom = atari_game(env_id)
+    if rom is None:
+        return None
     from ale_py.roms import get_all_rom_ids
 
     roms = get_all_rom_ids()
-    rom = _snake(match.group("game"))
     if rom in roms:
         return rom
     if env_id.startswith("ALE/"):

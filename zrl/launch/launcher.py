@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from zrl import __version__, agents, envs, forkserver, protocol
-from zrl.config import Config, ConfigError, queue_capacity, split_note
+from zrl.config import Config, ConfigError, game_note, queue_capacity, split_note
 from zrl.envs.trust import check_env_import, env_module
 from zrl.launch import network
 from zrl.launch.checks import check_resume_changes, check_shm_room, preflight, resolve_model_kind
@@ -137,6 +137,9 @@ class Launcher:
         for note in self.notes:
             log.warning(note)
             say(note)
+        if self.resume_dir is None and (text := game_note(self.cfg)):
+            log.info(text)
+            say(text)
         if self.resume_dir is not None:
             self.tally.seed(run_dir)  # the run's counts, and episodes.csv's rows, go on
         t = self.tally

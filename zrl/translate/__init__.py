@@ -77,6 +77,8 @@ def translate(reference: str, argv: list[str]) -> tuple[str, list[str]]:
     given = parse(reference, argv)
     tr = Translation(reference, given, OPTIONS[reference])
     BUILDERS[reference](tr)
+    # zrl's settings for one game must not lie under a reference's, which are the same for every game
+    tr.put("run.game_settings", False, why="its settings are the same for every game", keep=True)
     tr.unplaced()
     text = render(tr)
     try:
@@ -99,7 +101,7 @@ def render(tr: Translation) -> str:
     sections: dict[str, list[str]] = {}
     for key, value in tr.values.items():
         section, _, name = key.rpartition(".")
-        given = any(f in tr.given for f in tr.sources[key])
+        given = any(f in tr.given for f in tr.sources[key]) or key in tr.kept
         if (defaults.get(key, object()) == value or tr.only_given) and not given:
             continue
         comment = [f"# {tr.source(key)}"] if tr.sources[key] or key in tr.why else []
@@ -117,9 +119,9 @@ def render(tr: Translation) -> str:
 
 
 def _flat_defaults() -> dict[str, Any]:
-    from zrl.config import to_dict
+    from zrl.config import Config, to_dict
 
-    data = to_dict(load(None, ()))
+    data = to_dict(Config())  # the defaults alone: a translation reads no game's settings
     flat = {}
     for section, values in data.items():
         if isinstance(values, dict):

@@ -39,6 +39,7 @@ class Translation:
         self.used: set[str] = set()  # the flags some key or note took
         self.why: dict[str, str] = {}  # keys set by what the reference hard-wires, not by a flag
         self.only_given = False  # continuing or testing: the reference took the rest from the checkpoint
+        self.kept: set[str] = set()  # keys the run file holds even where it holds only the flags given
 
     def value(self, flag: str) -> Any:
         """The flag's value as the reference reads it: given, or its default."""
@@ -57,8 +58,10 @@ class Translation:
             parts.append(self.why[key])
         return ", ".join(parts)
 
-    def put(self, key: str, value: Any, *flags: str, why: str = "") -> None:
+    def put(self, key: str, value: Any, *flags: str, why: str = "", keep: bool = False) -> None:
         self.values[key] = value
+        if keep:
+            self.kept.add(key)
         self.sources[key] = flags
         if why:
             self.why[key] = why
