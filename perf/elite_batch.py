@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--json", default=str(REPO / "perf" / "results" / "elite_batch.json"))
     args = parser.parse_args()
 
-    defaults = config_mod.load(None)
+    defaults = config_mod.load(None, ["run.game_settings=false"])
     args.batch = args.batch or defaults.learner.batch_size
     args.feature_size = args.feature_size or defaults.model.feature_size
     settings = [(int(a), b) for a, b in (item.split(":") for item in args.settings.split(","))]
@@ -91,6 +91,7 @@ def main() -> None:
             f"learner.unroll_length={args.unroll}",
             f"model.feature_size={args.feature_size}",
             "run.max_env_frames=10000000000",
+            "run.game_settings=false",  # the Atari defaults, as elite_batch.json was measured
         ],
     )
     spec = probe(cfg.env)

@@ -53,7 +53,7 @@ def measure(args) -> dict:
 
     keep_freed_memory()
     torch.manual_seed(0)
-    cfg = config_mod.load(None, ["run.max_env_frames=10000000000"])
+    cfg = config_mod.load(None, ["run.max_env_frames=10000000000", "run.game_settings=false"])
     spec = probe(cfg.env)
     replay = Replay(cfg, spec, args.capacity, drift_steps=2, progress=lambda _: None)
     out: dict = {}

@@ -106,6 +106,12 @@ def test_every_shipped_game_file_loads_under_its_agent_and_a_bad_one_is_named(tm
     monkeypatch.setattr(per_game, "GAMES", tmp_path)
     with pytest.raises(ConfigError, match=r"zrl's settings for ALE/Pong-v5 \(.*pong\.toml\).*learning_rate"):
         config.load()
+    (tmp_path / "vtrace" / "pong.toml").write_text('[env]\nid = "ALE/Breakout-v5"\n')
+    with pytest.raises(ConfigError, match=r"pong\.toml\): env\.id cannot be a game's setting"):
+        config.load()
+    (tmp_path / "vtrace" / "pong.toml").write_text('algo = "impact"\n[run]\ngame_settings = false\n')
+    with pytest.raises(ConfigError, match=r"algo, run\.game_settings cannot be a game's setting"):
+        config.load()
 
 
 @pytest.mark.parametrize(

@@ -127,7 +127,7 @@ def test_runs_of_one_config_over_seeds_are_one_group_and_another_config_is_anoth
     other = load_run(_run(tmp_path / "lr", seed=1, returns=[0.0], sets=["learner.learning_rate=0.0003"]))
     groups = group_runs([seeds[0], other, seeds[1]])
     assert [[r.folder.name for r in g.runs] for g in groups] == [["s1", "s2"], ["lr"]]
-    assert groups[0].name == "ALE/Pong-v5, learner.learning_rate=0.0006"
+    assert groups[0].name == "ALE/Pong-v5, learner.learning_rate=0.0012"  # Pong's own rate
     assert groups[1].name == "lr, learner.learning_rate=0.0003"
 
 

@@ -81,6 +81,9 @@ def test_the_elite_platforms_training_example_is_its_run_in_zrls_units():
     assert (cfg.vtrace.clear_policy_weight, cfg.vtrace.clear_policy_kl) == (0.05, "pi_mu")
     assert (cfg.vtrace.clear_value_weight, cfg.vtrace.clear_value_loss) == (0.005, "l2_norm")
     assert "# --batch_size 10\nbatch_size = 10" in text and "# --lr (default 0.0008)" in text
+    # its settings are the same for every game: none of zrl's for Pong lie under them (its entropy weight held)
+    assert "# its settings are the same for every game\ngame_settings = false" in text
+    assert (cfg.run.game_settings, learner.entropy_decay_frames) == (False, 0)
 
 
 @pytest.mark.unit
@@ -105,6 +108,7 @@ def test_continuing_and_testing_are_named_with_the_zrl_command_that_does_them(co
         assert "--test_episode_count 1000" in said and "zrl-eval --episodes" in said
     # the reference took every flag not given from the checkpoint: the run file holds only those given
     assert cfg.learner.batch_size == 8 and cfg.run.max_env_frames in (4_000_000, 50_000_000)
+    assert cfg.run.game_settings is False  # written even where only the flags given are
     assert cfg.env.id == ("PongNoFrameskip-v4" if "--env=" in command else "ALE/Pong-v5")
 
 

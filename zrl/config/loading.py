@@ -265,7 +265,11 @@ def _under_game_settings(raw: dict[str, Any], sources: dict[str, str]) -> tuple[
         return raw, sources
     under: dict[str, Any] = {}
     under_sources: dict[str, str] = {}
-    _merge(under, read_toml(path), f"zrl's settings for {env} ({path})", under_sources)
+    source = f"zrl's settings for {env} ({path})"
+    _merge(under, read_toml(path), source, under_sources)
+    chosen = [key for key in (*TOP_KEYS, "env.id", "run.game_settings") if key in under_sources]
+    if chosen:
+        raise ConfigError(f"{source}: {', '.join(chosen)} cannot be a game's setting: they choose the file")
     for section, body in raw.items():
         if isinstance(body, dict):
             under.setdefault(section, {}).update(body)

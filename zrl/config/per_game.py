@@ -37,12 +37,22 @@ def game_file(algo: str, env_id: str) -> Path | None:
 
 
 def game_note(cfg: Config) -> str | None:
-    """The line a new run says when zrl's settings for its game lay under its run file, None when none did."""
+    """The line a new run says when zrl's settings for its game lay under its run file: the keys whose value the
+    run took from the file (a run file, --set or option that gave the same value is not told apart); None when
+    none did."""
     path = game_file(cfg.algo, cfg.env.id) if cfg.run.game_settings else None
     if path is None:
         return None
     with path.open("rb") as fh:
-        keys = [f"{section}.{key}" for section, body in tomllib.load(fh).items() for key in body]
+        table = tomllib.load(fh)
+    keys = [
+        f"{section}.{key}"
+        for section, body in table.items()
+        for key, value in body.items()
+        if getattr(getattr(cfg, section), key) == value
+    ]
+    if not keys:
+        return None
     return (
         f"zrl's settings for {cfg.algo} on {cfg.env.id} lie under the run file ({', '.join(keys)}: {path}); "
         "--set run.game_settings=false for the defaults alone"

@@ -24,6 +24,7 @@ IGNORED_KEYS = (
     "run.max_env_frames",
     "eval.stop_at_score",
     "run.stop_at_return",
+    "run.game_settings",  # where the values came from, not what they are
 )
 """Keys that differ between runs of one config over seeds: left out when runs are grouped."""
 RUN_FOLDER = "a run folder (results/<env>_<time>/) holds config.toml, episodes.csv and metrics.csv"
