@@ -2,8 +2,8 @@
 
     python perf/wall_to_return.py --seeds 0,1,2 --cap-minutes 40 --out perf/results/wall/pairs_DATE
 
-For each seed, one after the other and each alone on the machine: the README's Pong command (`zrl-launch --config
-config/pong.toml`), then the defaults before 2026-11-28 (a queue alone, each frame trained on once, their rate,
+For each seed, one after the other and each alone on the machine: the plain `zrl-launch` (V-trace on Pong, the
+Atari defaults with zrl's settings for Pong under them, as `config/pong.toml` has them), then the defaults before 2026-11-28 (a queue alone, each frame trained on once, their rate,
 budget and constant entropy weight), both with `run.stop_at_return` at the return asked. The new run is capped at --cap-minutes (and its
 budget), the old one at the new one's minutes to the return / --goal: an old run still short of the return by then
 gives a bound that shows the goal met. It writes each run's folder under --out and
@@ -22,11 +22,11 @@ from pathlib import Path
 from zrl.bench.learning import WINDOW, read_curve
 from zrl.machine import cpu_description
 
-REPO = Path(__file__).resolve().parents[1]
-NEW = ["--config", str(REPO / "config" / "pong.toml")]
+NEW: list[str] = []
 # the defaults before 2026-11-28, as README.md's "Reuse" gives them, each key they had set so that a change of
-# today's defaults does not move them (Pong is the default env.id)
+# today's defaults does not move them (Pong is the default env.id), and no game's settings under them
 OLD = [
+    *("--set", "run.game_settings=false"),
     "--replay",
     '[{"type": "queue", "capacity": 64, "sample_ratio": 1.0}]',
     *("--set", "learner.replay_ratio=0", "--set", "workers.produce_ratio=1.25"),
@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     lines = [
-        f"# Wall time to a 100-episode mean of {args.target:+g}: config/pong.toml against the defaults before 2026-11-28",
+        f"# Wall time to a 100-episode mean of {args.target:+g}: the plain zrl-launch against the defaults before 2026-11-28",
         "",
         f"Machine: {cpu_description()}, `python {' '.join(sys.argv)}`, "
         f"{time.strftime('%Y-%m-%d')}. Each run alone, new then old for each seed; a cap of "
