@@ -159,6 +159,6 @@ def test_colour_frames_at_another_resolution_train_through_the_rings_and_gather(
     stored = load(folder / "config.toml", (), stored=True)
     assert stored.env.resolution == (64, 48) and not stored.env.grayscale
     # Pong's own settings lay under pong.toml, but for the budget set here; the log says which, config.toml keeps them
-    said = "zrl's settings for vtrace on ALE/Pong-v5 lie under the run file (learner.learning_rate, learner.entropy_"
+    said = "this run takes zrl's settings for vtrace on ALE/Pong-v5 (learner.learning_rate, learner.entropy_"
     assert said in (folder / "zrl.log").read_text()
     assert (stored.learner.learning_rate, stored.learner.entropy_decay_frames) == (0.0012, 5_000_000)

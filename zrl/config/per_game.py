@@ -37,7 +37,7 @@ def game_file(algo: str, env_id: str) -> Path | None:
 
 
 def game_note(cfg: Config) -> str | None:
-    """The line a new run says when zrl's settings for its game lay under its run file: the keys whose value the
+    """The line a new run says when it takes zrl's settings for its game: the keys whose value the
     run took from the file (a run file, --set or option that gave the same value is not told apart); None when
     none did."""
     path = game_file(cfg.algo, cfg.env.id) if cfg.run.game_settings else None
@@ -54,6 +54,6 @@ def game_note(cfg: Config) -> str | None:
     if not keys:
         return None
     return (
-        f"zrl's settings for {cfg.algo} on {cfg.env.id} lie under the run file ({', '.join(keys)}: {path}); "
+        f"this run takes zrl's settings for {cfg.algo} on {cfg.env.id} ({', '.join(keys)}: {path}); "
         "--set run.game_settings=false for the defaults alone"
     )
