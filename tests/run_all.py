@@ -4,13 +4,16 @@ The learning tier (minutes of training each, budgeted in env steps, never in sec
 priority (nice 19) in its own ``ZRL_NAMESPACE``, beside the other tiers at normal priority. A zrl run keeps about
 three quarters of two cores busy (a worker waits for weights, a learner for batches), so the learning runs take
 the cycles the rest leave idle, and a test in the other lane that watches the clock (a heartbeat, a Ctrl-C that
-must end a run within seconds) keeps the cores it asks for. The namespace keeps the lanes apart: each lane's leak
+must end a run within seconds) keeps the cores it asks for. The e2e tests marked ``background`` (runs budgeted in
+frames that assert nothing about timing) run in the learning lane too: that lane ends minutes before the other,
+which they would lengthen. The namespace keeps the lanes apart: each lane's leak
 checks (tests/conftest.py) count only its own shared-memory segments, socket folders and role processes, and no
 launch sweeps the other lane's.
 
 Arguments go to both lanes' pytest (``-x``, ``-k ...``, ``--durations=20``); ``-m`` is refused, since each
-lane's marker is what splits them. The other tiers' output streams; the learning tier's is kept and printed after them. The exit status is 0 when both
-lanes pass, else the first failing lane's (the other tiers', then the learning tier's). ``python -m pytest -q tests``
+lane's marker is what splits them. The other lane's output streams; the learning lane's is kept and printed after
+it. The exit status is 0 when both lanes pass, else the first failing lane's (the other lane's, then the learning
+lane's). ``python -m pytest -q tests``
 runs the same tests one after another, slower: the learning tier then has the machine alone and keeps it about
 three quarters busy. Ctrl-C or SIGTERM stops both lanes (the
 learning lane's runs stop in order, as zrl-launch does on SIGTERM).
@@ -82,26 +85,26 @@ def main(args: list[str]) -> int:
             try:
                 env = {**os.environ, "ZRL_NAMESPACE": LEARNING_NAMESPACE}
                 basetemp = Path(scratch) / "tmp"
-                lanes.append(_lane("learning", args, LEARNING_NICE, env, log, basetemp))
+                lanes.append(_lane("learning or background", args, LEARNING_NICE, env, log, basetemp))
                 print(
-                    f"run_all: the learning tier runs beside the rest (nice {LEARNING_NICE}, "
-                    f"ZRL_NAMESPACE={LEARNING_NAMESPACE}); its output follows theirs",
+                    f"run_all: the learning tier and the background tests run beside the rest (nice {LEARNING_NICE}, "
+                    f"ZRL_NAMESPACE={LEARNING_NAMESPACE}); their output follows",
                     flush=True,
                 )
-                lanes.append(_lane("not learning", args))
+                lanes.append(_lane("not learning and not background", args))
                 rest = lanes[1].wait()
                 if lanes[0].poll() is None:
                     took = time.monotonic() - started
-                    print(f"run_all: the other tiers took {took:.0f} s; waiting for the learning tier", flush=True)
+                    print(f"run_all: the other lane took {took:.0f} s; waiting for the learning lane", flush=True)
                 learning = lanes[0].wait()
             except KeyboardInterrupt:
                 _stop(lanes)
                 print("run_all: interrupted; both lanes stopped", file=sys.stderr)
                 return 130
-        print(f"---- the learning tier (nice {LEARNING_NICE}, ZRL_NAMESPACE={LEARNING_NAMESPACE}) ----")
+        print(f"---- the learning lane (nice {LEARNING_NICE}, ZRL_NAMESPACE={LEARNING_NAMESPACE}) ----")
         print(log_path.read_text(), end="", flush=True)
     took = time.monotonic() - started
-    print(f"run_all: the other tiers exit {rest}, the learning tier exit {learning}; {took:.0f} s in all")
+    print(f"run_all: the other lane exits {rest}, the learning lane {learning}; {took:.0f} s in all")
     return rest or learning
 
 

@@ -343,6 +343,7 @@ CARTPOLE = REPO / "config" / "cartpole.toml"
 
 
 @pytest.mark.e2e
+@pytest.mark.background
 def test_learning_mode_trains_each_seed_and_draws_the_curve_beside_the_reference(tmp_path, no_leaks):
     """The real zrl-launch on CartPole for 15,000 env frames, two seeds one after the other: the JSON holds each
     run's 100-episode mean after every episode (against frames and minutes) and the command that made it, and

@@ -19,6 +19,7 @@ pytestmark = pytest.mark.e2e
 BEFORE = REPO / "tests" / "data" / "before_redesign"
 
 
+@pytest.mark.background
 @pytest.mark.parametrize("agent, budget", [("vtrace", 30_000), ("apex_iqn", 8_000)])
 def test_a_run_written_before_the_redesign_plays_and_resumes(tmp_path, no_leaks, agent, budget):
     (source,) = (BEFORE / agent).iterdir()

@@ -170,6 +170,7 @@ ELITE_MIX = (
 )
 
 
+@pytest.mark.background
 def test_pong_with_queue_and_elite_replay_reports_its_figures(tmp_path, no_leaks):
     """The reference platform's elite command, brought over with --replay, on real Pong with LASER on."""
     result = run_command(

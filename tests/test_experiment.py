@@ -398,6 +398,7 @@ replay = '[{{"type": "custom", "capacity": 200, "sample_ratio": 0.5, "dist_funct
 
 
 @pytest.mark.e2e
+@pytest.mark.background
 def test_a_sweep_runs_every_run_and_the_report_aggregates_them(tmp_path, no_leaks):
     """One seed of three variants, one of which cannot start: the index, zrl-report on the sweep, --retry-failed.
     Several seeds' order and commands: test_a_sweep_is_variants_by_grid_points_by_seeds_seed_by_seed; their

@@ -137,6 +137,7 @@ def test_colour_with_a_frame_stack_the_rings_cannot_hold_is_refused_before_anyth
 
 
 @pytest.mark.e2e
+@pytest.mark.background
 def test_colour_frames_at_another_resolution_train_through_the_rings_and_gather(tmp_path, no_leaks):
     """V-trace's unrolls of colour frames (Ape-X's transitions in colour: tests/test_apex.py's Pong run)."""
     budget = 30_000

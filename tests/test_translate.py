@@ -305,6 +305,7 @@ def test_the_command_refuses_an_option_the_reference_does_not_have_and_writes_ou
 
 
 @pytest.mark.e2e
+@pytest.mark.background
 def test_the_translated_readme_example_trains_under_zrl_launch(tmp_path, no_leaks):
     done = run_command("zrl-translate", "--from", "ebv", "--out", "ebv.toml", "--", *_argv(EBV_TRAIN), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
